@@ -1,0 +1,42 @@
+# Two commands for a newcomer: `make serve` and `make test`. Each sets up .venv on first use.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: setup demo test lint corpus train-default evaluate-default clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[train,serve,dev]'
+	touch $@
+
+# Load the shipped default model and translate a few examples.
+demo: $(STAMP)
+	$(PY) -m model.demo
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+# The default corpus (deterministic from its seed) and the default model, resumable:
+# running `make train-default` again continues from runs/default/last.pt.
+corpus: $(STAMP)
+	$(PY) -m model.corpus --out data/corpus --train 400000
+
+train-default: corpus
+	$(PY) -m model.train --train data/corpus/train.tsv --valid data/corpus/valid.tsv \
+	  --out runs/default --vocab-size 2000 --d-model 192 --heads 3 --encoder-layers 2 \
+	  --decoder-layers 2 --d-ff 768 --dropout 0.0 --pre-ln --max-tokens 3000 --warmup 400 \
+	  --lr-scale 0.4 --eval-every 300 --eval-size 500 --max-minutes 150 --target-em 100
+
+evaluate-default: $(STAMP)
+	$(PY) -m model.evaluate --checkpoint artifacts/default/model.pt --split data/corpus/test.tsv
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""Model export to ONNX: names, export, verification, bundle."""

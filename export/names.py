@@ -1,0 +1,93 @@
+"""ONNX input/output names and dynamic axes, declared once for the exporter and the runtime.
+
+Torch-free on purpose: `service/` imports this module. Names follow the HF Optimum /
+onnxruntime-genai convention for encoder-decoder models (`past_key_values.{i}.decoder.key` ->
+`present.{i}.decoder.key`; cross-attention K/V as `*.encoder.*`).
+
+encoder.onnx
+    input_ids            int64  [batch, src_len]          source ids (+ eos), right-padded
+    attention_mask       int64  [batch, src_len]          1 = real token, 0 = padding
+ -> present.{i}.encoder.key/value  float [batch, heads, src_len, head_dim]  per decoder layer
+
+decoder.onnx (one step, or several new tokens)
+    input_ids            int64  [batch, new_len]
+    position_ids         int64  [batch, new_len]          position of each new token
+    attention_mask       int64  [batch, past_len + new_len]  1 = valid self-attention key
+    encoder_attention_mask int64 [batch, src_len]
+    past_key_values.{i}.decoder.key/value  float [batch, heads, past_len, head_dim]
+    past_key_values.{i}.encoder.key/value  float [batch, heads, src_len, head_dim]
+ -> logprobs             float  [batch, new_len, vocab]   log-softmax over the vocabulary
+    present.{i}.decoder.key/value  float [batch, heads, past_len + new_len, head_dim]
+    cross_attentions     float  [batch, new_len, src_len]  last layer, mean over heads
+"""
+
+from __future__ import annotations
+
+BUNDLE_FORMAT_VERSION = 1
+ENCODER_FILE, DECODER_FILE, TOKENIZER_FILE, BUNDLE_FILE = (
+    "encoder.onnx", "decoder.onnx", "tokenizer.json", "bundle.json",
+)
+
+INPUT_IDS, ATTENTION_MASK, POSITION_IDS = "input_ids", "attention_mask", "position_ids"
+ENCODER_ATTENTION_MASK = "encoder_attention_mask"
+LOGPROBS, CROSS_ATTENTIONS = "logprobs", "cross_attentions"
+
+
+def past_name(layer: int, kind: str, kv: str) -> str:
+    """Cache input name, kind in {decoder, encoder}, kv in {key, value}."""
+    return f"past_key_values.{layer}.{kind}.{kv}"
+
+
+def present_name(layer: int, kind: str, kv: str) -> str:
+    """Cache output name, kind in {decoder, encoder}, kv in {key, value}."""
+    return f"present.{layer}.{kind}.{kv}"
+
+
+def encoder_inputs() -> list[str]:
+    """Encoder graph inputs, in order."""
+    return [INPUT_IDS, ATTENTION_MASK]
+
+
+def encoder_outputs(n_layers: int) -> list[str]:
+    """Encoder graph outputs: cross-attention K/V of every decoder layer."""
+    return [present_name(i, "encoder", kv) for i in range(n_layers) for kv in ("key", "value")]
+
+
+def decoder_inputs(n_layers: int) -> list[str]:
+    """Decoder graph inputs, in order."""
+    names = [INPUT_IDS, POSITION_IDS, ATTENTION_MASK, ENCODER_ATTENTION_MASK]
+    for i in range(n_layers):
+        names += [past_name(i, "decoder", "key"), past_name(i, "decoder", "value")]
+    for i in range(n_layers):
+        names += [past_name(i, "encoder", "key"), past_name(i, "encoder", "value")]
+    return names
+
+
+def decoder_outputs(n_layers: int) -> list[str]:
+    """Decoder graph outputs, in order."""
+    names = [LOGPROBS]
+    for i in range(n_layers):
+        names += [present_name(i, "decoder", "key"), present_name(i, "decoder", "value")]
+    return names + [CROSS_ATTENTIONS]
+
+
+def dynamic_axes(n_layers: int) -> dict[str, dict[str, dict[int, str]]]:
+    """Symbolic axis names of every input and output of both graphs."""
+    kv_dec = {0: "batch", 2: "past_len"}
+    kv_enc = {0: "batch", 2: "src_len"}
+    enc = {INPUT_IDS: {0: "batch", 1: "src_len"}, ATTENTION_MASK: {0: "batch", 1: "src_len"}}
+    enc |= {n: kv_enc for n in encoder_outputs(n_layers)}
+    dec = {
+        INPUT_IDS: {0: "batch", 1: "new_len"},
+        POSITION_IDS: {0: "batch", 1: "new_len"},
+        ATTENTION_MASK: {0: "batch", 1: "total_len"},
+        ENCODER_ATTENTION_MASK: {0: "batch", 1: "src_len"},
+        LOGPROBS: {0: "batch", 1: "new_len"},
+        CROSS_ATTENTIONS: {0: "batch", 1: "new_len", 2: "src_len"},
+    }
+    for i in range(n_layers):
+        for kv in ("key", "value"):
+            dec[past_name(i, "decoder", kv)] = kv_dec
+            dec[past_name(i, "encoder", kv)] = kv_enc
+            dec[present_name(i, "decoder", kv)] = {0: "batch", 2: "total_len"}
+    return {"encoder": enc, "decoder": dec}

@@ -1,0 +1,1 @@
+"""Torch-free serving: ONNX Runtime runner, scheduler, gRPC servicers, metrics."""
