@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint corpus train-default evaluate-default clean
+.PHONY: setup demo test lint protos corpus train-default evaluate-default clean
 
 setup: $(STAMP)
 
@@ -18,7 +18,11 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(PY) -m model.demo
 
-test: $(STAMP)
+# Python modules generated from protos/**/*.proto (not committed; skipped when up to date).
+protos: $(STAMP)
+	$(PY) -m protos.generate
+
+test: $(STAMP) protos
 	$(PY) -m pytest
 
 lint: $(STAMP)

@@ -1,0 +1,62 @@
+"""Export a checkpoint to a verified ONNX bundle directory.
+
+    python -m export --checkpoint runs/default/best.pt --out artifacts/default/bundle \\
+        [--fp16] [--optimize] [--test-split data/corpus/test.tsv --eval-size 500]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from export.attention import LOWERINGS
+from export.build import BuildOptions, BundleError, build_bundle
+from export.export import ExportError
+from export.verify import ParityError
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Command-line options."""
+    ap = argparse.ArgumentParser(prog="python -m export", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--checkpoint", type=Path, required=True, help="checkpoint file (.pt)")
+    ap.add_argument("--out", type=Path, required=True, help="bundle directory to write")
+    ap.add_argument("--fp16", action="store_true", help="also write encoder.fp16.onnx / decoder.fp16.onnx")
+    ap.add_argument("--optimize", action="store_true", help="onnxruntime offline graph optimization (basic)")
+    ap.add_argument("--test-split", type=Path, help="TSV to evaluate the model on for bundle.json metrics")
+    ap.add_argument("--eval-size", type=int, default=500, help="pairs of --test-split to evaluate")
+    ap.add_argument("--attention", choices=sorted(LOWERINGS), default="plain", help="attention lowering")
+    ap.add_argument("--force", action="store_true", help="replace an existing bundle at --out")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch intra-op threads for the PyTorch reference runs (tiny ops: 1 is fastest)")
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point; returns the exit status (2 on bad input, 1 on failed verification)."""
+    a = parse_args(argv)
+    torch.set_num_threads(a.threads)
+    opts = BuildOptions(fp16=a.fp16, optimize=a.optimize, test_split=a.test_split, eval_size=a.eval_size,
+                        force=a.force, attention=a.attention)
+    try:
+        result = build_bundle(a.checkpoint, a.out, opts, log=lambda msg: print(msg, file=sys.stderr))
+    except (BundleError, FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except (ParityError, ExportError) as e:
+        print(f"error: {type(e).__name__}: {e} (no bundle written)", file=sys.stderr)
+        return 1
+    files = {k: v["bytes"] for k, v in result.manifest["files"].items()}
+    checks = {k: v for k, v in result.manifest["verification"].items() if k != "cases"}
+    summary = {"bundle": str(result.bundle_dir), "version": result.manifest["version"], "bytes": files,
+               "verification": checks, "metrics": result.manifest["metrics"], "seconds": result.seconds}
+    print(json.dumps(summary, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,162 @@
+"""Checkpoint -> verified bundle directory: the export pipeline behind `python -m export`.
+
+The bundle is assembled in a hidden staging directory next to `out` and only moved into place
+after verification passed, so a failed export never leaves a half-written bundle behind.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from export import names
+from export.attention import get_lowering
+from export.bundle import build_manifest, copy_tokenizer, write_manifest
+from export.export import export_graphs
+from export.variants import OFFLINE_LEVEL_NAME, optimize_offline, to_fp16
+from export.verify import verify_bundle, verify_fp16
+from model.checkpoint import file_sha256, load_checkpoint, tokenizer_path
+from model.data import read_tsv
+from model.evaluate import evaluate
+from model.tokenizer import load_tokenizer
+from model.transformer import Transformer
+
+FP16_FILES = {"encoder": "encoder.fp16.onnx", "decoder": "decoder.fp16.onnx"}
+
+
+class BundleError(RuntimeError):
+    """A problem with the command's inputs or output directory."""
+
+
+@dataclass
+class BuildOptions:
+    """What to build besides encoder.onnx and decoder.onnx."""
+
+    fp16: bool = False
+    optimize: bool = False
+    test_split: Path | None = None
+    eval_size: int = 500
+    force: bool = False  # replace an existing bundle directory
+    attention: str = "plain"
+    verify_sources: int = 8  # sources decoded greedily by both runtimes
+
+
+@dataclass
+class BuildResult:
+    """The written bundle, its manifest and where the time went."""
+
+    bundle_dir: Path
+    manifest: dict[str, Any]
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def check_output_dir(out: Path, force: bool) -> None:
+    """Refuse to overwrite anything but an existing bundle, and that only with force."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        if not force:
+            raise BundleError(f"output directory {out} exists and is not empty (--force replaces a bundle)")
+        if not (out / names.BUNDLE_FILE).is_file():
+            raise BundleError(f"refusing to replace {out}: it is not a bundle (no {names.BUNDLE_FILE})")
+
+
+def verification_sources(
+    model: Transformer, tok: Tokenizer, test_split: Path | None, n: int, seed: int = 0
+) -> list[list[int]]:
+    """Source ids (+ eos) for the greedy check: the split's first n sources, else random ids."""
+    cfg = model.cfg
+    if test_split is not None:
+        texts = [s for s, _ in read_tsv(test_split)[:n]]
+        encoded = tok.encode_batch(texts, add_special_tokens=False)
+        return [e.ids[: cfg.max_len - 1] + [cfg.eos_id] for e in encoded]
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, min(24, cfg.max_len - 1), n)
+    return [rng.integers(4, cfg.vocab_size, int(k)).tolist() + [cfg.eos_id] for k in lengths]
+
+
+def bundle_metrics(
+    model: Transformer, tok: Tokenizer, state: dict[str, Any], test_split: Path | None, eval_size: int
+) -> dict[str, Any]:
+    """Greedy test metrics on the first eval_size pairs, else the checkpoint's stored metrics."""
+    if test_split is not None:
+        scores, _ = evaluate(model, tok, read_tsv(test_split)[:eval_size])
+        return {"split": test_split.stem, **scores.as_dict()}
+    stored = state.get("metrics") or {}
+    return {"split": "valid", **stored} if stored else {}
+
+
+def _replace_dir(staging: Path, out: Path) -> None:
+    """Move staging to out, replacing an old bundle there."""
+    old = None
+    if out.exists():
+        old = out.with_name(f".{out.name}.old-{time.time_ns()}")
+        out.rename(old)
+    staging.rename(out)
+    if old is not None:
+        shutil.rmtree(old)
+
+
+def build_bundle(
+    checkpoint: Path, out: Path, opts: BuildOptions | None = None, log: Callable[[str], None] = lambda _: None
+) -> BuildResult:
+    """Export, verify and package a checkpoint into the bundle directory `out`."""
+    opts = opts or BuildOptions()
+    start = time.perf_counter()
+    checkpoint, out = Path(checkpoint), Path(out)
+    if not checkpoint.is_file():
+        raise BundleError(f"checkpoint not found: {checkpoint}")
+    if opts.test_split is not None and not opts.test_split.is_file():
+        raise BundleError(f"test split not found: {opts.test_split}")
+    check_output_dir(out, opts.force)
+    lowering = get_lowering(opts.attention)
+    model, state = load_checkpoint(checkpoint)
+    tok_file = tokenizer_path(checkpoint, state)
+    tok = load_tokenizer(tok_file)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    staging.chmod(0o755)  # mkdtemp makes it private; a bundle is read by the serving user
+    seconds: dict[str, float] = {}
+    try:
+        log(f"exporting {checkpoint} ({sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters)")
+        info = export_graphs(model, staging, lowering)
+        seconds.update({f"export_{k}": v for k, v in info.seconds.items()})
+        variants = {}
+        fp32_files = {"encoder": names.ENCODER_FILE, "decoder": names.DECODER_FILE}
+        if opts.fp16:
+            for graph, file in FP16_FILES.items():
+                to_fp16(staging / fp32_files[graph], staging / file)
+            variants["fp16"] = dict(FP16_FILES)
+        if opts.optimize:
+            log(f"optimizing offline (onnxruntime level {OFFLINE_LEVEL_NAME})")
+            for file in fp32_files.values():
+                optimize_offline(staging / file)
+        copy_tokenizer(tok_file, staging)
+        log("verifying against PyTorch")
+        t = time.perf_counter()
+        sources = verification_sources(model, tok, opts.test_split, opts.verify_sources)
+        verification: dict[str, Any] = verify_bundle(staging, model, sources).as_dict()
+        if opts.fp16:
+            verification["fp16"] = verify_fp16(staging, model, sources, **FP16_FILES)
+        seconds["verify"] = round(time.perf_counter() - t, 2)
+        if opts.test_split is not None:
+            log(f"evaluating {opts.test_split} (first {opts.eval_size} pairs, greedy)")
+        metrics = bundle_metrics(model, tok, state, opts.test_split, opts.eval_size)
+        onnx_info = {"opset": info.opset, "ir_version": info.ir_version, "exporter": info.exporter,
+                     "attention": info.attention, "dtype": "float32", "optimized": opts.optimize,
+                     "optimization_level": OFFLINE_LEVEL_NAME if opts.optimize else None}
+        manifest = build_manifest(staging, model.cfg, file_sha256(checkpoint), int(state.get("step", 0)),
+                                  onnx_info, metrics, variants, verification)
+        write_manifest(staging, manifest)
+        _replace_dir(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    seconds["total"] = round(time.perf_counter() - start, 2)
+    return BuildResult(out, manifest, seconds)

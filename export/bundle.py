@@ -1,0 +1,93 @@
+"""The bundle manifest: tokenizer copy, bundle.json with hashes, versions, I/O names and metrics.
+
+See docs/bundle-format.md for the keys.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from export import names
+from model.checkpoint import file_sha256
+from model.config import ModelConfig
+
+MODEL_NAME = "translator"
+
+
+def library_versions() -> dict[str, str]:
+    """Versions of the libraries that produced the bundle."""
+    import onnx
+    import onnxruntime
+    import onnxscript
+    import torch
+
+    return {"torch": torch.__version__, "onnx": onnx.__version__, "onnxscript": onnxscript.__version__,
+            "onnxruntime": onnxruntime.__version__}
+
+
+def copy_tokenizer(src: Path, bundle_dir: Path) -> Path:
+    """Copy the checkpoint's tokenizer.json into the bundle."""
+    if not src.is_file():
+        raise FileNotFoundError(f"tokenizer file not found: {src}")
+    return Path(shutil.copyfile(src, bundle_dir / names.TOKENIZER_FILE))
+
+
+def file_entries(bundle_dir: Path) -> dict[str, dict[str, Any]]:
+    """name -> {sha256, bytes} of every file of the bundle except bundle.json."""
+    return {
+        p.name: {"sha256": file_sha256(p), "bytes": p.stat().st_size}
+        for p in sorted(bundle_dir.iterdir())
+        if p.is_file() and p.name != names.BUNDLE_FILE
+    }
+
+
+def io_spec(n_layers: int) -> dict[str, Any]:
+    """Input/output names and dynamic axes of both graphs, as declared in export/names.py."""
+    return {
+        "encoder": {"inputs": names.encoder_inputs(), "outputs": names.encoder_outputs(n_layers)},
+        "decoder": {"inputs": names.decoder_inputs(n_layers), "outputs": names.decoder_outputs(n_layers)},
+        "dynamic_axes": names.dynamic_axes(n_layers),
+    }
+
+
+def build_manifest(
+    bundle_dir: Path,
+    cfg: ModelConfig,
+    checkpoint_sha256: str,
+    step: int,
+    onnx_info: dict[str, Any],
+    metrics: dict[str, Any],
+    variants: dict[str, dict[str, str]] | None = None,
+    verification: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The bundle.json content; hashes every file currently in bundle_dir."""
+    now = datetime.now(UTC)
+    manifest: dict[str, Any] = {
+        "format_version": names.BUNDLE_FORMAT_VERSION,
+        "name": MODEL_NAME,
+        "version": f"{now:%Y%m%d}-{checkpoint_sha256[:8]}",
+        "created": now.isoformat(timespec="seconds"),
+        "model": cfg.to_dict(),
+        "special_tokens": {"pad": cfg.pad_id, "bos": cfg.bos_id, "eos": cfg.eos_id, "unk": cfg.unk_id},
+        "files": file_entries(bundle_dir),
+        "io": io_spec(cfg.n_decoder_layers),
+        "onnx": {**onnx_info, "versions": library_versions()},
+        "checkpoint": {"sha256": checkpoint_sha256, "step": step},
+        "metrics": metrics,
+    }
+    if variants:
+        manifest["variants"] = variants
+    if verification:
+        manifest["verification"] = verification  # extra key: max diffs and greedy agreement
+    return manifest
+
+
+def write_manifest(bundle_dir: Path, manifest: dict[str, Any]) -> Path:
+    """Write bundle.json (pretty, stable key order)."""
+    path = bundle_dir / names.BUNDLE_FILE
+    path.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    return path

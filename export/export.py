@@ -1,0 +1,250 @@
+"""Export a Transformer to two ONNX graphs: the encoder and the KV-cached decoder.
+
+Both graphs are traced from the PyTorch model's own `encode()` / `cross_kv()` / `decode()`
+through thin wrapper modules with flat tensor inputs; there is no second copy of the network.
+
+Exporter: `torch.onnx.export(..., dynamo=True)` (torch.export + onnxscript). The TorchScript
+exporter is deprecated, and dynamo captures symbolic shapes: `past_len + new_len` stays a formula
+in the graph instead of a traced constant, so one graph serves every batch, source length, cache
+length (including an empty cache) and number of new tokens. Two pitfalls are handled here:
+an axis whose example size is 1 is silently specialized (and axes with equal example sizes may
+be unified), so the example uses distinct sizes >= 2 on every dynamic axis and `name_axes`
+refuses a graph where a declared axis came out fixed; and `ir_version` is pinned to
+`IR_VERSION`, which every onnxruntime >= 1.17 loads (onnx 1.23 helpers write 14, which
+onnxruntime 1.31 refuses).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+import torch
+from torch import Tensor, nn
+
+from export import names
+from export.attention import AttentionLowering, PlainAttention
+from model.transformer import Transformer
+
+IR_VERSION = 10  # the IR of opset <= 21; onnxruntime 1.31 loads up to 13
+
+
+class ExportError(RuntimeError):
+    """The exporter produced a graph that does not honour the declared interface."""
+
+
+class EncoderGraph(nn.Module):
+    """input_ids, attention_mask -> cross-attention K/V of every decoder layer."""
+
+    def __init__(self, model: Transformer) -> None:
+        """Wrap model (shared, not copied)."""
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor) -> tuple[Tensor, ...]:
+        """(B, S), (B, S) -> (key, value) per decoder layer, each (B, H, S, Dh)."""
+        src_mask = attention_mask.bool().unsqueeze(1)  # (B, 1, S)
+        cross = self.model.cross_kv(self.model.encode(input_ids, src_mask))
+        return tuple(t for kv in cross for t in kv)
+
+
+class DecoderGraph(nn.Module):
+    """New tokens + caches -> log-probs, updated self-attention cache, cross-attention."""
+
+    def __init__(self, model: Transformer) -> None:
+        """Wrap model (shared, not copied)."""
+        super().__init__()
+        self.model = model
+        self.n_layers = model.cfg.n_decoder_layers
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        position_ids: Tensor,
+        attention_mask: Tensor,
+        encoder_attention_mask: Tensor,
+        *cache: Tensor,
+    ) -> tuple[Tensor, ...]:
+        """Inputs and outputs in the order of `names.decoder_inputs` / `names.decoder_outputs`.
+
+        input_ids, position_ids (B, T); attention_mask (B, P+T); encoder_attention_mask (B, S);
+        cache = past decoder K/V of each layer (B, H, P, Dh), then encoder K/V (B, H, S, Dh).
+        """
+        n = self.n_layers
+        past = [(cache[2 * i], cache[2 * i + 1]) for i in range(n)]
+        cross = [(cache[2 * (n + i)], cache[2 * (n + i) + 1]) for i in range(n)]
+        src_mask = encoder_attention_mask.bool().unsqueeze(1)  # (B, 1, S)
+        logp, presents, weights = self.model.decode(
+            input_ids, cross, src_mask, past, position_ids, attention_mask.bool()
+        )
+        flat = [t for kv in presents for t in kv]  # each (B, H, P+T, Dh)
+        return (logp, *flat, weights.mean(dim=1))  # (B, T, V), ..., (B, T, S)
+
+
+@dataclass(frozen=True)
+class ExampleSizes:
+    """Sizes of the tracing example: distinct, >= 2, and unlike any fixed model dimension."""
+
+    batch: int
+    src_len: int
+    new_len: int
+    past_len: int
+
+
+def example_sizes(model: Transformer) -> ExampleSizes:
+    """Pick batch, src_len, new_len, past_len so that no two axes (nor past+new) coincide."""
+    cfg = model.cfg
+    taken = {1, cfg.n_heads, cfg.d_head, cfg.d_model, cfg.vocab_size, cfg.d_ff, cfg.max_len}
+    picked: list[int] = []
+    for n in (3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41):
+        if n in taken:
+            continue
+        if len(picked) == 3 and (n + picked[2]) in taken | set(picked):
+            continue  # past_len + new_len must be a new value too
+        picked.append(n)
+        taken.add(n)
+        if len(picked) == 4:
+            break
+    batch, src_len, new_len, past_len = picked
+    if max(src_len, past_len + new_len) > cfg.max_len:
+        raise ExportError(f"max_len={cfg.max_len} is too small for the export example {picked}")
+    return ExampleSizes(batch, src_len, new_len, past_len)
+
+
+def example_inputs(model: Transformer, s: ExampleSizes) -> dict[str, tuple[Tensor, ...]]:
+    """Example tensors for both graphs, in the order of `export/names.py`."""
+    cfg = model.cfg
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(4, cfg.vocab_size, (s.batch, s.src_len), generator=g)
+    ones = torch.ones(s.batch, s.src_len, dtype=torch.long)
+    kv = (s.batch, cfg.n_heads)
+    past = [torch.randn(*kv, s.past_len, cfg.d_head, generator=g) for _ in range(2 * cfg.n_decoder_layers)]
+    cross = [torch.randn(*kv, s.src_len, cfg.d_head, generator=g) for _ in range(2 * cfg.n_decoder_layers)]
+    positions = torch.arange(s.past_len, s.past_len + s.new_len).expand(s.batch, s.new_len).contiguous()
+    decoder = (
+        torch.randint(4, cfg.vocab_size, (s.batch, s.new_len), generator=g),
+        positions,
+        torch.ones(s.batch, s.past_len + s.new_len, dtype=torch.long),
+        ones,
+        *past,
+        *cross,
+    )
+    return {"encoder": (ids, ones), "decoder": decoder}
+
+
+def name_axes(proto: onnx.ModelProto, axes: dict[str, dict[int, str]]) -> None:
+    """Give every declared dynamic axis its name from `names.py`; fail if it came out fixed."""
+    for value in [*proto.graph.input, *proto.graph.output]:
+        dims = value.type.tensor_type.shape.dim
+        for axis, axis_name in axes.get(value.name, {}).items():
+            if dims[axis].HasField("dim_value"):
+                raise ExportError(
+                    f"{value.name} axis {axis} ({axis_name}) was exported as the constant "
+                    f"{dims[axis].dim_value}; it must stay dynamic"
+                )
+            dims[axis].dim_param = axis_name
+
+
+def pin_ir_version(proto: onnx.ModelProto) -> None:
+    """Lower ir_version to IR_VERSION (never raise it) if the opsets allow it."""
+    needed = onnx.helper.find_min_ir_version_for(list(proto.opset_import), ignore_unknown=True)
+    if needed > IR_VERSION:
+        raise ExportError(f"the graph's opsets need IR {needed} > {IR_VERSION}")
+    proto.ir_version = min(proto.ir_version, IR_VERSION)
+
+
+def strip_metadata(proto: onnx.ModelProto) -> None:
+    """Drop the exporter's debug metadata (FX node text, stack traces with local file paths)."""
+    graph = proto.graph
+    del proto.metadata_props[:]
+    del graph.metadata_props[:]
+    for item in [*graph.node, *graph.input, *graph.output, *graph.value_info, *graph.initializer]:
+        del item.metadata_props[:]
+
+
+def check_io(proto: onnx.ModelProto, inputs: list[str], outputs: list[str]) -> None:
+    """The graph's input and output names are exactly those of `names.py`, in order."""
+    got_in = [i.name for i in proto.graph.input]
+    got_out = [o.name for o in proto.graph.output]
+    if got_in != inputs or got_out != outputs:
+        raise ExportError(f"graph I/O {got_in} -> {got_out} differs from names.py {inputs} -> {outputs}")
+
+
+def export_graph(
+    module: nn.Module,
+    args: tuple[Tensor, ...],
+    inputs: list[str],
+    outputs: list[str],
+    axes: dict[str, dict[int, str]],
+    lowering: AttentionLowering,
+    graph: str,
+) -> onnx.ModelProto:
+    """Trace one wrapper with dynamic axes and return the finished ONNX model."""
+    dyn = [axes[n] for n in inputs]
+    # the decoder's `*cache` is one positional pytree entry: its shapes go in a nested tuple
+    dynamic_shapes = tuple(dyn) if graph == "encoder" else (*dyn[:4], tuple(dyn[4:]))
+    with lowering.applied(module), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"# The axis name")  # shared axes are expected
+        warnings.filterwarnings("ignore", category=FutureWarning)  # torch-internal pytree notices
+        program = torch.onnx.export(
+            module.eval(),
+            args,
+            dynamo=True,
+            input_names=inputs,
+            output_names=outputs,
+            dynamic_shapes=dynamic_shapes,
+            opset_version=lowering.opset,
+            custom_translation_table=lowering.translation_table() or None,
+            optimize=True,  # onnxscript's constant folding and dead-code cleanup
+            verbose=False,
+        )
+    proto = lowering.rewrite(program.model_proto, graph)
+    check_io(proto, inputs, outputs)
+    strip_metadata(proto)
+    name_axes(proto, axes)
+    pin_ir_version(proto)
+    return proto
+
+
+@dataclass
+class ExportInfo:
+    """What was written: opset, IR version, exporter, lowering, seconds spent per graph."""
+
+    opset: int
+    ir_version: int
+    exporter: str
+    attention: str
+    seconds: dict[str, float]
+
+
+def export_graphs(
+    model: Transformer, out_dir: Path, lowering: AttentionLowering | None = None
+) -> ExportInfo:
+    """Write encoder.onnx and decoder.onnx (single files, weights inline) into out_dir."""
+    lowering = lowering or PlainAttention()
+    logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
+    model = model.eval()
+    n = model.cfg.n_decoder_layers
+    axes = names.dynamic_axes(n)
+    example = example_inputs(model, example_sizes(model))
+    plan = {  # graph: (wrapper, inputs, outputs, file)
+        "encoder": (
+            EncoderGraph(model), names.encoder_inputs(), names.encoder_outputs(n), names.ENCODER_FILE
+        ),
+        "decoder": (
+            DecoderGraph(model), names.decoder_inputs(n), names.decoder_outputs(n), names.DECODER_FILE
+        ),
+    }
+    out_dir.mkdir(parents=True, exist_ok=True)
+    seconds, ir_version = {}, IR_VERSION
+    for graph, (module, inputs, outputs, file) in plan.items():
+        start = time.perf_counter()
+        proto = export_graph(module, example[graph], inputs, outputs, axes[graph], lowering, graph)
+        onnx.save_model(proto, out_dir / file, save_as_external_data=False)
+        seconds[graph] = round(time.perf_counter() - start, 2)
+        ir_version = proto.ir_version
+    return ExportInfo(lowering.opset, ir_version, "torch.onnx.export(dynamo=True)", lowering.name, seconds)

@@ -1,0 +1,58 @@
+"""Derived model files: the fp16 variant and the ONNX Runtime offline-optimized graph."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import onnx
+import onnxruntime as ort
+from onnx import numpy_helper
+from onnxruntime.transformers.float16 import convert_float_to_float16
+
+from export.export import pin_ir_version
+
+# Offline optimization level. BASIC only applies provider-independent rewrites that keep standard
+# ONNX ops (constant folding, redundant Cast/Reshape/Identity elimination, Transpose/MatMul
+# folding), so the saved graph still runs on CPU, CUDA and TensorRT. EXTENDED adds com.microsoft
+# fusions (FusedMatMul, SkipLayerNormalization) that ORT only applies to nodes assigned to the
+# provider used while optimizing (CPU here), and ALL adds CPU-only NCHWc layouts (ORT itself warns
+# such a file is tied to the machine). Nothing is lost: a serving session still runs its own
+# EXTENDED/ALL fusions at load time, for the provider it actually uses.
+OFFLINE_LEVEL = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+OFFLINE_LEVEL_NAME = "basic"
+
+
+def to_fp16(src: Path, dst: Path) -> None:
+    """Write an fp16 copy of src (fp16 weights, activations and float I/O) for the CUDA provider.
+
+    keep_io_types=False: the K/V caches and log-probs are fp16 too, which halves cache traffic.
+    Constants outside the fp16 range (the -3.4e38 attention mask fill) are clipped to +-65504.
+    """
+    proto = convert_float_to_float16(onnx.load(src), keep_io_types=False)
+    for init in proto.graph.initializer:  # the converter stores fp16 as int32_data (~2x the bytes)
+        if init.data_type == onnx.TensorProto.FLOAT16 and not init.raw_data:
+            init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init), init.name))
+    pin_ir_version(proto)
+    onnx.checker.check_model(proto, full_check=True)
+    onnx.save_model(proto, dst, save_as_external_data=False)
+
+
+def optimize_offline(path: Path) -> None:
+    """Replace path by its ORT BASIC-level optimized graph (single file, IR version pinned)."""
+    with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+        out = Path(tmp) / path.name
+        so = ort.SessionOptions()
+        so.graph_optimization_level = OFFLINE_LEVEL
+        so.optimized_model_filepath = str(out)
+        so.intra_op_num_threads = 1
+        ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        proto = onnx.load(out)
+    used = {node.domain for node in proto.graph.node}
+    # ORT lists every domain it knows; keep only those the graph uses (and the default domain)
+    keep = [op for op in proto.opset_import if op.domain in used or op.domain in ("", "ai.onnx")]
+    del proto.opset_import[:]
+    proto.opset_import.extend(keep)
+    pin_ir_version(proto)
+    onnx.checker.check_model(proto, full_check=True)
+    onnx.save_model(proto, path, save_as_external_data=False)

@@ -1,0 +1,290 @@
+"""Verify an exported bundle against the PyTorch model it came from.
+
+Checks: onnx.checker and IR version of both graphs; ONNX Runtime (CPU) vs PyTorch on shapes other
+than the export example (batch, src_len, past_len incl. an empty cache, new_len), comparing
+log-probabilities, present K/V, cross-attention K/V and weights; full greedy decoding with ONNX
+Runtime token-identical to `model.decoding.greedy_decode`. Used by the export CLI and the tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import torch
+
+from export import names
+from model.decoding import greedy_decode
+from model.transformer import Transformer, padding_mask
+
+MAX_IR_VERSION = 13  # the newest IR onnxruntime 1.31 loads
+
+
+class ParityError(AssertionError):
+    """ONNX Runtime disagrees with PyTorch beyond the tolerance."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """One decoder-step shape: batch, source length, cached length, new tokens."""
+
+    batch: int
+    src_len: int
+    past_len: int
+    new_len: int
+
+
+# batch 1/3/5, src_len 1..64, empty and non-empty cache, one and several new tokens
+DEFAULT_CASES = (
+    Case(1, 1, 0, 1), Case(5, 64, 0, 3), Case(1, 17, 6, 1), Case(5, 9, 4, 3),
+    Case(3, 33, 0, 1), Case(3, 2, 12, 2), Case(5, 40, 1, 1),
+)
+
+
+@dataclass
+class VerifyReport:
+    """Largest absolute differences seen and greedy agreement."""
+
+    encoder_max_diff: float = 0.0  # cross-attention K/V from encoder.onnx
+    logprobs_max_diff: float = 0.0
+    present_max_diff: float = 0.0  # updated self-attention cache
+    cross_attentions_max_diff: float = 0.0
+    cases: list[list[int]] = field(default_factory=list)  # [batch, src_len, past_len, new_len]
+    greedy_sources: int = 0
+    greedy_identical: int = 0
+
+    def as_dict(self) -> dict:
+        """JSON-friendly dict."""
+        return asdict(self)
+
+
+def fit_case(case: Case, max_len: int) -> Case:
+    """Shrink a case to the model's position table (src_len and past_len + new_len <= max_len)."""
+    new_len = min(case.new_len, max_len)
+    return Case(case.batch, min(case.src_len, max_len), min(case.past_len, max_len - new_len), new_len)
+
+
+def open_session(path: Path) -> ort.InferenceSession:
+    """A plain CPU session with its own small thread pool (verification only)."""
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+
+
+def check_graphs(paths: list[Path]) -> None:
+    """onnx.checker (with shape inference) and the IR version of every graph."""
+    for path in paths:
+        onnx.checker.check_model(str(path), full_check=True)
+        ir = onnx.load(str(path), load_external_data=False).ir_version
+        if ir > MAX_IR_VERSION:
+            raise ParityError(f"{path.name}: ir_version {ir} > {MAX_IR_VERSION} (onnxruntime 1.31 refuses)")
+
+
+def _diff(a: np.ndarray, b: torch.Tensor) -> float:
+    """Max abs difference, failing on shape mismatch or non-finite values."""
+    ref = b.detach().float().numpy()
+    if a.shape != ref.shape:
+        raise ParityError(f"shape {a.shape} != PyTorch {ref.shape}")
+    if not np.isfinite(a).all():
+        raise ParityError("ONNX Runtime produced non-finite values")
+    return float(np.abs(a.astype(np.float32) - ref).max(initial=0.0))
+
+
+def _flat(kvs: list[tuple[torch.Tensor, torch.Tensor]]) -> list[torch.Tensor]:
+    """[(k0, v0), (k1, v1), ...] -> [k0, v0, k1, v1, ...]."""
+    return [t for kv in kvs for t in kv]
+
+
+def _max_diff(ours: list[np.ndarray], ref: list[torch.Tensor]) -> float:
+    """Largest _diff over paired lists of equal length."""
+    if len(ours) != len(ref):
+        raise ParityError(f"{len(ours)} outputs != PyTorch {len(ref)}")
+    return max(_diff(a, b) for a, b in zip(ours, ref, strict=True))
+
+
+def random_source(model: Transformer, batch: int, src_len: int, rng: np.random.Generator) -> np.ndarray:
+    """Right-padded random source ids (B, S): row 0 is full, others 1..S real tokens."""
+    cfg = model.cfg
+    lengths = [src_len] + list(rng.integers(1, src_len + 1, batch - 1))
+    ids = np.full((batch, src_len), cfg.pad_id, np.int64)
+    for i, n in enumerate(lengths):
+        ids[i, :n] = rng.integers(4, cfg.vocab_size, n)
+        ids[i, n - 1] = cfg.eos_id
+    return ids
+
+
+def encoder_feeds(src: np.ndarray, pad_id: int) -> dict[str, np.ndarray]:
+    """encoder.onnx inputs for right-padded ids."""
+    return {names.INPUT_IDS: src, names.ATTENTION_MASK: (src != pad_id).astype(np.int64)}
+
+
+def decoder_feeds(
+    tokens: np.ndarray, positions: np.ndarray, self_mask: np.ndarray, src_mask: np.ndarray,
+    past: list[np.ndarray], cross: list[np.ndarray],
+) -> dict[str, np.ndarray]:
+    """decoder.onnx inputs; past/cross are flat [k0, v0, k1, v1, ...] lists."""
+    n = len(cross) // 2
+    feeds = {names.INPUT_IDS: tokens, names.POSITION_IDS: positions, names.ATTENTION_MASK: self_mask,
+             names.ENCODER_ATTENTION_MASK: src_mask}
+    for i in range(n):
+        for j, kv in enumerate(("key", "value")):
+            feeds[names.past_name(i, "decoder", kv)] = past[2 * i + j]
+            feeds[names.past_name(i, "encoder", kv)] = cross[2 * i + j]
+    return feeds
+
+
+@torch.inference_mode()
+def compare_case(
+    enc: ort.InferenceSession, dec: ort.InferenceSession, model: Transformer, case: Case,
+    rng: np.random.Generator,
+) -> dict[str, float]:
+    """Run one shape through both runtimes; return the max abs diff per output kind."""
+    cfg, n = model.cfg, model.cfg.n_decoder_layers
+    src = random_source(model, case.batch, case.src_len, rng)
+    src_t = torch.from_numpy(src)
+    src_mask = padding_mask(src_t, cfg.pad_id)  # (B, 1, S): PyTorch's own mask
+    cross_t = model.cross_kv(model.encode(src_t, src_mask))
+    cross = enc.run(names.encoder_outputs(n), encoder_feeds(src, cfg.pad_id))
+    diffs = {"encoder": _max_diff(cross, _flat(cross_t))}
+
+    past_t = None
+    if case.past_len:
+        prefix = torch.from_numpy(rng.integers(4, cfg.vocab_size, (case.batch, case.past_len)))
+        _, past_t, _ = model.decode(prefix, cross_t, src_mask)
+    total = case.past_len + case.new_len
+    self_mask = np.ones((case.batch, total), np.int64)
+    if case.past_len >= 2:
+        self_mask[1::2, 0] = 0  # some rows with a masked (padding) slot in the cache
+    tokens = rng.integers(4, cfg.vocab_size, (case.batch, case.new_len))
+    positions = np.tile(np.arange(case.past_len, total), (case.batch, 1))
+    logp_t, presents_t, weights_t = model.decode(
+        torch.from_numpy(tokens), cross_t, src_mask, past_t, torch.from_numpy(positions),
+        torch.from_numpy(self_mask).bool(),
+    )
+    empty = np.zeros((case.batch, cfg.n_heads, 0, cfg.d_head), np.float32)
+    past = [t.numpy() for t in _flat(past_t)] if past_t else [empty] * (2 * n)
+    enc_mask = encoder_feeds(src, cfg.pad_id)[names.ATTENTION_MASK]
+    feeds = decoder_feeds(tokens, positions, self_mask, enc_mask, past, cross)
+    out = dec.run(names.decoder_outputs(n), feeds)
+    diffs["logprobs"] = _diff(out[0], logp_t)
+    diffs["present"] = _max_diff(out[1:-1], _flat(presents_t))
+    diffs["cross_attentions"] = _diff(out[-1], weights_t.mean(dim=1))
+    return diffs
+
+
+def greedy_onnx(
+    enc: ort.InferenceSession, dec: ort.InferenceSession, src: np.ndarray, bos: int, eos: int, pad: int,
+    max_new_tokens: int,
+) -> list[list[int]]:
+    """Greedy decoding with ONNX Runtime, step by step like `greedy_decode` (empty cache first)."""
+    b = src.shape[0]
+    feeds = encoder_feeds(src, pad)
+    cross = enc.run(None, feeds)
+    n = len(cross) // 2
+    past = [np.zeros((*c.shape[:2], 0, c.shape[3]), c.dtype) for c in cross]
+    token = np.full((b, 1), bos, np.int64)
+    out: list[list[int]] = [[] for _ in range(b)]
+    done = np.zeros(b, bool)
+    for step in range(max_new_tokens):
+        res = dec.run(names.decoder_outputs(n)[:-1], decoder_feeds(
+            token, np.full((b, 1), step, np.int64), np.ones((b, step + 1), np.int64),
+            feeds[names.ATTENTION_MASK], past, cross))
+        past = res[1:]
+        token = res[0][:, -1].argmax(-1).reshape(b, 1)
+        for i in np.flatnonzero(~done):
+            if token[i, 0] != eos:
+                out[i].append(int(token[i, 0]))
+        done |= token[:, 0] == eos
+        if done.all():
+            break
+    return out
+
+
+def greedy_agreement(
+    enc: ort.InferenceSession, dec: ort.InferenceSession, model: Transformer, sources: list[list[int]],
+    batch_size: int = 4,
+) -> tuple[int, list[tuple[list[int], list[int]]]]:
+    """Decode sources (ids incl. eos) with both; return (#identical, mismatching (onnx, torch) pairs)."""
+    cfg = model.cfg
+    same, bad = 0, []
+    for start in range(0, len(sources), batch_size):
+        chunk = sources[start : start + batch_size]
+        src = np.full((len(chunk), max(map(len, chunk))), cfg.pad_id, np.int64)
+        for i, s in enumerate(chunk):
+            src[i, : len(s)] = s
+        budget = min(cfg.max_len - 1, 3 * src.shape[1] + 10)
+        ours = greedy_onnx(enc, dec, src, cfg.bos_id, cfg.eos_id, cfg.pad_id, budget)
+        ref = [h.tokens for h in greedy_decode(model, torch.from_numpy(src), budget)]
+        for a, b in zip(ours, ref, strict=True):
+            same += a == b
+            if a != b:
+                bad.append((a, b))
+    return same, bad
+
+
+def verify_bundle(
+    bundle_dir: Path,
+    model: Transformer,
+    sources: list[list[int]],
+    cases: tuple[Case, ...] = DEFAULT_CASES,
+    atol: float = 1e-4,
+    seed: int = 0,
+) -> VerifyReport:
+    """Check encoder.onnx + decoder.onnx of bundle_dir against model; raise ParityError on failure."""
+    model = model.eval()
+    paths = [bundle_dir / names.ENCODER_FILE, bundle_dir / names.DECODER_FILE]
+    check_graphs(paths)
+    enc, dec = (open_session(p) for p in paths)
+    report, rng = VerifyReport(), np.random.default_rng(seed)
+    for case in (fit_case(c, model.cfg.max_len) for c in cases):
+        d = compare_case(enc, dec, model, case, rng)
+        report.cases.append([case.batch, case.src_len, case.past_len, case.new_len])
+        report.encoder_max_diff = max(report.encoder_max_diff, d["encoder"])
+        report.logprobs_max_diff = max(report.logprobs_max_diff, d["logprobs"])
+        report.present_max_diff = max(report.present_max_diff, d["present"])
+        report.cross_attentions_max_diff = max(report.cross_attentions_max_diff, d["cross_attentions"])
+        worst = max(d, key=d.get)
+        if d[worst] > atol:
+            raise ParityError(f"{worst} differs by {d[worst]:.3g} > {atol} at {case}")
+    same, bad = greedy_agreement(enc, dec, model, sources)
+    report.greedy_sources, report.greedy_identical = len(sources), same
+    if bad:
+        onnx_ids, torch_ids = bad[0]
+        raise ParityError(f"greedy decoding differs on {len(bad)}/{len(sources)} sources, "
+                          f"e.g. ONNX {onnx_ids} vs PyTorch {torch_ids}")
+    return report
+
+
+def verify_fp16(
+    bundle_dir: Path, model: Transformer, sources: list[list[int]], encoder: str, decoder: str,
+    prob_atol: float = 1e-2,
+) -> dict[str, float | int]:
+    """Run the fp16 variant on CPU: probabilities within prob_atol of PyTorch; greedy agreement counted.
+
+    fp16 rounding may flip near-tied argmaxes, so greedy agreement is reported, not required.
+    """
+    model = model.eval()
+    paths = [bundle_dir / encoder, bundle_dir / decoder]
+    check_graphs(paths)
+    enc, dec = (open_session(p) for p in paths)
+    cfg, rng = model.cfg, np.random.default_rng(1)
+    src = random_source(model, 3, 12, rng)
+    cross = enc.run(None, encoder_feeds(src, cfg.pad_id))
+    tokens = np.full((3, 1), cfg.bos_id, np.int64)
+    empty = [np.zeros((3, cfg.n_heads, 0, cfg.d_head), np.float16)] * len(cross)
+    logp = dec.run([names.LOGPROBS], decoder_feeds(
+        tokens, np.zeros((3, 1), np.int64), np.ones((3, 1), np.int64),
+        encoder_feeds(src, cfg.pad_id)[names.ATTENTION_MASK], empty, cross))[0]
+    with torch.inference_mode():
+        src_t = torch.from_numpy(src)
+        mask = padding_mask(src_t, cfg.pad_id)
+        ref = model.decode(torch.from_numpy(tokens), model.cross_kv(model.encode(src_t, mask)), mask)[0]
+    prob_diff = float(np.abs(np.exp(logp.astype(np.float32)) - ref.exp().numpy()).max())
+    if not prob_diff <= prob_atol:
+        raise ParityError(f"fp16 probabilities differ by {prob_diff:.3g} > {prob_atol}")
+    same, _ = greedy_agreement(enc, dec, model, sources)
+    return {"prob_max_diff": prob_diff, "greedy_sources": len(sources), "greedy_identical": same}

@@ -1,0 +1,1 @@
+"""Native translation API protos (package translator)."""

@@ -1,0 +1,356 @@
+"""Iteration-level decode engine: a DecodeBatch of requests that share one decoder run per step.
+
+Synchronous and transport-agnostic: `add()` runs the encoder for new requests, `step()` runs
+the decoder once for every active row and returns events, `cancel()` drops a request. The
+none/dynamic/continuous schedulers differ only in when they call these.
+
+KV-cache layout
+---------------
+Rows. The batch has `n_rows <= max_rows` rows and every decoder run covers all of them. A
+request holds `beam_size` rows (any rows, not necessarily adjacent). When a request leaves, its
+rows become holes: still computed (masked, output ignored) until a new request reuses them.
+Holes at the end are trimmed (a view, no copy); when holes are at least half of the rows, the
+live rows are compacted with one gather. Other rows' caches are never copied when one leaves.
+
+Self-attention cache, per decoder layer key and value: (n_rows, H, L, Dh). Every run appends
+one column to every row (the decoder returns past ++ new as `present`, the next past). Row r
+owns columns [start[r], L); earlier columns (a former occupant, or time before r joined) are
+hidden by `attention_mask` (n_rows, L + 1) = (column >= start[r]), and its new token gets
+`position_ids` = L - start[r], so rows of different ages share one run. When every live row
+starts at column >= c and c >= L / 4, columns [0, c) are dropped (one copy). Beam search
+reorders a request's rows by copying parent rows in place.
+
+Cross-attention K/V, per layer: (n_rows, H, S, Dh), computed once by the encoder when the
+request joins, repeated over its beam rows, zero-padded to S = the longest source present, with
+`encoder_attention_mask` (n_rows, S). S grows when a longer source joins and shrinks (one copy)
+when it would drop by >= 1/4. Masked entries are always finite (zeros or a former row's
+values) and column 0 of every row's encoder mask is valid, so no NaN can leak through a mask.
+
+Tensors go through the backend's `to_host`/`to_device` when restructured: identity for the CPU
+backend, a device round trip for the CUDA IO-binding backend (service/cuda.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+from tokenizers.decoders import DecodeStream
+
+from export.names import (
+    ATTENTION_MASK,
+    ENCODER_ATTENTION_MASK,
+    INPUT_IDS,
+    POSITION_IDS,
+    past_name,
+)
+from service.search import (
+    BatchFull,
+    BeamSearch,
+    DecodeOptions,
+    Event,
+    FinishedEvent,
+    GreedySearch,
+    Hypothesis,
+    InvalidInput,
+    Request,
+    TokenEvent,
+)
+
+if TYPE_CHECKING:
+    from service.runner import Runner
+
+
+@dataclass(eq=False)
+class _Active:
+    """A request in the batch: its rows, options and search state."""
+
+    request: Request
+    options: DecodeOptions
+    rows: np.ndarray  # (beam_size,) row indices
+    search: GreedySearch | BeamSearch
+    stream: DecodeStream | None
+
+
+class DecodeBatch:
+    """Active requests in rows of a shared KV cache, advanced one decoder step at a time.
+
+    Not thread-safe: one scheduler thread calls add / step / cancel. Different DecodeOptions
+    per request are fine; a request takes beam_size of the max_rows rows.
+    """
+
+    def __init__(self, runner: Runner, max_rows: int = 64) -> None:
+        if max_rows < 1:
+            raise ValueError(f"max_rows must be >= 1, got {max_rows}")
+        self.runner, self.max_rows = runner, max_rows
+        self._be = runner.backend
+        n = runner.bundle.n_decoder_layers
+        self._heads = int(runner.config["n_heads"])
+        self._d_head = int(runner.config["d_model"]) // self._heads
+        self._dtype = runner.sessions.cache_dtype
+        self._max_pos = runner.bundle.max_len - 1
+        self._self_names = [past_name(i, "decoder", kv) for i in range(n) for kv in ("key", "value")]
+        self._cross_names = [past_name(i, "encoder", kv) for i in range(n) for kv in ("key", "value")]
+        self._active: dict[Request, _Active] = {}
+        self._reset()
+
+    # ----- public state -------------------------------------------------------------------
+    @property
+    def requests(self) -> list[Request]:
+        """Requests currently decoding, in arrival order."""
+        return list(self._active)
+
+    def __len__(self) -> int:
+        """Number of active requests."""
+        return len(self._active)
+
+    @property
+    def used_rows(self) -> int:
+        """Rows held by active requests (sum of their beam sizes)."""
+        return sum(len(a.rows) for a in self._active.values())
+
+    @property
+    def free_rows(self) -> int:
+        """Rows still available for new requests."""
+        return self.max_rows - self.used_rows
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """(rows incl. holes, self-attention cache length L, padded source length S)."""
+        return len(self._live), self._len, self._src
+
+    def rows_of(self, request: Request) -> list[int]:
+        """Row indices held by a request (empty if not active)."""
+        a = self._active.get(request)
+        return [] if a is None else a.rows.tolist()
+
+    # ----- requests in and out ------------------------------------------------------------
+    def add(self, requests: Request | Sequence[Request]) -> None:
+        """Encode new requests (all at once) and give each beam_size free rows; all or nothing."""
+        reqs = [requests] if isinstance(requests, Request) else list(requests)
+        if not reqs:
+            return
+        if len({id(r) for r in reqs}) != len(reqs) or any(r in self._active for r in reqs):
+            raise ValueError("a request can be added to a batch only once")
+        opts = [self.runner.check_request(r) for r in reqs]
+        for r, o in zip(reqs, opts, strict=True):
+            if o.beam_size > self.max_rows:
+                raise InvalidInput(
+                    f"request {r.id}: beam_size {o.beam_size} exceeds the batch size {self.max_rows}"
+                )
+        need = sum(o.beam_size for o in opts)
+        if need > self.free_rows:
+            raise BatchFull(f"{need} rows needed, {self.free_rows} free of {self.max_rows}")
+        enc = self._encode([r.source for r in reqs])  # may raise: nothing changed yet
+        rows = self._allocate([o.beam_size for o in opts])
+        self._fit_src(max(self._src, max(len(r.source) for r in reqs)))
+        cross = [self._be.to_host(c) for c in self._cross]
+        bos, eos, pad = self.runner.special.bos, self.runner.special.eos, self.runner.special.pad
+        for i, (r, o, rr) in enumerate(zip(reqs, opts, rows, strict=True)):
+            n = len(r.source)
+            for c, e in zip(cross, enc, strict=True):
+                c[rr] = 0.0
+                c[rr, :, :n] = e[i, :, :n]  # repeated over the request's beam rows
+            self._enc_mask[rr] = 0
+            self._enc_mask[rr, :n] = 1
+            self._start[rr], self._next[rr] = self._len, bos
+            self._live[rr], self._row_src[rr] = True, n
+            search = GreedySearch(o, n, eos) if o.beam_size == 1 else BeamSearch(o, n, eos, pad)
+            stream = DecodeStream(skip_special_tokens=True) if o.stream else None
+            self._active[r] = _Active(r, o, rr, search, stream)
+        self._cross = [self._be.to_device(c) for c in cross]
+
+    def cancel(self, request: Request) -> bool:
+        """Drop a request and free its rows; False if it was not in the batch."""
+        act = self._active.pop(request, None)
+        if act is None:
+            return False
+        self._free(act)
+        self._tidy()
+        return True
+
+    def clear(self) -> list[Request]:
+        """Drop every request (e.g. after a failed step); returns them."""
+        dropped = list(self._active)
+        self._active.clear()
+        self._reset()
+        return dropped
+
+    # ----- one decoder step ---------------------------------------------------------------
+    def step(self) -> list[Event]:
+        """One decoder run for all rows; returns token events then finished results.
+
+        If the run raises (including the runner's fault hook), the batch is left unchanged.
+        """
+        if not self._active:
+            return []
+        length = self._len
+        feeds = {
+            INPUT_IDS: self._next[:, None],
+            POSITION_IDS: np.minimum(length - self._start, self._max_pos)[:, None],  # holes clamped
+            ATTENTION_MASK: (np.arange(length + 1)[None, :] >= self._start[:, None]).astype(np.int64),
+            ENCODER_ATTENTION_MASK: self._enc_mask,
+        }
+        past = dict(zip(self._self_names, self._self, strict=True))
+        past.update(zip(self._cross_names, self._cross, strict=True))
+        self.runner.run_hook("decoder")
+        logp, attn, present = self._be.decode(feeds, past)
+        logp, attn = logp[:, -1].astype(np.float32, copy=False), attn[:, -1]  # (n_rows, V), (n_rows, S)
+        self._self, self._len = list(present), length + 1
+        events: list[Event] = []
+        greedy = [a for a in self._active.values() if isinstance(a.search, GreedySearch)]
+        beams = [a for a in self._active.values() if isinstance(a.search, BeamSearch)]
+        done = self._advance_greedy(greedy, logp, attn, events) if greedy else []
+        done += self._advance_beams(beams, logp, attn) if beams else []
+        events += [self._finish(a) for a in done]
+        self._tidy()
+        return events
+
+    def _advance_greedy(
+        self, greedy: list[_Active], logp: np.ndarray, attn: np.ndarray, events: list[Event]
+    ) -> list[_Active]:
+        """Argmax for all greedy rows at once, then each request's bookkeeping; returns the finished."""
+        rows = np.fromiter((a.rows[0] for a in greedy), np.int64, len(greedy))
+        picked = logp[rows]  # (G, V)
+        tokens = picked.argmax(axis=-1)
+        best = picked[np.arange(len(rows)), tokens].tolist()
+        self._next[rows] = tokens
+        eos, tok, done = self.runner.special.eos, self.runner.tokenizer, []
+        for a, row, t, b in zip(greedy, rows.tolist(), tokens.tolist(), best, strict=True):
+            a.search.advance(t, b, attn[row] if a.options.with_alignment else None)
+            if a.stream is not None and t != eos:
+                events.append(TokenEvent(a.request, t, a.stream.step(tok, t) or ""))
+            if a.search.done:
+                done.append(a)
+        return done
+
+    def _advance_beams(self, beams: list[_Active], logp: np.ndarray, attn: np.ndarray) -> list[_Active]:
+        """Top-k step of each beam request, one in-place gather of reordered rows; returns the finished."""
+        dst, src = [], []
+        for a in beams:
+            align = attn[a.rows] if a.options.with_alignment else None
+            parent, word = a.search.advance(logp[a.rows], align)
+            self._next[a.rows] = word
+            if (parent != np.arange(len(parent))).any():
+                dst.append(a.rows)
+                src.append(a.rows[parent])
+        if dst:
+            d, s = np.concatenate(dst), np.concatenate(src)
+            self._self = [self._be.to_device(_copy_rows(self._be.to_host(x), d, s)) for x in self._self]
+        return [a for a in beams if a.search.done]
+
+    def _finish(self, act: _Active) -> FinishedEvent:
+        """Remove a finished request and build its hypotheses."""
+        del self._active[act.request]
+        self._free(act)
+        hyps = [
+            Hypothesis(h.tokens, self.runner.decode_tokens(h.tokens), h.log_prob, h.score, h.finish_reason,
+                       None if h.alignment is None else h.alignment.tolist())
+            for h in act.search.results()
+        ]
+        return FinishedEvent(act.request, hyps)
+
+    # ----- cache bookkeeping --------------------------------------------------------------
+    def _encode(self, sources: list[list[int]]) -> list[np.ndarray]:
+        """Run the encoder on right-padded sources; cross K/V per layer, each (B, H, S_new, Dh)."""
+        s = max(len(x) for x in sources)
+        ids = np.full((len(sources), s), self.runner.special.pad, np.int64)
+        mask = np.zeros((len(sources), s), np.int64)
+        for i, x in enumerate(sources):
+            ids[i, : len(x)], mask[i, : len(x)] = x, 1
+        self.runner.run_hook("encoder")
+        return [self._be.to_host(e) for e in self._be.encode({INPUT_IDS: ids, ATTENTION_MASK: mask})]
+
+    def _reset(self) -> None:
+        """Empty cache: no rows, L = 0, S = 0."""
+        h, dh = self._heads, self._d_head
+        self._live = np.zeros(0, bool)  # row held by an active request (else a hole)
+        self._row_src = np.zeros(0, np.int64)  # source length of the row's request
+        self._len = self._src = 0
+        self._self = [self._be.to_device(np.zeros((0, h, 0, dh), self._dtype)) for _ in self._self_names]
+        self._cross = [self._be.to_device(np.zeros((0, h, 0, dh), self._dtype)) for _ in self._cross_names]
+        self._start = np.zeros(0, np.int64)
+        self._next = np.zeros(0, np.int64)
+        self._enc_mask = np.zeros((0, 0), np.int64)
+
+    def _allocate(self, sizes: list[int]) -> list[np.ndarray]:
+        """Rows for each request: holes first, then new rows at the end."""
+        holes = np.flatnonzero(~self._live).tolist()
+        total = sum(sizes)
+        extra = max(0, total - len(holes))
+        first_new = len(self._live)
+        if extra:
+            self._grow(extra)
+        pool = iter(holes[:total] + list(range(first_new, first_new + extra)))
+        return [np.array([next(pool) for _ in range(k)], np.int64) for k in sizes]
+
+    def _grow(self, k: int) -> None:
+        """Append k empty rows to every row-indexed tensor (one copy)."""
+        h, dh, dt = self._heads, self._d_head, self._dtype
+        zs, zc = np.zeros((k, h, self._len, dh), dt), np.zeros((k, h, self._src, dh), dt)
+        self._self = [self._be.to_device(np.concatenate([self._be.to_host(x), zs])) for x in self._self]
+        self._cross = [self._be.to_device(np.concatenate([self._be.to_host(x), zc])) for x in self._cross]
+        self._start = np.concatenate([self._start, np.full(k, self._len, np.int64)])
+        self._next = np.concatenate([self._next, np.full(k, self.runner.special.pad, np.int64)])
+        self._enc_mask = np.concatenate([self._enc_mask, np.zeros((k, self._src), np.int64)])
+        self._live = np.concatenate([self._live, np.zeros(k, bool)])
+        self._row_src = np.concatenate([self._row_src, np.zeros(k, np.int64)])
+
+    def _fit_src(self, s: int) -> None:
+        """Zero-pad (s > S) or cut (s < S) the source axis of the cross K/V and its mask."""
+        if s == self._src:
+            return
+        cut = min(s, self._src)
+        width = ((0, 0), (0, 0), (0, s - cut), (0, 0))
+        host = [self._be.to_host(x)[:, :, :cut] for x in self._cross]
+        self._cross = [self._be.to_device(np.pad(x, width)) for x in host]
+        self._enc_mask = np.pad(self._enc_mask[:, :cut], ((0, 0), (0, s - cut)))
+        self._src = s
+
+    def _free(self, act: _Active) -> None:
+        """Turn a request's rows into holes (their old columns are masked for any next owner)."""
+        self._live[act.rows] = False
+        self._start[act.rows] = self._len
+        self._next[act.rows] = self.runner.special.pad
+
+    def _tidy(self) -> None:
+        """Trim trailing holes, compact rows / columns / source axis when enough is wasted."""
+        if not self._active:
+            self._reset()
+            return
+        live = np.flatnonzero(self._live)
+        n = int(live[-1]) + 1  # rows after the last live one are trailing holes
+        if 2 * (n - len(live)) >= n:
+            self._keep_rows(live)
+        elif n < len(self._live):
+            self._keep_rows(slice(0, n))
+        first = int(self._start[self._live].min())
+        if first > 0 and 4 * first >= self._len:
+            self._self = [self._be.to_device(self._be.to_host(x)[:, :, first:]) for x in self._self]
+            self._start = np.maximum(self._start - first, 0)
+            self._len -= first
+        longest = int(self._row_src[self._live].max())
+        if 4 * (self._src - longest) >= self._src:
+            self._fit_src(longest)
+
+    def _keep_rows(self, keep: np.ndarray | slice) -> None:
+        """Keep only the given rows (a prefix slice is a view; an index array gathers)."""
+        before = len(self._live)
+        old = np.arange(before)[keep]
+        self._self = [self._be.to_device(self._be.to_host(x)[keep]) for x in self._self]
+        self._cross = [self._be.to_device(self._be.to_host(x)[keep]) for x in self._cross]
+        self._start, self._next, self._enc_mask = self._start[keep], self._next[keep], self._enc_mask[keep]
+        self._live, self._row_src = self._live[keep], self._row_src[keep]
+        new_index = np.full(before, -1, np.int64)
+        new_index[old] = np.arange(len(old))
+        for a in self._active.values():
+            a.rows = new_index[a.rows]
+
+
+def _copy_rows(x: np.ndarray, dst: np.ndarray, src: np.ndarray) -> np.ndarray:
+    """x[dst] = x[src] in place (the right side is gathered first); returns x."""
+    x[dst] = x[src]
+    return x
+

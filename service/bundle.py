@@ -1,0 +1,150 @@
+"""Load and verify a model bundle directory (docs/bundle-format.md) without PyTorch."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from export.names import BUNDLE_FILE, BUNDLE_FORMAT_VERSION, DECODER_FILE, ENCODER_FILE, TOKENIZER_FILE
+
+SUPPORTED_FORMAT_VERSIONS = (BUNDLE_FORMAT_VERSION,)
+REQUIRED_FILES = (ENCODER_FILE, DECODER_FILE, TOKENIZER_FILE)
+REQUIRED_MODEL_KEYS = ("vocab_size", "d_model", "n_heads", "n_decoder_layers", "max_len")
+
+
+class BundleError(Exception):
+    """A bundle directory that cannot be served: missing, malformed, truncated or corrupt."""
+
+
+@dataclass(frozen=True)
+class SpecialIds:
+    """Ids of the special tokens."""
+
+    pad: int
+    bos: int
+    eos: int
+    unk: int
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """A verified bundle: its manifest, model config, special ids and file paths."""
+
+    path: Path
+    manifest: dict[str, Any]
+    config: dict[str, Any]
+    special: SpecialIds
+    name: str
+    version: str
+    format_version: int
+    encoder_path: Path
+    decoder_path: Path
+    tokenizer_path: Path
+    variants: dict[str, dict[str, Path]] = field(default_factory=dict)
+
+    @property
+    def max_len(self) -> int:
+        """Longest source or target sequence, in tokens (incl. bos/eos)."""
+        return int(self.config["max_len"])
+
+    @property
+    def n_decoder_layers(self) -> int:
+        """Number of decoder layers (= number of self/cross KV cache pairs)."""
+        return int(self.config["n_decoder_layers"])
+
+
+def file_sha256(path: Path) -> str:
+    """Hex sha256 of a file, read in chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _read_manifest(root: Path) -> dict[str, Any]:
+    """Parse bundle.json, or raise BundleError saying what is wrong with it."""
+    if not root.is_dir():
+        raise BundleError(f"bundle directory not found: {root}")
+    manifest_file = root / BUNDLE_FILE
+    if not manifest_file.is_file():
+        raise BundleError(f"{BUNDLE_FILE} not found in bundle {root}")
+    try:
+        manifest = json.loads(manifest_file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise BundleError(f"{BUNDLE_FILE} of bundle {root} is not valid JSON: {e}") from e
+    if not isinstance(manifest, dict):
+        raise BundleError(f"{BUNDLE_FILE} of bundle {root} must be a JSON object")
+    found = manifest.get("format_version")
+    if found not in SUPPORTED_FORMAT_VERSIONS:
+        supported = ", ".join(str(v) for v in SUPPORTED_FORMAT_VERSIONS)
+        raise BundleError(
+            f"bundle {root} has format_version {found!r}; this runtime supports format_version {supported}"
+        )
+    for key in ("model", "files"):
+        if not isinstance(manifest.get(key), dict):
+            raise BundleError(f"{BUNDLE_FILE} of bundle {root} has no '{key}' object")
+    missing = [k for k in REQUIRED_MODEL_KEYS if k not in manifest["model"]]
+    if missing:
+        raise BundleError(f"{BUNDLE_FILE} of bundle {root}: 'model' lacks {', '.join(missing)}")
+    return manifest
+
+
+def _verify_file(root: Path, name: str, entry: Any, check_hash: bool) -> None:
+    """Check one listed file: present, of the recorded size, with the recorded sha256."""
+    if not isinstance(entry, dict) or "sha256" not in entry or "bytes" not in entry:
+        raise BundleError(f"{BUNDLE_FILE} of bundle {root}: entry of file {name} needs 'sha256' and 'bytes'")
+    path = root / name
+    if not path.is_file():
+        raise BundleError(f"bundle file {name} is missing from {root}")
+    size = path.stat().st_size
+    if size != entry["bytes"]:
+        kind = "truncated" if size < entry["bytes"] else "size mismatch"
+        raise BundleError(
+            f"bundle file {name} is {kind}: {size} bytes, expected {entry['bytes']} (bundle {root})"
+        )
+    if check_hash and file_sha256(path) != entry["sha256"]:
+        raise BundleError(f"bundle file {name} is corrupt: sha256 mismatch (bundle {root})")
+
+
+def _special_ids(manifest: dict[str, Any]) -> SpecialIds:
+    """Special token ids from `special_tokens`, falling back to the model config."""
+    tokens, model = manifest.get("special_tokens") or {}, manifest["model"]
+    defaults = {"pad": 0, "bos": 1, "eos": 2, "unk": 3}
+    return SpecialIds(**{k: int(tokens.get(k, model.get(f"{k}_id", v))) for k, v in defaults.items()})
+
+
+def load_bundle(path: str | Path, check_hashes: bool = True) -> Bundle:
+    """Read bundle.json, verify every listed file (size and sha256) and return the Bundle."""
+    root = Path(path)
+    manifest = _read_manifest(root)
+    files = manifest["files"]
+    for name in REQUIRED_FILES:
+        if name not in files:
+            raise BundleError(f"{BUNDLE_FILE} of bundle {root} does not list required file {name}")
+    for name, entry in files.items():
+        _verify_file(root, name, entry, check_hashes)
+    variants = {
+        kind: {part: root / file for part, file in parts.items()}
+        for kind, parts in (manifest.get("variants") or {}).items()
+    }
+    for kind, parts in variants.items():
+        for file in parts.values():
+            if file.name not in files:
+                raise BundleError(f"variant {kind} file {file.name} is not listed in {BUNDLE_FILE} of {root}")
+    return Bundle(
+        path=root,
+        manifest=manifest,
+        config=dict(manifest["model"]),
+        special=_special_ids(manifest),
+        name=str(manifest.get("name", "translator")),
+        version=str(manifest.get("version", "unknown")),
+        format_version=int(manifest["format_version"]),
+        encoder_path=root / ENCODER_FILE,
+        decoder_path=root / DECODER_FILE,
+        tokenizer_path=root / TOKENIZER_FILE,
+        variants=variants,
+    )

@@ -1,0 +1,198 @@
+"""Torch-free runner of a model bundle: sessions, tokenization, validation, batched translation.
+
+`Runner` owns the ONNX Runtime sessions, the tokenizer and the backend (host numpy cache on the
+CPU provider, device-resident cache through IO binding on CUDA); `DecodeBatch`
+(service/batch.py) is the step-wise engine that the schedulers drive; `Runner.translate` is
+the simplest driver of it (add what fits, step until done).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from tokenizers import Tokenizer
+
+from service.batch import DecodeBatch
+from service.bundle import Bundle, load_bundle
+from service.search import (
+    BatchFull,
+    DecodeOptions,
+    Event,
+    FinishedEvent,
+    Hypothesis,
+    InvalidInput,
+    Request,
+    TokenEvent,
+)
+from service.sessions import CUDA, HostBackend, open_sessions
+
+log = logging.getLogger(__name__)
+
+MAX_BEAM = 16
+
+__all__ = [
+    "BatchFull", "DecodeBatch", "DecodeOptions", "Event", "FinishedEvent", "Hypothesis", "InvalidInput",
+    "Request", "Runner", "TokenEvent",
+]
+
+
+class Runner:
+    """Encoder/decoder sessions of one bundle plus its tokenizer; decodes text or ids.
+
+    providers: ORT providers to try (default CUDA then CPU, filtered by the build); the ones
+    really in use are `providers` / `provider`. intra_op_threads: size of the CPU pool (0 = ORT
+    default); with shared_thread_pool the pool is process-wide and only the first Runner of
+    the process sets its size. provider_options: {provider name: {option: value}}, e.g.
+    {"CUDAExecutionProvider": {"device_id": 1}}. io_binding: None = only when CUDA is active.
+    variant: a bundle variant such as "fp16". Thread-safe for concurrent `translate` calls
+    (each uses its own DecodeBatch); `fault_hook` is for tests.
+    """
+
+    def __init__(
+        self,
+        bundle: Bundle | str | Path,
+        providers: Sequence[str] | None = None,
+        intra_op_threads: int = 0,
+        provider_options: dict[str, dict[str, Any]] | None = None,
+        shared_thread_pool: bool = True,
+        max_beam: int = MAX_BEAM,
+        io_binding: bool | None = None,
+        variant: str | None = None,
+    ) -> None:
+        self.bundle = bundle if isinstance(bundle, Bundle) else load_bundle(bundle)
+        self.config = self.bundle.config
+        self.special = self.bundle.special
+        self.max_len = self.bundle.max_len
+        self.vocab_size = int(self.config["vocab_size"])
+        self.max_beam = max_beam
+        self.tokenizer = Tokenizer.from_file(str(self.bundle.tokenizer_path))
+        encoder, decoder = self.bundle.encoder_path, self.bundle.decoder_path
+        if variant is not None:
+            if variant not in self.bundle.variants:
+                raise ValueError(f"bundle has no variant {variant!r} (has: {sorted(self.bundle.variants)})")
+            files = self.bundle.variants[variant]
+            encoder, decoder = files["encoder"], files["decoder"]
+        self.variant = variant
+        self.sessions = open_sessions(
+            encoder, decoder, tuple(providers) if providers else None,
+            provider_options, intra_op_threads, shared_thread_pool,
+        )
+        self.fault_hook: Callable[[str], None] | None = None  # tests: called before each ORT run
+        n_layers = self.bundle.n_decoder_layers
+        if io_binding or (io_binding is None and self.provider == CUDA):
+            from service.cuda import IoBindingBackend  # only imported when used
+
+            device = "cuda" if self.provider == CUDA else "cpu"
+            cuda_options = (provider_options or {}).get(CUDA, {}) if device == "cuda" else {}
+            device_id = int(cuda_options.get("device_id", 0))
+            self.backend: Any = IoBindingBackend(self.sessions, n_layers, device, device_id)
+        else:
+            self.backend = HostBackend(self.sessions, n_layers)
+        log.info("runner for %s %s on %s (%s)", self.bundle.name, self.bundle.version, self.provider,
+                 type(self.backend).__name__)
+
+    @property
+    def provider(self) -> str:
+        """Execution provider actually doing the work (e.g. "CPUExecutionProvider")."""
+        return self.sessions.provider
+
+    @property
+    def providers(self) -> list[str]:
+        """All providers of the decoder session, in priority order."""
+        return list(self.sessions.providers)
+
+    def run_hook(self, stage: str) -> None:
+        """Call the fault-injection hook, if any, before an "encoder" or "decoder" run."""
+        if self.fault_hook is not None:
+            self.fault_hook(stage)
+
+    # ----- tokenization and validation ----------------------------------------------------
+    def encode_texts(self, texts: Sequence[str]) -> list[list[int]]:
+        """Source ids (tokenizer ids + eos) of each text; InvalidInput if empty or too long."""
+        for i, t in enumerate(texts):
+            if not isinstance(t, str):
+                raise InvalidInput(f"text {i} must be a string, got {type(t).__name__}")
+            if not t.strip():
+                raise InvalidInput(f"text {i} is empty")
+        encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=False)
+        out = [e.ids + [self.special.eos] for e in encodings]
+        for i, ids in enumerate(out):
+            if len(ids) > self.max_len:
+                raise InvalidInput(f"text {i} is {len(ids)} tokens long (incl. eos); "
+                                   f"the model accepts at most {self.max_len}")
+        return out
+
+    def decode_tokens(self, ids: Sequence[int]) -> str:
+        """Text of generated ids (special tokens skipped)."""
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+    def check_source(self, ids: Sequence[int]) -> None:
+        """InvalidInput unless ids is a non-empty list of in-vocabulary ids no longer than max_len."""
+        if len(ids) == 0:
+            raise InvalidInput("source is empty")
+        if len(ids) > self.max_len:
+            raise InvalidInput(f"source is {len(ids)} tokens long; the model accepts at most {self.max_len}")
+        v = self.vocab_size
+        bad = [t for t in ids if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < v]
+        if bad:
+            raise InvalidInput(f"source token ids must be integers in [0, {self.vocab_size}), got {bad[0]!r}")
+
+    def check_request(self, request: Request) -> DecodeOptions:
+        """Validate a request's source and options; returns the resolved options."""
+        self.check_source(request.source)
+        if not isinstance(request.options, DecodeOptions):
+            raise InvalidInput(f"options must be DecodeOptions, got {type(request.options).__name__}")
+        return request.options.resolved(self.max_len, self.max_beam)
+
+    def make_request(self, source: str | Sequence[int], options: DecodeOptions | None = None,
+                     tag: Any = None) -> Request:
+        """A validated Request from a text, or from source ids (tokenizer ids + eos) used as is."""
+        ids = self.encode_texts([source])[0] if isinstance(source, str) else [int(t) for t in source]
+        request = Request(ids, options or DecodeOptions(), tag)
+        self.check_request(request)
+        return request
+
+    # ----- decoding -----------------------------------------------------------------------
+    def new_batch(self, max_rows: int = 64) -> DecodeBatch:
+        """An empty DecodeBatch with room for max_rows rows (a beam-k request takes k)."""
+        return DecodeBatch(self, max_rows)
+
+    def translate(
+        self,
+        inputs: Sequence[str] | Sequence[Sequence[int]],
+        options: DecodeOptions | Sequence[DecodeOptions] | None = None,
+        max_rows: int = 64,
+    ) -> list[list[Hypothesis]]:
+        """Decode every input (text, or source ids incl. eos); n-best hypotheses per input, in order."""
+        opts = list(options) if isinstance(options, Sequence) else [options or DecodeOptions()] * len(inputs)
+        if len(opts) != len(inputs):
+            raise InvalidInput(f"{len(inputs)} inputs but {len(opts)} options")
+        texts = [i for i, x in enumerate(inputs) if isinstance(x, str)]
+        encoded = dict(zip(texts, self.encode_texts([inputs[i] for i in texts]), strict=True))
+        pairs = enumerate(zip(inputs, opts, strict=True))
+        requests = [self.make_request(encoded.get(i, x), o) for i, (x, o) in pairs]
+        too_big = [r.options.beam_size for r in requests if r.options.beam_size > max_rows]
+        if too_big:
+            raise InvalidInput(f"beam_size {too_big[0]} exceeds the batch size {max_rows}")
+        batch = self.new_batch(max_rows)
+        pending, results = deque(requests), {}
+        budget = sum(r.options.resolved(self.max_len, self.max_beam).max_new_tokens for r in requests) + 1
+        for _ in range(budget):
+            fitting = []
+            free = batch.free_rows
+            while pending and pending[0].options.beam_size <= free:
+                free -= pending[0].options.beam_size
+                fitting.append(pending.popleft())
+            batch.add(fitting)
+            for event in batch.step():
+                if isinstance(event, FinishedEvent):
+                    results[event.request.id] = event.hypotheses
+            if not pending and not len(batch):
+                break
+        else:
+            raise RuntimeError("decoding did not finish within its step budget")
+        return [results[r.id] for r in requests]

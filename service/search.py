@@ -1,0 +1,224 @@
+"""Per-request decoding: options, requests, events, and the greedy / beam search state.
+
+The algorithms are those of `model/decoding.py`, step for step, in float32 like PyTorch:
+a finished beam stays in the beam with a frozen score and is only followed by padding, beams
+are ranked by log_prob / ((5 + len) / 6) ** alpha with len counting eos, and beam size 1 is
+greedy decoding. One search owns the `k` rows of one request; `DecodeBatch` feeds it its rows
+of each decoder step's log-probs and reorders the KV cache rows by the returned parents.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+_request_ids = itertools.count(1)
+
+
+class InvalidInput(ValueError):
+    """A request the model cannot serve: empty or too long text, out-of-range option values."""
+
+
+class BatchFull(RuntimeError):
+    """Not enough free rows in a DecodeBatch for the requests being added."""
+
+
+@dataclass(frozen=True)
+class DecodeOptions:
+    """How to decode one request; max_new_tokens None means the model's limit (max_len - 1)."""
+
+    beam_size: int = 1
+    n_best: int = 1
+    alpha: float = 0.0
+    max_new_tokens: int | None = None
+    with_alignment: bool = False
+    stream: bool = False  # emit a TokenEvent per generated token (greedy only)
+
+    def resolved(self, max_len: int, max_beam: int) -> DecodeOptions:
+        """Validated copy with max_new_tokens filled in; raises InvalidInput on bad values."""
+        limit = max_len - 1
+        for name in ("beam_size", "n_best"):
+            if not _is_int(getattr(self, name)):
+                raise InvalidInput(f"{name} must be an integer, got {getattr(self, name)!r}")
+        if not 1 <= self.beam_size <= max_beam:
+            raise InvalidInput(f"beam_size must be between 1 and {max_beam}, got {self.beam_size}")
+        if not 1 <= self.n_best <= self.beam_size:
+            raise InvalidInput(
+                f"n_best must be between 1 and beam_size ({self.beam_size}), got {self.n_best}"
+            )
+        if isinstance(self.alpha, bool) or not isinstance(self.alpha, int | float | np.number) or not (
+            math.isfinite(self.alpha) and self.alpha >= 0
+        ):
+            raise InvalidInput(f"alpha (length penalty) must be a finite number >= 0, got {self.alpha!r}")
+        steps = limit if self.max_new_tokens is None else self.max_new_tokens
+        if not _is_int(steps) or not 1 <= steps <= limit:
+            raise InvalidInput(f"max_new_tokens must be between 1 and {limit}, got {self.max_new_tokens!r}")
+        if self.stream and self.beam_size != 1:
+            raise InvalidInput(f"streaming needs beam_size 1, got {self.beam_size}")
+        return DecodeOptions(self.beam_size, self.n_best, float(self.alpha), int(steps),
+                             bool(self.with_alignment), bool(self.stream))
+
+
+def _is_int(x: Any) -> bool:
+    """True for ints (numpy included), False for bools and anything else."""
+    return isinstance(x, int | np.integer) and not isinstance(x, bool)
+
+
+@dataclass(eq=False)
+class Request:
+    """One source to decode: ids (tokenizer ids + eos), options, and an opaque caller tag."""
+
+    source: list[int]
+    options: DecodeOptions = field(default_factory=DecodeOptions)
+    tag: Any = None
+    id: int = field(default_factory=lambda: next(_request_ids))
+
+
+@dataclass
+class Hypothesis:
+    """One result: tokens (no bos/eos), text, total log-prob, ranking score, why it stopped."""
+
+    tokens: list[int]
+    text: str
+    log_prob: float
+    score: float
+    finish_reason: str  # "eos" | "length"
+    alignment: list[list[float]] | None = None  # (len(tokens), src_len incl. eos)
+
+
+@dataclass
+class TokenEvent:
+    """A greedy streaming request produced `token`; `text` is the newly decodable text ("" if none)."""
+
+    request: Request
+    token: int
+    text: str
+
+
+@dataclass
+class FinishedEvent:
+    """A request finished; its n-best hypotheses, best first."""
+
+    request: Request
+    hypotheses: list[Hypothesis]
+
+
+Event = TokenEvent | FinishedEvent
+
+
+def length_penalty(length: int, alpha: float) -> float:
+    """GNMT length penalty ((5 + |Y|) / 6) ** alpha; alpha = 0 disables it."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+@dataclass
+class RawHypothesis:
+    """A finished beam before detokenization."""
+
+    tokens: list[int]
+    log_prob: float
+    score: float
+    finish_reason: str
+    alignment: np.ndarray | None  # (len(tokens), src_len)
+
+
+class GreedySearch:
+    """Argmax decoding of one row; fed one token at a time (vectorized argmax is the batch's job)."""
+
+    def __init__(self, options: DecodeOptions, src_len: int, eos: int) -> None:
+        self.options, self.eos, self.steps = options, eos, 0
+        self.tokens: list[int] = []
+        self.log_prob = np.float32(0.0)
+        self.finished = False
+        self.attn: list[np.ndarray] | None = [] if options.with_alignment else None
+        self.src_len = src_len
+
+    @property
+    def done(self) -> bool:
+        """Stopped at eos or at max_new_tokens."""
+        return self.finished or self.steps >= self.options.max_new_tokens
+
+    def advance(self, token: int, logp: float, attn: np.ndarray | None) -> int:
+        """Consume the chosen token and its (float32) log-prob; returns the next input token."""
+        self.steps += 1
+        self.log_prob = np.float32(self.log_prob + np.float32(logp))  # float32 sum, as in PyTorch
+        if self.attn is not None and attn is not None:
+            self.attn.append(attn[: self.src_len].copy())
+        if token == self.eos:
+            self.finished = True
+        else:
+            self.tokens.append(token)
+        return token
+
+    def results(self) -> list[RawHypothesis]:
+        """The single hypothesis."""
+        n = len(self.tokens) + int(self.finished)
+        lp = float(self.log_prob)
+        align = None
+        if self.attn is not None:
+            rows = self.attn[: len(self.tokens)]
+            align = np.stack(rows) if rows else np.zeros((0, self.src_len), np.float32)
+        reason = "eos" if self.finished else "length"
+        return [RawHypothesis(self.tokens, lp, lp / length_penalty(n, self.options.alpha), reason, align)]
+
+
+class BeamSearch:
+    """Beam search over the k rows of one request, as `model.decoding.beam_search` does per source."""
+
+    def __init__(self, options: DecodeOptions, src_len: int, eos: int, pad: int) -> None:
+        k, t = options.beam_size, options.max_new_tokens
+        self.options, self.eos, self.pad, self.src_len, self.steps = options, eos, pad, src_len, 0
+        self.scores = np.full(k, -np.inf, np.float32)
+        self.scores[0] = 0.0  # all beams start identical: keep one alive
+        self.tokens = np.zeros((k, t), np.int64)
+        self.finished = np.zeros(k, bool)
+        self.lengths = np.zeros(k, np.int64)
+        self.attn = np.zeros((k, t, src_len), np.float32) if options.with_alignment else None
+
+    @property
+    def done(self) -> bool:
+        """All beams ended with eos, or max_new_tokens reached."""
+        return bool(self.finished.all()) or self.steps >= self.options.max_new_tokens
+
+    def advance(self, logp: np.ndarray, attn: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """Consume logp (k, V) of this step; returns (parent beam of each new beam (k,), next tokens (k,))."""
+        k, v = logp.shape
+        logp = logp.astype(np.float32, copy=True)
+        logp[self.finished] = -np.inf  # a finished beam can only be followed by padding, at no cost
+        logp[self.finished, self.pad] = 0.0
+        cand = (self.scores[:, None] + logp).reshape(-1)  # (K*V)
+        top = np.argpartition(-cand, k - 1)[:k]
+        top = top[np.lexsort((top, -cand[top]))]  # best first, ties by index
+        parent, word = top // v, top % v
+        t = self.steps
+        self.scores = cand[top]
+        self.tokens[:, :t] = self.tokens[parent, :t]
+        self.tokens[:, t] = word
+        was_finished = self.finished[parent]
+        self.lengths = self.lengths[parent] + ~was_finished
+        self.finished = was_finished | (word == self.eos)
+        if self.attn is not None and attn is not None:
+            self.attn[:, :t] = self.attn[parent, :t]
+            self.attn[:, t] = attn[parent, : self.src_len]
+        self.steps += 1
+        return parent, word
+
+    def results(self) -> list[RawHypothesis]:
+        """The n best beams, ranked by score."""
+        hyps = []
+        for j in range(len(self.scores)):
+            log_prob = float(self.scores[j])
+            if log_prob == -math.inf:
+                continue
+            n = int(self.lengths[j])  # generated tokens including eos if finished
+            done = bool(self.finished[j])
+            body = self.tokens[j, : n - 1 if done else n].tolist()
+            align = self.attn[j, : len(body)].copy() if self.attn is not None else None
+            score = log_prob / length_penalty(n, self.options.alpha)
+            hyps.append(RawHypothesis(body, log_prob, score, "eos" if done else "length", align))
+        hyps.sort(key=lambda h: h.score, reverse=True)
+        return hyps[: self.options.n_best]

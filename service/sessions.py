@@ -1,0 +1,146 @@
+"""ONNX Runtime sessions of a bundle: providers, one shared CPU thread pool, the host backend.
+
+Two sessions that each own an intra-op pool spin on the same cores and starve each other
+(../shared/perf-notes.md): by default both sessions use ORT's process-wide pool, created once
+with `onnxruntime.set_global_thread_pool_sizes` (public API) before the first such session.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+
+from export.names import CROSS_ATTENTIONS, LOGPROBS, decoder_outputs, past_name
+
+log = logging.getLogger(__name__)
+
+CPU, CUDA = "CPUExecutionProvider", "CUDAExecutionProvider"
+DEFAULT_PROVIDERS = (CUDA, CPU)
+ORT_DTYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
+
+_pool_lock = threading.Lock()
+_pool_threads: int | None = None  # size we asked for; -1 when someone else created the pool
+
+
+def ensure_global_thread_pool(threads: int) -> bool:
+    """Create ORT's global intra-op pool once per process; False if sessions cannot share one."""
+    global _pool_threads
+    with _pool_lock:
+        if _pool_threads is None:
+            try:
+                ort.set_global_thread_pool_sizes(threads, 1)
+                _pool_threads = threads
+            except Exception as e:  # noqa: BLE001 - ORT raises its own Fail type
+                if "already been created" not in str(e):
+                    log.warning("cannot create the global ORT thread pool (%s); using per-session pools", e)
+                    return False
+                _pool_threads = -1
+        if _pool_threads not in (threads, -1):
+            log.warning("global ORT thread pool already has %d threads; %d requested", _pool_threads, threads)
+        return True
+
+
+def select_providers(requested: list[str] | tuple[str, ...] | None) -> list[str]:
+    """Requested providers (default CUDA, CPU) that this onnxruntime build offers, CPU last."""
+    available = ort.get_available_providers()
+    wanted = list(requested or DEFAULT_PROVIDERS)
+    missing = [p for p in wanted if p not in available]
+    if missing:
+        log.warning("execution providers not available in this build: %s", ", ".join(missing))
+    chosen = [p for p in wanted if p in available and p != CPU]
+    return [*chosen, CPU]
+
+
+def session_options(intra_op_threads: int, shared_pool: bool) -> ort.SessionOptions:
+    """Options of one session: the global pool if shared, else its own pool of intra_op_threads."""
+    so = ort.SessionOptions()
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    if shared_pool:
+        so.use_per_session_threads = False
+    else:
+        so.intra_op_num_threads, so.inter_op_num_threads = intra_op_threads, 1
+    return so
+
+
+@dataclass
+class Sessions:
+    """Encoder and decoder sessions and the providers ORT actually uses."""
+
+    encoder: ort.InferenceSession
+    decoder: ort.InferenceSession
+    providers: list[str]
+    shared_pool: bool
+
+    @property
+    def provider(self) -> str:
+        """The first provider of the decoder session: the one doing the work."""
+        return self.providers[0]
+
+    @property
+    def cache_dtype(self) -> type:
+        """Element type of the KV cache inputs (float32, or float16 for an fp16 variant)."""
+        by_name = {i.name: i.type for i in self.decoder.get_inputs()}
+        return ORT_DTYPES[by_name[past_name(0, "encoder", "key")]]
+
+
+def open_sessions(
+    encoder_path: Path,
+    decoder_path: Path,
+    providers: list[str] | tuple[str, ...] | None = None,
+    provider_options: dict[str, dict[str, Any]] | None = None,
+    intra_op_threads: int = 0,
+    shared_pool: bool = True,
+) -> Sessions:
+    """Create both sessions; report the providers in use (CUDA silently falls back to CPU)."""
+    chosen = select_providers(providers)
+    options = provider_options or {}
+    shared = shared_pool and ensure_global_thread_pool(intra_op_threads)
+    with_opts = [(p, {str(k): str(v) for k, v in options.get(p, {}).items()}) for p in chosen]
+    so = session_options(intra_op_threads, shared)
+    enc_so = session_options(intra_op_threads, shared)
+    if shared_pool and not shared:  # fallback: an idle spinning encoder pool would starve the decoder
+        enc_so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    enc = ort.InferenceSession(str(encoder_path), enc_so, providers=with_opts)
+    working = [(p, o) for p, o in with_opts if p in enc.get_providers()]  # don't retry a failed provider
+    dec = ort.InferenceSession(str(decoder_path), so, providers=working)
+    in_use = dec.get_providers()
+    if chosen[0] not in in_use:
+        log.warning("requested %s but ONNX Runtime uses %s (missing libraries?)", chosen[0], in_use)
+    log.info("ONNX Runtime providers in use: %s (shared thread pool: %s)", in_use, shared)
+    return Sessions(enc, dec, list(in_use), shared)
+
+
+class HostBackend:
+    """Runs both graphs on numpy arrays: the KV cache lives in host memory (CPU provider)."""
+
+    device = "cpu"
+
+    def __init__(self, sessions: Sessions, n_layers: int) -> None:
+        self.sessions = sessions
+        self.outputs = decoder_outputs(n_layers)
+        assert self.outputs[0] == LOGPROBS and self.outputs[-1] == CROSS_ATTENTIONS
+
+    def encode(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """Cross-attention K/V of every decoder layer, each (B, H, S, Dh)."""
+        return self.sessions.encoder.run(None, feeds)
+
+    def decode(
+        self, feeds: dict[str, np.ndarray], past: dict[str, Any]
+    ) -> tuple[np.ndarray, np.ndarray, list[Any]]:
+        """One decoder run: log-probs (B, T, V), cross-attention (B, T, S), presents (B, H, P+T, Dh)."""
+        out = self.sessions.decoder.run(self.outputs, {**feeds, **past})
+        return out[0], out[-1], out[1:-1]
+
+    def to_host(self, x: Any) -> np.ndarray:
+        """Cache tensor as numpy (already is)."""
+        return x
+
+    def to_device(self, a: np.ndarray) -> Any:
+        """Cache tensor for the next run: contiguous numpy."""
+        return np.ascontiguousarray(a)

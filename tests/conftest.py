@@ -1,0 +1,80 @@
+"""Shared fixtures: a tiny corpus, tokenizer and model trained in seconds."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+TINY_MODEL_ARGS = [
+    "--vocab-size", "300", "--d-model", "32", "--heads", "2", "--encoder-layers", "2",
+    "--decoder-layers", "2", "--d-ff", "64", "--dropout", "0.0", "--pre-ln", "--max-len", "96",
+    "--max-tokens", "800", "--warmup", "50", "--lr-scale", "2.0", "--eval-size", "40",
+]
+
+
+def tiny_pairs(n: int, seed: int) -> list[tuple[str, str]]:
+    """Short sentences of the default task with a small vocabulary (learnable in seconds)."""
+    from model.corpus import cardinal, ordinal
+
+    rng = random.Random(seed)
+    words = ["the", "cat", "saw", "Anna", "big", "red", "apples", "on", "day", "we"]
+    pairs = []
+    for _ in range(n):
+        w = rng.sample(words, 2)
+        written, spoken = (cardinal if rng.random() < 0.7 else ordinal)(rng)
+        pairs.append((f"{w[0]} {written} {w[1]}.", f"{w[0]} {spoken} {w[1]}."))
+    return pairs
+
+
+def write_tsv(path: Path, pairs: list[tuple[str, str]]) -> Path:
+    """Write pairs as TSV and return the path."""
+    path.write_text("".join(f"{s}\t{t}\n" for s, t in pairs), encoding="utf-8")
+    return path
+
+
+def pytest_configure(config) -> None:
+    """One torch thread: tiny models gain nothing from more, and 2 cores are shared."""
+    try:
+        import torch
+    except ImportError:
+        return
+    torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def tiny_corpus(tmp_path_factory) -> dict[str, Path]:
+    """train/valid TSV files of the tiny task."""
+    d = tmp_path_factory.mktemp("corpus")
+    return {
+        "train": write_tsv(d / "train.tsv", tiny_pairs(400, 0)),
+        "valid": write_tsv(d / "valid.tsv", tiny_pairs(40, 1)),
+    }
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory, tiny_corpus) -> Path:
+    """A tiny model trained for a few hundred steps; returns the path of its last.pt."""
+    from model.train import parse_args, train
+
+    out = tmp_path_factory.mktemp("run")
+    args = parse_args([
+        "--train", str(tiny_corpus["train"]), "--valid", str(tiny_corpus["valid"]), "--out", str(out),
+        "--max-steps", "150", "--eval-every", "150", *TINY_MODEL_ARGS,
+    ])
+    train(args)
+    return out / "last.pt"
+
+
+@pytest.fixture(scope="session")
+def tiny_bundle(tmp_path_factory, tiny_checkpoint) -> Path:
+    """The tiny checkpoint exported, verified and packed into a bundle dir (with the fp16 variant)."""
+    import torch
+
+    from export.build import BuildOptions, build_bundle
+
+    torch.set_num_threads(1)
+    out = tmp_path_factory.mktemp("bundle") / "tiny"
+    build_bundle(tiny_checkpoint, out, BuildOptions(fp16=True))
+    return out

@@ -1,0 +1,271 @@
+"""KServe v2 codec: round trips against tritonclient's own helpers, and every rejection message."""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+import tritonclient.grpc as triton_grpc
+from tritonclient.grpc import service_pb2 as triton_service
+from tritonclient.grpc._utils import _get_inference_request
+from tritonclient.utils import deserialize_bytes_tensor, serialize_byte_tensor
+
+from protos.inference import grpc_service_pb2
+from service.kserve_codec import (
+    DecodedRequest,
+    InferOptions,
+    InvalidTensor,
+    check_requested_outputs,
+    decode_request,
+    decode_text_input,
+    deserialize_bytes,
+    encode_translation_output,
+    parse_parameters,
+    serialize_bytes,
+)
+
+TEXTS = ["hello world", "", "gr\u00fc\u00dfe \u2603 \U0001f600", "tab\tnew\nline", "nul\x00inside"]
+
+
+def _client_request(texts: list[str], **kwargs) -> triton_service.ModelInferRequest:
+    """The exact ModelInferRequest tritonclient's `infer` would send for a TEXT input."""
+    tensor = triton_grpc.InferInput("TEXT", [len(texts)], "BYTES")
+    tensor.set_data_from_numpy(np.array([t.encode("utf-8") for t in texts], dtype=np.object_))
+    args = dict(model_name="translator", inputs=[tensor], model_version="", request_id="", outputs=None,
+                sequence_id=0, sequence_start=False, sequence_end=False, priority=0, timeout=None,
+                parameters=None)
+    return _get_inference_request(**(args | kwargs))
+
+
+def _raw_request(raw: bytes, shape: list[int], datatype: str = "BYTES") -> triton_service.ModelInferRequest:
+    """A hand-made request with one TEXT input and the given raw contents."""
+    request = triton_service.ModelInferRequest(model_name="translator", raw_input_contents=[raw])
+    request.inputs.add(name="TEXT", datatype=datatype, shape=shape)
+    return request
+
+
+def _typed_request(elements: list[bytes], shape: list[int]) -> triton_service.ModelInferRequest:
+    """A request carrying TEXT in typed form (contents.bytes_contents)."""
+    request = triton_service.ModelInferRequest(model_name="translator")
+    tensor = request.inputs.add(name="TEXT", datatype="BYTES", shape=shape)
+    tensor.contents.bytes_contents.extend(elements)
+    return request
+
+
+def _prefixed(*elements: bytes) -> bytes:
+    """Length-prefixed elements, written independently of the codec."""
+    return b"".join(struct.pack("<I", len(e)) + e for e in elements)
+
+
+def test_serialize_bytes_matches_tritonclient() -> None:
+    """Our raw BYTES encoding is byte-identical to tritonclient.utils.serialize_byte_tensor."""
+    elements = [t.encode("utf-8") for t in TEXTS]
+    expected = serialize_byte_tensor(np.array(elements, dtype=np.object_)).item()
+    assert serialize_bytes(elements) == expected == _prefixed(*elements)
+    assert deserialize_bytes(expected, len(elements)) == elements
+    assert deserialize_bytes_tensor(serialize_bytes(elements)).tolist() == elements
+
+
+@pytest.mark.parametrize("message_module", [triton_service, grpc_service_pb2], ids=["tritonclient", "ours"])
+def test_decode_request_built_by_tritonclient(message_module) -> None:
+    """A request made by tritonclient's InferInput decodes to the original texts and options."""
+    wire = _client_request(
+        TEXTS, request_id="abc", priority=2, outputs=[triton_grpc.InferRequestedOutput("TRANSLATION")],
+        parameters={"beam_size": 4, "max_tokens": "12"},
+    ).SerializeToString()
+    request = message_module.ModelInferRequest.FromString(wire)
+    assert decode_request(request) == DecodedRequest(
+        texts=TEXTS, options=InferOptions(max_output_tokens=12, beam_size=4), request_id="abc"
+    )
+
+
+def test_decode_typed_bytes_contents() -> None:
+    """The typed form (one bytes_contents entry per element, no prefixes) decodes too."""
+    elements = [t.encode("utf-8") for t in TEXTS]
+    assert decode_text_input(_typed_request(elements, [len(elements)])) == TEXTS
+
+
+@pytest.mark.parametrize("response_module", [triton_service, grpc_service_pb2], ids=["tritonclient", "ours"])
+def test_encoded_output_reads_back_with_as_numpy(response_module) -> None:
+    """tritonclient's InferResult.as_numpy returns exactly the texts we encoded, with shape [N]."""
+    response = response_module.ModelInferResponse(model_name="translator", id="abc")
+    encode_translation_output(response, TEXTS)
+    assert list(response.outputs[0].shape) == [len(TEXTS)] and response.outputs[0].datatype == "BYTES"
+    wire = response.SerializeToString()
+    result = triton_grpc.InferResult(triton_service.ModelInferResponse.FromString(wire))
+    array = result.as_numpy("TRANSLATION")
+    assert array.shape == (len(TEXTS),)
+    assert [b.decode("utf-8") for b in array.tolist()] == TEXTS
+
+
+def test_encode_refuses_misaligned_response() -> None:
+    """Raw output entries must stay aligned with outputs."""
+    response = triton_service.ModelInferResponse()
+    response.outputs.add(name="OTHER", datatype="FP32", shape=[1])  # typed, no raw entry
+    with pytest.raises(ValueError, match="raw_output_contents must match outputs"):
+        encode_translation_output(response, ["x"])
+
+
+def _no_inputs() -> triton_service.ModelInferRequest:
+    """A request without any input tensor."""
+    return triton_service.ModelInferRequest(model_name="translator")
+
+
+def _two_inputs() -> triton_service.ModelInferRequest:
+    """A request with TEXT and one more input."""
+    request = _raw_request(_prefixed(b"a"), [1])
+    request.inputs.add(name="X", datatype="BYTES", shape=[1])
+    request.raw_input_contents.append(_prefixed(b"b"))
+    return request
+
+
+def _renamed() -> triton_service.ModelInferRequest:
+    """A request whose single input has the wrong name."""
+    request = _raw_request(_prefixed(b"a"), [1])
+    request.inputs[0].name = "SOURCE"
+    return request
+
+
+def _raw_and_typed() -> triton_service.ModelInferRequest:
+    """A request with both raw and typed data for TEXT."""
+    request = _raw_request(_prefixed(b"a"), [1])
+    request.inputs[0].contents.bytes_contents.append(b"a")
+    return request
+
+
+def _two_raw_entries() -> triton_service.ModelInferRequest:
+    """One input but two raw_input_contents entries."""
+    request = _raw_request(_prefixed(b"a"), [1])
+    request.raw_input_contents.append(_prefixed(b"b"))
+    return request
+
+
+def _no_data() -> triton_service.ModelInferRequest:
+    """TEXT declared with shape [1] but carrying no data at all."""
+    request = triton_service.ModelInferRequest()
+    request.inputs.add(name="TEXT", datatype="BYTES", shape=[1])
+    return request
+
+
+def _wrong_typed_list() -> triton_service.ModelInferRequest:
+    """BYTES data sent in a numeric typed list."""
+    request = _no_data()
+    request.inputs[0].contents.int64_contents.append(7)
+    return request
+
+
+ERROR_CASES = {
+    "missing input": (_no_inputs, "missing input TEXT: the request has no inputs"),
+    "wrong name": (_renamed, "expected exactly one input named TEXT, got 'SOURCE'"),
+    "two inputs": (_two_inputs, "expected exactly one input named TEXT, got 'TEXT', 'X'"),
+    "wrong datatype": (lambda: _raw_request(b"\0\0\0\0", [1], "FP32"),
+                       "input TEXT has datatype FP32, expected BYTES"),
+    "empty datatype": (lambda: _raw_request(b"", [1], ""), "input TEXT has datatype (empty), expected BYTES"),
+    "2-D shape": (lambda: _raw_request(_prefixed(b"a", b"b"), [1, 2]),
+                  "input TEXT must be 1-D with shape [N], got shape [1, 2]"),
+    "scalar shape": (lambda: _raw_request(_prefixed(b"a"), []),
+                     "input TEXT must be 1-D with shape [N], got shape []"),
+    "negative shape": (lambda: _raw_request(_prefixed(b"a"), [-1]),
+                       "input TEXT has invalid shape [-1]: N must be the element count"),
+    "empty shape": (lambda: _raw_request(b"", [0]),
+                    "input TEXT is empty (shape [0]): send at least one text"),
+    "fewer raw elements than shape": (lambda: _raw_request(_prefixed(b"a", b"b"), [3]),
+                                      "shape declares 3 elements but raw_input_contents holds only 2"),
+    "more raw elements than shape": (lambda: _raw_request(_prefixed(b"a", b"b"), [1]),
+                                     "shape declares 1 elements but raw_input_contents holds 2"),
+    "truncated element": (lambda: _raw_request(struct.pack("<I", 10) + b"abc", [1]),
+                          "truncated BYTES tensor in raw_input_contents: element 0 declares 10 bytes but "
+                          "only 3 remain"),
+    "truncated prefix": (lambda: _raw_request(_prefixed(b"ok") + b"\x05\x00", [2]),
+                         "truncated BYTES tensor in raw_input_contents: element 1 needs a 4-byte length "
+                         "prefix but only 2 bytes remain"),
+    "trailing garbage": (lambda: _raw_request(_prefixed(b"ok") + b"\x01", [1]),
+                         "trailing garbage in raw_input_contents: 1 unexpected byte(s) after the 1 "
+                         "element(s) declared by the shape"),
+    "trailing partial element": (lambda: _raw_request(_prefixed(b"ok") + struct.pack("<I", 9) + b"x", [1]),
+                                 "trailing garbage in raw_input_contents: 5 unexpected byte(s) after the 1 "
+                                 "element(s) declared by the shape"),
+    "not utf-8": (lambda: _raw_request(_prefixed(b"fine", b"ab\xffcd"), [2]),
+                  "element 1 of input TEXT is not valid UTF-8 (invalid start byte at byte 2)"),
+    "truncated utf-8": (lambda: _typed_request(["\u00fc".encode()[:1]], [1]),
+                        "element 0 of input TEXT is not valid UTF-8 (unexpected end of data at byte 0)"),
+    "raw and typed": (_raw_and_typed,
+                      "input TEXT has both raw_input_contents and contents.bytes_contents: send only one"),
+    "raw entries per input": (_two_raw_entries, "raw_input_contents has 2 entries for 1 input(s)"),
+    "no data": (_no_data, "input TEXT has no data: send raw_input_contents or contents.bytes_contents"),
+    "wrong typed list": (_wrong_typed_list,
+                         "BYTES data of input TEXT belongs in contents.bytes_contents, "
+                         "got contents.int64_contents"),
+    "typed count": (lambda: _typed_request([b"a", b"b"], [3]),
+                    "shape declares 3 elements but contents.bytes_contents holds 2"),
+}
+
+
+@pytest.mark.parametrize("case", list(ERROR_CASES))
+def test_invalid_text_input(case: str) -> None:
+    """Every malformed TEXT input is rejected with its own message."""
+    build, message = ERROR_CASES[case]
+    with pytest.raises(InvalidTensor) as info:
+        decode_text_input(build())
+    assert str(info.value) == message
+    assert isinstance(info.value, ValueError)
+
+
+def test_unknown_requested_output() -> None:
+    """Asking for an output the model does not have is rejected; TRANSLATION or none is fine."""
+    request = _client_request(["a"], outputs=[triton_grpc.InferRequestedOutput("TRANSLATION")])
+    check_requested_outputs(request)
+    check_requested_outputs(_client_request(["a"]))
+    request.outputs.add(name="SCORES")
+    expected = r"^unknown output 'SCORES': this model's only output is TRANSLATION$"
+    with pytest.raises(InvalidTensor, match=expected):
+        check_requested_outputs(request)
+
+
+def _params(**values) -> dict:
+    """InferParameter map of a tritonclient request, values typed like the client types them."""
+    return _client_request(["a"], parameters=values).parameters
+
+
+def test_parameters_accepted_forms() -> None:
+    """int64, uint64 and decimal strings are read; unknown and Triton-reserved keys are ignored."""
+    assert parse_parameters({}) == InferOptions(None, None)
+    assert parse_parameters(_params(max_output_tokens=30, beam_size="  5 ")) == InferOptions(30, 5)
+    assert parse_parameters(_params(max_tokens=7, temperature=0.5)) == InferOptions(7, None)
+    request = _client_request(["a"], priority=3, timeout=1000)  # uint64 priority, int64 timeout
+    request.parameters["beam_size"].uint64_param = 2
+    assert parse_parameters(request.parameters) == InferOptions(None, 2)
+
+
+NOT_INTEGER = "must be an integer (int64_param, uint64_param or a decimal string_param), got"
+NOT_WHOLE = "must be a whole number, got string"
+PARAMETER_ERRORS = {
+    "both aliases": (dict(max_output_tokens=5, max_tokens=5),
+                     "give either max_output_tokens or max_tokens, not both"),
+    "bool": (dict(beam_size=True), f"parameter beam_size {NOT_INTEGER} bool_param True"),
+    "double": (dict(max_tokens=2.5), f"parameter max_tokens {NOT_INTEGER} double_param 2.5"),
+    "non-numeric string": (dict(beam_size="four"), f"parameter beam_size {NOT_WHOLE} 'four'"),
+    "negative string": (dict(beam_size="-2"), f"parameter beam_size {NOT_WHOLE} '-2'"),
+    "non-ascii digits": (dict(beam_size="\u0663"), f"parameter beam_size {NOT_WHOLE} '\u0663'"),
+    "zero": (dict(max_output_tokens=0), "parameter max_output_tokens must be >= 1, got 0"),
+    "negative": (dict(beam_size=-3), "parameter beam_size must be >= 1, got -3"),
+    "zero string": (dict(beam_size="0"), "parameter beam_size must be >= 1, got 0"),
+}
+
+
+@pytest.mark.parametrize("case", list(PARAMETER_ERRORS))
+def test_invalid_parameters(case: str) -> None:
+    """Every malformed decoding parameter is rejected with its own message."""
+    values, message = PARAMETER_ERRORS[case]
+    with pytest.raises(InvalidTensor) as info:
+        parse_parameters(_params(**values))
+    assert str(info.value) == message
+
+
+def test_parameter_without_value() -> None:
+    """A parameter entry whose oneof is unset is rejected."""
+    request = _client_request(["a"])
+    request.parameters["beam_size"].Clear()
+    with pytest.raises(InvalidTensor, match=r"^parameter beam_size has no value$"):
+        parse_parameters(request.parameters)
