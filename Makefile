@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test lint protos corpus train-default evaluate-default clean
+.PHONY: setup serve test lint protos corpus train-default evaluate-default default-bundle clean
 
 setup: $(STAMP)
 
@@ -14,9 +14,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[train,serve,dev]'
 	touch $@
 
-# Load the shipped default model and translate a few examples.
-demo: $(STAMP)
-	$(PY) -m model.demo
+# The gRPC server on 127.0.0.1:8001 (metrics on :8002) with the default bundle; flags and their
+# TRANSLATOR_* environment variables: `$(PY) -m service.server --help`.
+serve: $(STAMP) protos
+	$(PY) -m service.server
 
 # Python modules generated from protos/**/*.proto (not committed; skipped when up to date).
 protos: $(STAMP)
@@ -30,7 +31,9 @@ lint: $(STAMP)
 
 # The default corpus (deterministic from its seed) and the default model, resumable:
 # running `make train-default` again continues from runs/default/last.pt.
-corpus: $(STAMP)
+corpus: data/corpus/train.tsv
+
+data/corpus/train.tsv: | $(STAMP)
 	$(PY) -m model.corpus --out data/corpus --train 400000
 
 train-default: corpus
@@ -39,8 +42,13 @@ train-default: corpus
 	  --decoder-layers 2 --d-ff 768 --dropout 0.0 --pre-ln --max-tokens 3000 --warmup 400 \
 	  --lr-scale 0.4 --eval-every 300 --eval-size 500 --max-minutes 150 --target-em 100
 
-evaluate-default: $(STAMP)
+evaluate-default: corpus
 	$(PY) -m model.evaluate --checkpoint artifacts/default/model.pt --split data/corpus/test.tsv
+
+# Re-export the shipped bundle from the committed checkpoint (verified against PyTorch).
+default-bundle: $(STAMP)
+	$(PY) -m export --checkpoint artifacts/default/model.pt --out artifacts/default/bundle --fp16 \
+	  --test-split artifacts/default/test_sample.tsv --eval-size 500 --force
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

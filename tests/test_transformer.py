@@ -43,7 +43,9 @@ def test_attention_matches_hand_computation():
     for b in range(2):
         for h in range(3):
             for i in range(5):
-                scores = [sum(q[b, h, i, d] * k[b, h, j, d] for d in range(8)) / math.sqrt(8) for j in range(7)]
+                scores = [
+                    sum(q[b, h, i, d] * k[b, h, j, d] for d in range(8)) / math.sqrt(8) for j in range(7)
+                ]
                 m = max(scores)
                 e = [math.exp(s - m) for s in scores]
                 probs = [x / sum(e) for x in e]
