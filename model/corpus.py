@@ -56,10 +56,10 @@ def _number(rng: random.Random, max_digits: int) -> int:
     return rng.randint(0 if digits == 1 else 10 ** (digits - 1), 10**digits - 1)
 
 
-def cardinal(rng: random.Random) -> tuple[str, str]:
+def cardinal(rng: random.Random, p_separators: float = 0.5) -> tuple[str, str]:
     """A cardinal 0 .. 10^9, with or without thousands separators."""
     n = 10**9 if rng.random() < 0.01 else _number(rng, 9)
-    written = f"{n:,}" if n >= 1000 and rng.random() < 0.5 else str(n)
+    written = f"{n:,}" if n >= 1000 and rng.random() < p_separators else str(n)
     return written, num2words(n)
 
 
@@ -85,11 +85,25 @@ def _filler(rng: random.Random, words: list[str]) -> str:
     return w.capitalize() if r < 0.2 else w.upper() if r < 0.23 else w
 
 
-def sentence(rng: random.Random, words: list[str]) -> tuple[str, str]:
-    """One (written, spoken) pair: 2-10 words around 1-2 numbers, with punctuation."""
-    kinds = [cardinal] * 6 + [ordinal] * 3 + [percentage]
-    items: list[tuple[str, str]] = [(w, w) for w in (_filler(rng, words) for _ in range(rng.randint(2, 10)))]
-    for _ in range(1 if rng.random() < 0.7 else 2):
+def _long_cardinal(rng: random.Random) -> tuple[str, str]:
+    """A cardinal written mostly without separators: its magnitude must be read off its digit count."""
+    return cardinal(rng, p_separators=0.2)
+
+
+def sentence(rng: random.Random, words: list[str], numbers_focus: bool = False) -> tuple[str, str]:
+    """One (written, spoken) pair: 2-10 words around 1-2 numbers, with punctuation.
+
+    With `numbers_focus` (a curriculum supplement): 0-3 words around 2-3 numbers, most of them
+    cardinals without separators, the hardest part of the task.
+    """
+    if numbers_focus:
+        kinds, n_words, n_numbers = [_long_cardinal] * 7 + [ordinal] * 3, rng.randint(0, 3), rng.randint(2, 3)
+    else:
+        kinds = [cardinal] * 6 + [ordinal] * 3 + [percentage]
+        n_words = rng.randint(2, 10)
+        n_numbers = 0  # drawn below, after the words, to keep the default corpus's random stream
+    items: list[tuple[str, str]] = [(w, w) for w in (_filler(rng, words) for _ in range(n_words))]
+    for _ in range(n_numbers or (1 if rng.random() < 0.7 else 2)):
         items.insert(rng.randint(0, len(items)), rng.choice(kinds)(rng))
     src, tgt = [], []
     for i, (s, t) in enumerate(items):
@@ -103,13 +117,13 @@ def sentence(rng: random.Random, words: list[str]) -> tuple[str, str]:
 
 
 def generate(
-    n: int, seed: int, words: list[str], exclude: set[str] | None = None
+    n: int, seed: int, words: list[str], exclude: set[str] | None = None, numbers_focus: bool = False
 ) -> Iterator[tuple[str, str]]:
     """n distinct pairs from a seed, skipping sources in `exclude` (keeps splits disjoint)."""
     rng, seen = random.Random(seed), set(exclude or ())
     made = 0
     while made < n:
-        src, tgt = sentence(rng, words)
+        src, tgt = sentence(rng, words, numbers_focus)
         if src in seen:
             continue
         seen.add(src)
@@ -127,13 +141,15 @@ def write_tsv(path: Path, pairs: Iterator[tuple[str, str]]) -> set[str]:
     return sources
 
 
-def build(out: Path, n_train: int, n_valid: int, n_test: int, seed: int) -> None:
-    """Write the three disjoint splits under `out`."""
+def build(out: Path, n_train: int, n_valid: int, n_test: int, seed: int, n_numbers: int = 0) -> None:
+    """Write the three disjoint splits under `out` (+ numbers.tsv, a number-focused training supplement)."""
     out.mkdir(parents=True, exist_ok=True)
     train_words, all_words = word_lists(seed)
     held = write_tsv(out / "test.tsv", generate(n_test, seed + 2, all_words))
     held |= write_tsv(out / "valid.tsv", generate(n_valid, seed + 1, all_words, held))
     write_tsv(out / "train.tsv", generate(n_train, seed, train_words, held))
+    if n_numbers:
+        write_tsv(out / "numbers.tsv", generate(n_numbers, seed + 3, train_words, held, numbers_focus=True))
 
 
 def main() -> None:
@@ -143,9 +159,10 @@ def main() -> None:
     ap.add_argument("--train", type=int, default=400_000)
     ap.add_argument("--valid", type=int, default=2_000)
     ap.add_argument("--test", type=int, default=2_000)
+    ap.add_argument("--numbers", type=int, default=0, help="pairs of the number-focused supplement")
     ap.add_argument("--seed", type=int, default=1234)
     a = ap.parse_args()
-    build(a.out, a.train, a.valid, a.test, a.seed)
+    build(a.out, a.train, a.valid, a.test, a.seed, a.numbers)
     print(f"wrote {a.train}/{a.valid}/{a.test} pairs to {a.out}")
 
 

@@ -38,7 +38,7 @@ def noam_lr(step: int, d_model: int, warmup: int, scale: float = 1.0) -> float:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--train", type=Path, required=True)
+    ap.add_argument("--train", type=Path, nargs="+", required=True, help="one or more TSV files")
     ap.add_argument("--valid", type=Path, required=True)
     ap.add_argument("--out", type=Path, required=True, help="run directory (checkpoints, tokenizer, log)")
     ap.add_argument("--tokenizer", type=Path, help="existing tokenizer.json (default: train one)")
@@ -84,7 +84,8 @@ def train(a: argparse.Namespace) -> dict:
     if a.threads:
         torch.set_num_threads(a.threads)
     a.out.mkdir(parents=True, exist_ok=True)
-    train_pairs, valid_pairs = read_tsv(a.train), read_tsv(a.valid)[: a.eval_size]
+    train_pairs = [pair for path in a.train for pair in read_tsv(path)]
+    valid_pairs = read_tsv(a.valid)[: a.eval_size]
     tok_file = a.out / "tokenizer.json"
     if not tok_file.exists():
         tok = load_tokenizer(a.tokenizer) if a.tokenizer else train_tokenizer(

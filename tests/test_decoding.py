@@ -89,7 +89,8 @@ def test_tiny_model_overfits_tiny_corpus(tmp_path):
     pairs = tiny_pairs(20, seed=7)
     data = write_tsv(tmp_path / "train.tsv", pairs)
     args = parse_args(["--train", str(data), "--valid", str(data), "--out", str(tmp_path / "run"),
-                       *TINY_MODEL_ARGS, "--d-model", "64", "--d-ff", "128", "--lr-scale", "0.5", "--label-smoothing", "0",
+                       *TINY_MODEL_ARGS, "--d-model", "64", "--d-ff", "128", "--lr-scale", "0.5",
+                       "--label-smoothing", "0",
                        "--max-steps", "1000", "--eval-every", "50", "--target-em", "100"])
     best = train(args)
     assert best["exact_match"] == 100.0
