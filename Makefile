@@ -34,13 +34,13 @@ lint: $(STAMP)
 corpus: data/corpus/train.tsv
 
 data/corpus/train.tsv: | $(STAMP)
-	$(PY) -m model.corpus --out data/corpus --train 400000
+	$(PY) -m model.corpus --out data/corpus --train 400000 --numbers 200000
 
 train-default: corpus
-	$(PY) -m model.train --train data/corpus/train.tsv --valid data/corpus/valid.tsv \
+	$(PY) -m model.train --train data/corpus/train.tsv data/corpus/numbers.tsv --valid data/corpus/valid.tsv \
 	  --out runs/default --vocab-size 2000 --d-model 192 --heads 3 --encoder-layers 2 \
 	  --decoder-layers 2 --d-ff 768 --dropout 0.0 --pre-ln --max-tokens 3000 --warmup 400 \
-	  --lr-scale 0.4 --eval-every 300 --eval-size 500 --max-minutes 150 --target-em 100
+	  --lr-scale 0.4 --eval-every 300 --eval-size 500 --max-minutes 150 --target-em 100 --threads 2
 
 evaluate-default: corpus
 	$(PY) -m model.evaluate --checkpoint artifacts/default/model.pt --split data/corpus/test.tsv

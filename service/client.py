@@ -1,0 +1,156 @@
+"""Command-line client: `python -m service.client "Send 4,217 apples."` prints the translation.
+
+Uses the native translator.v1 API by default, or the KServe v2 API with --v2 (through our
+generated stubs; what any Triton client sends). Exit code 0 on success, 1 on an RPC error (its
+status code and message are printed to stderr), 2 on bad flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import TextIO
+
+import grpc
+from google.protobuf import json_format
+
+from protos.inference import grpc_service_pb2 as v2
+from protos.inference import grpc_service_pb2_grpc as v2_grpc
+from protos.translator.v1 import translator_pb2 as pb
+from protos.translator.v1 import translator_pb2_grpc as pb_grpc
+from service import kserve_codec
+from service.rpc import MODEL_NAME
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Flags of the client."""
+    parser = argparse.ArgumentParser(prog="python -m service.client", description=__doc__.splitlines()[0])
+    parser.add_argument("texts", nargs="*", help="texts to translate (one result line each)")
+    parser.add_argument("--address", default=os.environ.get("TRANSLATOR_ADDRESS", "localhost:8001"),
+                        help="server host:port [TRANSLATOR_ADDRESS; default: %(default)s]")
+    parser.add_argument("--timeout", type=float, default=30.0, help="deadline in seconds (default: 30)")
+    parser.add_argument("--ca-cert", help="PEM CA certificate: connect with TLS")
+    parser.add_argument("--stream", action="store_true", help="print pieces as they are generated (one text)")
+    parser.add_argument("--alignment", action="store_true", help="print the cross-attention alignment")
+    parser.add_argument("--scores", action="store_true", help="print score and log-probability")
+    parser.add_argument("--n-best", type=int, default=0, help="hypotheses per text (needs --beam >= N)")
+    parser.add_argument("--beam", type=int, default=0, help="beam size (default: the server's, greedy)")
+    parser.add_argument("--max-tokens", type=int, default=0, help="most output tokens per text")
+    parser.add_argument("--v2", action="store_true", help="use the KServe v2 / Triton inference API")
+    parser.add_argument("--info", action="store_true", help="print GetModelInfo as JSON and exit")
+    parser.add_argument("--request-id", default="", help="client request id, echoed by the server")
+    return parser
+
+
+def open_channel(address: str, ca_cert: str | None) -> grpc.Channel:
+    """An insecure channel, or a TLS one trusting ca_cert."""
+    if ca_cert:
+        with open(ca_cert, "rb") as f:
+            return grpc.secure_channel(address, grpc.ssl_channel_credentials(root_certificates=f.read()))
+    return grpc.insecure_channel(address)
+
+
+def _options(args: argparse.Namespace) -> pb.TranslateOptions:
+    """TranslateOptions from the flags."""
+    return pb.TranslateOptions(
+        max_output_tokens=args.max_tokens, beam_size=args.beam, n_best=args.n_best,
+        return_scores=args.scores, return_alignment=args.alignment, return_tokens=args.alignment,
+    )
+
+
+def print_result(result: pb.TranslationResult, args: argparse.Namespace, out: TextIO) -> None:
+    """Print a result's hypotheses (numbered when n-best), scores and alignment as asked."""
+    many = len(result.hypotheses) > 1
+    for rank, hyp in enumerate(result.hypotheses, 1):
+        prefix = f"{rank}. " if many else ""
+        out.write(f"{prefix}{hyp.text}\n")
+        if args.scores:
+            reason = pb.FinishReason.Name(hyp.finish_reason).removeprefix("FINISH_REASON_").lower()
+            out.write(f"   score={hyp.score:.4f} log_prob={hyp.log_prob:.4f} finish={reason}\n")
+        if args.alignment:
+            out.write("   alignment (rows: output tokens, columns: source tokens " +
+                      " ".join(result.source_tokens) + ")\n")
+            for token, row in zip(hyp.tokens, hyp.alignment, strict=False):
+                weights = " ".join(f"{w:.2f}" for w in row.weights)
+                out.write(f"   {token:>12} {weights}\n")
+
+
+def _translate(channel: grpc.Channel, args: argparse.Namespace, out: TextIO) -> None:
+    """Native Translate / TranslateStream."""
+    stub = pb_grpc.TranslatorStub(channel)
+    if args.stream:
+        request = pb.TranslateStreamRequest(text=args.texts[0], options=_options(args),
+                                            request_id=args.request_id)
+        pieces = 0
+        for message in stub.TranslateStream(request, timeout=args.timeout):
+            if message.HasField("piece"):
+                out.write(message.piece.text)
+                out.flush()
+                pieces += 1
+            elif pieces:  # the text is out already: end its line, then the details asked for
+                out.write("\n")
+                if args.scores or args.alignment:
+                    print_result(message.result, args, out)
+            else:  # beam search: only the final message comes
+                print_result(message.result, args, out)
+        return
+    request = pb.TranslateRequest(texts=args.texts, options=_options(args), request_id=args.request_id)
+    response = stub.Translate(request, timeout=args.timeout)
+    for result in response.results:
+        print_result(result, args, out)
+
+
+def _infer_v2(channel: grpc.Channel, args: argparse.Namespace, out: TextIO) -> None:
+    """KServe v2 ModelInfer with a TEXT BYTES tensor."""
+    request = v2.ModelInferRequest(model_name=MODEL_NAME, id=args.request_id)
+    count = len(args.texts)
+    request.inputs.add(name=kserve_codec.INPUT_NAME, datatype=kserve_codec.BYTES_DATATYPE, shape=[count])
+    request.raw_input_contents.append(kserve_codec.serialize_bytes(t.encode("utf-8") for t in args.texts))
+    if args.beam:
+        request.parameters[kserve_codec.BEAM_SIZE_KEY].int64_param = args.beam
+    if args.max_tokens:
+        request.parameters["max_output_tokens"].int64_param = args.max_tokens
+    response = v2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=args.timeout)
+    index = [o.name for o in response.outputs].index(kserve_codec.OUTPUT_NAME)
+    returned = int(response.outputs[index].shape[0])
+    for element in kserve_codec.deserialize_bytes(response.raw_output_contents[index], returned):
+        out.write(element.decode("utf-8") + "\n")
+
+
+def run(args: argparse.Namespace, out: TextIO) -> None:
+    """Perform the requested call and print its answer."""
+    with open_channel(args.address, args.ca_cert) as channel:
+        if args.info:
+            stub = pb_grpc.TranslatorStub(channel)
+            info = stub.GetModelInfo(pb.GetModelInfoRequest(), timeout=args.timeout)
+            as_dict = json_format.MessageToDict(info, always_print_fields_with_no_presence=True)
+            out.write(json.dumps(as_dict, indent=2) + "\n")
+        elif args.v2:
+            _infer_v2(channel, args, out)
+        else:
+            _translate(channel, args, out)
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+    """Entry point; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.info and not args.texts:
+        parser.error("give at least one text (or --info)")
+    if args.stream and len(args.texts) != 1:
+        parser.error("--stream translates exactly one text")
+    if args.v2 and (args.stream or args.alignment or args.scores or args.n_best > 1):
+        parser.error("--v2 returns translations only: drop --stream, --alignment, --scores and --n-best")
+    try:
+        run(args, out or sys.stdout)
+    except grpc.RpcError as exc:
+        print(f"error: {exc.code().name}: {exc.details()}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

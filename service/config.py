@@ -1,0 +1,164 @@
+"""Server configuration: command-line flags, each with a TRANSLATOR_* environment-variable equivalent.
+
+A flag given on the command line wins over its environment variable, which wins over the default
+(`--max-batch-size` <-> `TRANSLATOR_MAX_BATCH_SIZE`). `python -m service.server --help` lists all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_BUNDLE = REPO_ROOT / "artifacts" / "default" / "bundle"
+DEFAULT_PROVIDERS = ("CUDAExecutionProvider", "CPUExecutionProvider")
+BATCHING_MODES = ("none", "dynamic", "continuous")
+ENV_PREFIX = "TRANSLATOR_"
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Everything `service.server.serve` needs; field names match the flags (`--max-batch-size`)."""
+
+    bundle: Path = DEFAULT_BUNDLE
+    host: str = "127.0.0.1"
+    port: int = 8001
+    metrics_port: int = 8002  # 0 = any free port, -1 = no metrics endpoint
+    batching: str = "continuous"
+    max_batch_size: int = 32
+    max_queue_delay_ms: float = 5.0
+    queue_size: int = 256
+    intra_op_threads: int = 0
+    providers: tuple[str, ...] = DEFAULT_PROVIDERS
+    provider_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    max_message_bytes: int = 4 * 1024 * 1024
+    drain_grace_s: float = 20.0
+    max_beam: int = 8
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    port_file: Path | None = None
+    log_level: str = "INFO"
+
+    def __post_init__(self) -> None:
+        """Reject inconsistent values early, with the flag name in the message."""
+        if self.batching not in BATCHING_MODES:
+            raise ValueError(f"--batching must be one of {', '.join(BATCHING_MODES)}, got {self.batching!r}")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("--tls-cert and --tls-key must be given together")
+        checks = {
+            "--port": 0 <= self.port <= 65535,
+            "--metrics-port": -1 <= self.metrics_port <= 65535,
+            "--max-batch-size": self.max_batch_size >= 1,
+            "--max-queue-delay-ms": self.max_queue_delay_ms >= 0,
+            "--queue-size": self.queue_size >= 1,
+            "--intra-op-threads": self.intra_op_threads >= 0,
+            "--max-message-bytes": self.max_message_bytes >= 1024,
+            "--drain-grace-s": self.drain_grace_s >= 0,
+            "--max-beam": self.max_beam >= 1,
+            "--providers": len(self.providers) >= 1,
+        }
+        bad = [flag for flag, ok in checks.items() if not ok]
+        if bad:
+            raise ValueError(f"out-of-range value for {', '.join(bad)}")
+
+    @property
+    def address(self) -> str:
+        """host:port to bind (IPv6 hosts in brackets)."""
+        host = f"[{self.host}]" if ":" in self.host and not self.host.startswith("[") else self.host
+        return f"{host}:{self.port}"
+
+
+def _providers(text: str) -> tuple[str, ...]:
+    """Comma-separated provider names, blanks dropped."""
+    return tuple(p.strip() for p in text.split(",") if p.strip())
+
+
+def _provider_options(text: str) -> dict[str, dict[str, Any]]:
+    """JSON object {provider: {option: value}}."""
+    try:
+        value = json.loads(text) if text.strip() else {}
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not valid JSON: {exc}") from None
+    if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
+        raise argparse.ArgumentTypeError('expected {"ProviderName": {"option": value}}')
+    return value
+
+
+def _optional_path(text: str) -> Path | None:
+    """A path, or None for the empty string (so an env var can be set empty)."""
+    return Path(text) if text else None
+
+
+# flag, type, help; the default comes from ServerConfig, the env var from the flag name.
+_FLAGS: list[tuple[str, Any, str]] = [
+    ("--bundle", Path, "model bundle directory (shipped default: artifacts/default/bundle)"),
+    ("--host", str, "address to bind (0.0.0.0 for every interface)"),
+    ("--port", int, "gRPC port; 0 = any free port (see --port-file)"),
+    ("--metrics-port", int, "Prometheus /metrics HTTP port; 0 = any free port, -1 = disabled"),
+    ("--batching", str, f"scheduler: {' | '.join(BATCHING_MODES)}"),
+    ("--max-batch-size", int, "most texts per request and most rows per model call"),
+    ("--max-queue-delay-ms", float, "dynamic batching: longest wait for a batch to fill"),
+    ("--queue-size", int, "most texts waiting; beyond it requests fail with RESOURCE_EXHAUSTED"),
+    ("--intra-op-threads", int, "ONNX Runtime intra-op threads (0 = ORT default)"),
+    ("--providers", _providers, "comma-separated ONNX Runtime execution providers, in priority order"),
+    ("--provider-options", _provider_options, 'JSON, e.g. {"CUDAExecutionProvider": {"device_id": 0}}'),
+    ("--max-message-bytes", int, "largest gRPC message received or sent"),
+    ("--drain-grace-s", float, "on SIGTERM/SIGINT: seconds for in-flight requests to finish"),
+    ("--max-beam", int, "largest accepted beam size"),
+    ("--tls-cert", _optional_path, "PEM certificate chain; with --tls-key serves TLS"),
+    ("--tls-key", _optional_path, "PEM private key"),
+    ("--port-file", _optional_path, "write the bound gRPC port to this file once listening"),
+    ("--log-level", str, "DEBUG, INFO, WARNING or ERROR"),
+]
+
+
+def env_name(flag: str) -> str:
+    """Environment variable of a flag: --max-batch-size -> TRANSLATOR_MAX_BATCH_SIZE."""
+    return ENV_PREFIX + flag.lstrip("-").replace("-", "_").upper()
+
+
+def _default_text(value: Any) -> str:
+    """A ServerConfig default as the text its flag would take."""
+    if isinstance(value, tuple):
+        return ",".join(value)
+    if isinstance(value, dict):
+        return json.dumps(value)
+    return "" if value is None else str(value)
+
+
+def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
+    """The argument parser; defaults come from `env` (os.environ by default), then ServerConfig."""
+    env = os.environ if env is None else env
+    defaults = ServerConfig()
+    parser = argparse.ArgumentParser(
+        prog="python -m service.server",
+        description="Serve the translation model over gRPC (translator.v1 and KServe v2), with health, "
+        "reflection and Prometheus metrics. Every flag can also be set through the environment "
+        "variable shown in brackets.",
+    )
+    for flag, kind, text in _FLAGS:
+        dest = flag.lstrip("-").replace("-", "_")
+        # argparse applies `type` to string defaults, so env values are parsed like flag values
+        default = env.get(env_name(flag), _default_text(getattr(defaults, dest)))
+        parser.add_argument(flag, dest=dest, type=kind, default=default,
+                            help=f"{text} [{env_name(flag)}; default: %(default)s]")
+    return parser
+
+
+def parse_config(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> ServerConfig:
+    """ServerConfig from flags and environment; exits with a usage message on bad values."""
+    parser = build_parser(env)
+    args = parser.parse_args(argv)
+    values = vars(args)
+    values["batching"] = values["batching"].lower()
+    values["log_level"] = values["log_level"].upper()
+    try:
+        return ServerConfig(**values)
+    except ValueError as exc:
+        parser.error(str(exc))
+        raise  # unreachable: parser.error exits

@@ -1,0 +1,78 @@
+"""A text in flight between the event loop and the inference worker, and what it comes back as.
+
+A `Job` is created on the event loop (service/scheduler.py), queued to and driven by the worker
+thread (service/worker.py), and answered through its sink: an asyncio Future (submit) or an
+asyncio.Queue of events (stream). `deliver` runs on the event loop, scheduled by the worker with
+`loop.call_soon_threadsafe`, so asyncio objects are only ever touched by their own loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from service.search import Hypothesis, Request, TokenEvent
+
+QUEUED, ACTIVE, DONE = "queued", "active", "done"  # Job.state; QUEUED -> ACTIVE under the queue lock
+
+
+@dataclass
+class Timings:
+    """Where a text's time went, in milliseconds: queued, being decoded, submit to result."""
+
+    queue_ms: float
+    compute_ms: float
+    total_ms: float
+
+
+@dataclass
+class Result:
+    """The outcome of one input text."""
+
+    hypotheses: list[Hypothesis]  # n-best, best first (empty if cancelled)
+    source_ids: list[int]  # tokenizer ids + eos
+    finish_reason: str  # of the best hypothesis: "eos" | "length" | "cancelled"
+    timings: Timings
+
+
+@dataclass(eq=False)
+class Job:
+    """One text in flight: its request, where its results go, its deadline and timestamps (monotonic)."""
+
+    request: Request
+    loop: asyncio.AbstractEventLoop
+    sink: asyncio.Future | asyncio.Queue  # Future for submit, Queue of events for stream
+    deadline: float | None
+    submitted: float
+    state: str = QUEUED
+    enqueued: float = 0.0
+    admitted: float = 0.0
+    first_token: float | None = None
+    admit_step: int = 0
+
+    @property
+    def rows(self) -> int:
+        """Rows of the batch this text takes (its beam size)."""
+        return self.request.options.beam_size
+
+    def receive(self, item: TokenEvent | Result | BaseException, now: float) -> None:
+        """On the event loop: hand an event, result or error to the waiting caller."""
+        if isinstance(item, Result):
+            item.timings.total_ms = (now - self.submitted) * 1e3
+        sink = self.sink
+        if isinstance(sink, asyncio.Queue):
+            sink.put_nowait(item)
+        elif not sink.done() and not isinstance(item, TokenEvent):
+            if isinstance(item, BaseException):
+                sink.set_exception(item)
+            else:
+                sink.set_result(item)
+
+
+def deliver(items: list[tuple[Job, Any]]) -> None:
+    """On the event loop: deliver a worker iteration's items in order."""
+    now = time.monotonic()
+    for job, item in items:
+        job.receive(item, now)

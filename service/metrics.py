@@ -1,0 +1,110 @@
+"""Prometheus metrics of the service: module-level objects in the default registry.
+
+A side channel: the scheduler (service/scheduler.py, service/worker.py) writes the queue,
+compute and batch metrics; the servicers call `observe_request` once per RPC. Everything is
+exposed by `start_metrics_server` on its own HTTP port (prometheus_client's server thread).
+
+Names (all prefixed `translator_`):
+- `requests_total{method, code}` counter, `request_latency_seconds{method}` histogram: per RPC.
+- `queue_time_seconds`, `time_to_first_token_seconds`, `time_per_output_token_seconds`: per text.
+- `encoder_compute_seconds` per encoder call, `decoder_step_seconds` per decoder step.
+- `batch_size` (active rows per decoder step), `input_tokens` / `output_tokens` per text.
+- `queue_depth`, `active_sequences` gauges; `model_info` (model, version, provider, batching mode).
+Time histograms use millisecond-suited buckets from 0.5 ms to 10 s.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from prometheus_client import Counter, Gauge, Histogram, Info, start_http_server
+
+TIME_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+BATCH_BUCKETS = tuple(float(2**i) for i in range(9))  # 1, 2, 4, ..., 256
+TOKEN_BUCKETS = tuple(float(2**i) for i in range(11))  # 1, 2, 4, ..., 1024
+
+REQUESTS = Counter("translator_requests_total", "RPCs answered, by method and gRPC status code.",
+                   ["method", "code"])
+REQUEST_LATENCY = Histogram("translator_request_latency_seconds", "End-to-end RPC latency.", ["method"],
+                            buckets=TIME_BUCKETS)
+QUEUE_TIME = Histogram("translator_queue_time_seconds", "Time a text waited in the queue before decoding.",
+                       buckets=TIME_BUCKETS)
+TIME_TO_FIRST_TOKEN = Histogram("translator_time_to_first_token_seconds",
+                                "From submission to the first generated token, per text.",
+                                buckets=TIME_BUCKETS)
+TIME_PER_OUTPUT_TOKEN = Histogram("translator_time_per_output_token_seconds",
+                                  "Mean time between generated tokens after the first, per text.",
+                                  buckets=TIME_BUCKETS)
+ENCODER_COMPUTE = Histogram("translator_encoder_compute_seconds", "One encoder run (all newcomers at once).",
+                            buckets=TIME_BUCKETS)
+DECODER_STEP = Histogram("translator_decoder_step_seconds", "One decoder step of the whole batch.",
+                         buckets=TIME_BUCKETS)
+BATCH_SIZE = Histogram("translator_batch_size", "Active rows per decoder step (a beam-k text has k rows).",
+                       buckets=BATCH_BUCKETS)
+INPUT_TOKENS = Histogram("translator_input_tokens", "Source tokens per text (incl. eos).",
+                         buckets=TOKEN_BUCKETS)
+OUTPUT_TOKENS = Histogram("translator_output_tokens", "Generated tokens of the best hypothesis per text.",
+                          buckets=TOKEN_BUCKETS)
+QUEUE_DEPTH = Gauge("translator_queue_depth", "Texts waiting in the scheduler queue.")
+ACTIVE_SEQUENCES = Gauge("translator_active_sequences", "Texts being decoded.")
+MODEL = Info("translator_model", "The served model: name, bundle version, provider, batching mode.")
+
+_servers_lock = threading.Lock()
+_servers: list = []  # (server, thread) pairs started by start_metrics_server
+
+
+def observe_request(method: str, code: str, seconds: float) -> None:
+    """Count one answered RPC (code: a gRPC status name such as "OK") and record its latency."""
+    REQUESTS.labels(method=method, code=code).inc()
+    REQUEST_LATENCY.labels(method=method).observe(seconds)
+
+
+def set_model_info(model: str, version: str, provider: str, batching: str) -> None:
+    """Set the `translator_model_info` labels."""
+    MODEL.info({"model": model, "version": version, "provider": provider, "batching": batching})
+
+
+def start_metrics_server(port: int, host: str = "0.0.0.0") -> int:
+    """Serve /metrics over HTTP in a daemon thread; returns the bound port (useful with port 0)."""
+    started = start_http_server(port, addr=host)
+    if isinstance(started, tuple):  # prometheus_client >= 0.20 returns (server, thread)
+        server = started[0]
+        with _servers_lock:
+            _servers.append(started)
+        return int(server.server_port)
+    return port  # older versions return None: only a fixed port is known
+
+
+def stop_metrics_servers() -> None:
+    """Shut down every HTTP server started by start_metrics_server (tests, clean shutdown)."""
+    with _servers_lock:
+        servers, _servers[:] = list(_servers), []
+    for server, thread in servers:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5.0)
+
+
+def histogram_count(histogram: Histogram, **labels: str) -> float:
+    """Number of observations of a histogram (of one label set if given); for tests and tools."""
+    return _sample(histogram, "_count", labels)
+
+
+def histogram_sum(histogram: Histogram, **labels: str) -> float:
+    """Sum of the observations of a histogram (of one label set if given)."""
+    return _sample(histogram, "_sum", labels)
+
+
+def counter_value(counter: Counter, **labels: str) -> float:
+    """Current value of a counter (of one label set if given)."""
+    return _sample(counter, "_total", labels)
+
+
+def _sample(metric: Counter | Histogram, suffix: str, labels: dict[str, str]) -> float:
+    """Sum of a metric's samples with the given name suffix whose labels include `labels`."""
+    total = 0.0
+    for family in metric.collect():
+        for s in family.samples:
+            if s.name.endswith(suffix) and all(s.labels.get(k) == v for k, v in labels.items()):
+                total += s.value
+    return total

@@ -1,0 +1,167 @@
+"""The translator.v1 servicer: protobuf <-> domain types around the scheduler, nothing more.
+
+Errors are raised as domain exceptions (InvalidInput, QueueFull, ...) and mapped to gRPC statuses
+by service/interceptor.py; this module never chooses a status code.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from typing import Any
+
+from grpc import aio
+
+from protos.translator.v1 import translator_pb2 as pb
+from protos.translator.v1 import translator_pb2_grpc as pb_grpc
+from service.rpc import MODEL_NAME, check_max_output_tokens, check_text_count, deadline_of
+from service.runner import Runner
+from service.scheduler import Result, Scheduler
+from service.search import DecodeOptions, Hypothesis, TokenEvent
+
+log = logging.getLogger(__name__)
+
+FINISH_REASONS = {
+    "eos": pb.FINISH_REASON_EOS,
+    "length": pb.FINISH_REASON_LENGTH,
+    "cancelled": pb.FINISH_REASON_CANCELLED,
+}
+BATCHING_MODES = {
+    "none": pb.BATCHING_MODE_NONE,
+    "dynamic": pb.BATCHING_MODE_DYNAMIC,
+    "continuous": pb.BATCHING_MODE_CONTINUOUS,
+}
+_CONFIG_FIELDS = [f.name for f in pb.ModelConfig.DESCRIPTOR.fields]
+
+
+def decode_options(options: pb.TranslateOptions, runner: Runner) -> DecodeOptions:
+    """DecodeOptions from the request (zero = server default), validated against the runner's limits."""
+    defaults = DecodeOptions()
+    check_max_output_tokens(options.max_output_tokens or None, runner.max_len)
+    decoded = DecodeOptions(
+        beam_size=options.beam_size or defaults.beam_size,
+        n_best=options.n_best or 1,
+        alpha=options.length_penalty if options.HasField("length_penalty") else defaults.alpha,
+        max_new_tokens=options.max_output_tokens or defaults.max_new_tokens,
+        with_alignment=options.return_alignment,
+    )
+    decoded.resolved(runner.max_len, runner.max_beam)  # raises InvalidInput naming the bad option
+    return decoded
+
+
+def _tokens(runner: Runner, ids: list[int]) -> list[str]:
+    """Vocabulary strings of token ids."""
+    return [runner.tokenizer.id_to_token(i) or "" for i in ids]
+
+
+def hypothesis_message(hyp: Hypothesis, options: pb.TranslateOptions, runner: Runner,
+                       cancelled: bool) -> pb.Hypothesis:
+    """One Hypothesis message; optional fields filled as the options ask."""
+    message = pb.Hypothesis(
+        text=hyp.text, token_ids=hyp.tokens,
+        finish_reason=FINISH_REASONS["cancelled" if cancelled else hyp.finish_reason],
+    )
+    if options.return_tokens:
+        message.tokens.extend(_tokens(runner, hyp.tokens))
+    if options.return_scores:
+        message.score, message.log_prob = hyp.score, hyp.log_prob
+    if options.return_alignment and hyp.alignment is not None:
+        message.alignment.extend(pb.AlignmentRow(weights=row) for row in hyp.alignment)  # (T, S)
+    return message
+
+
+def result_message(result: Result, options: pb.TranslateOptions, runner: Runner) -> pb.TranslationResult:
+    """One TranslationResult message from a scheduler Result."""
+    cancelled = result.finish_reason == "cancelled"
+    message = pb.TranslationResult(
+        hypotheses=[hypothesis_message(h, options, runner, cancelled) for h in result.hypotheses],
+        timings=pb.Timings(queue_ms=result.timings.queue_ms, compute_ms=result.timings.compute_ms,
+                           total_ms=result.timings.total_ms),
+    )
+    if options.return_alignment or options.return_tokens:
+        message.source_token_ids.extend(result.source_ids)
+    if options.return_tokens:
+        message.source_tokens.extend(_tokens(runner, result.source_ids))
+    return message
+
+
+def model_info(runner: Runner, scheduler: Scheduler) -> pb.GetModelInfoResponse:
+    """GetModelInfo answer: model config, bundle identity, providers, limits and defaults."""
+    bundle = runner.bundle
+    config: dict[str, Any] = {k: v for k, v in runner.config.items() if k in _CONFIG_FIELDS}
+    files = bundle.manifest.get("files", {})
+    defaults = DecodeOptions().resolved(runner.max_len, runner.max_beam)
+    return pb.GetModelInfoResponse(
+        model_name=MODEL_NAME,
+        config=pb.ModelConfig(**config),
+        bundle=pb.BundleInfo(
+            version=bundle.version, format_version=bundle.format_version,
+            files=[pb.FileHash(name=name, sha256=str(entry["sha256"]), size_bytes=int(entry["bytes"]))
+                   for name, entry in sorted(files.items())],
+        ),
+        execution_providers=runner.providers,
+        limits=pb.Limits(
+            max_batch_size=scheduler.max_batch_size, max_source_tokens=runner.max_len,
+            max_beam_size=runner.max_beam, max_output_tokens=runner.max_len - 1,
+            batching_mode=BATCHING_MODES.get(scheduler.mode, pb.BATCHING_MODE_UNSPECIFIED),
+        ),
+        defaults=pb.TranslateOptions(
+            max_output_tokens=defaults.max_new_tokens, beam_size=defaults.beam_size, n_best=defaults.n_best,
+            length_penalty=defaults.alpha,
+        ),
+    )
+
+
+class TranslatorServicer(pb_grpc.TranslatorServicer):
+    """translator.v1.Translator on top of a Scheduler."""
+
+    def __init__(self, runner: Runner, scheduler: Scheduler) -> None:
+        """Serve with this runner and scheduler."""
+        self.runner, self.scheduler = runner, scheduler
+        self._info = model_info(runner, scheduler)
+
+    async def Translate(  # noqa: N802 - gRPC method name
+        self, request: pb.TranslateRequest, context: aio.ServicerContext
+    ) -> pb.TranslateResponse:
+        """Translate every text of the request with the same options; results in request order."""
+        request_id = request.request_id or uuid.uuid4().hex
+        texts = list(request.texts)
+        check_text_count(len(texts), self.scheduler.max_batch_size)
+        options = decode_options(request.options, self.runner)
+        log.debug("Translate %s: %d text(s)", request_id, len(texts))
+        results = await self.scheduler.submit(texts, options, deadline_of(context))
+        return pb.TranslateResponse(
+            results=[result_message(r, request.options, self.runner) for r in results], request_id=request_id
+        )
+
+    async def TranslateStream(  # noqa: N802 - gRPC method name
+        self, request: pb.TranslateStreamRequest, context: aio.ServicerContext
+    ) -> AsyncIterator[pb.TranslateStreamResponse]:
+        """Pieces as they are generated (greedy), then the complete result."""
+        request_id = request.request_id or uuid.uuid4().hex
+        options = decode_options(request.options, self.runner)
+        deadline = deadline_of(context)
+        log.debug("TranslateStream %s", request_id)
+        if options.beam_size > 1:  # the best beam is only known at the end
+            (result,) = await self.scheduler.submit([request.text], options, deadline)
+            yield pb.TranslateStreamResponse(
+                result=result_message(result, request.options, self.runner), request_id=request_id)
+            return
+        index = 0
+        async for event in self.scheduler.stream(request.text, replace(options, stream=True), deadline):
+            if isinstance(event, TokenEvent):
+                token = self.runner.tokenizer.id_to_token(event.token) or ""
+                piece = pb.TokenPiece(index=index, token_id=event.token, token=token, text=event.text)
+                index += 1
+                yield pb.TranslateStreamResponse(piece=piece, request_id=request_id)
+            else:
+                yield pb.TranslateStreamResponse(
+                    result=result_message(event, request.options, self.runner), request_id=request_id)
+
+    async def GetModelInfo(  # noqa: N802 - gRPC method name
+        self, request: pb.GetModelInfoRequest, context: aio.ServicerContext
+    ) -> pb.GetModelInfoResponse:
+        """The loaded model, bundle, providers and limits."""
+        return self._info

@@ -1,0 +1,50 @@
+"""What both servicers share: the served model name, readiness, request limits and deadlines."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from grpc import aio
+
+from service.search import InvalidInput
+
+MODEL_NAME = "translator"
+MODEL_VERSION = "1"
+
+
+@dataclass
+class Readiness:
+    """Serving state shared by health, ServerReady and ModelReady: loaded + warmed up, not draining."""
+
+    warmed_up: bool = False
+    draining: bool = False
+    scheduler_healthy: Callable[[], bool] = lambda: True
+
+    @property
+    def ready(self) -> bool:
+        """True while requests can be served."""
+        return self.warmed_up and not self.draining and bool(self.scheduler_healthy())
+
+
+def deadline_of(context: aio.ServicerContext) -> float | None:
+    """The call's deadline as an absolute time.monotonic() value, None when the client set none."""
+    remaining = context.time_remaining()
+    return None if remaining is None else time.monotonic() + remaining
+
+
+def check_text_count(count: int, max_batch_size: int) -> None:
+    """InvalidInput unless 1 <= count <= max_batch_size texts were sent."""
+    if count < 1:
+        raise InvalidInput("no texts to translate: send at least one text")
+    if count > max_batch_size:
+        raise InvalidInput(
+            f"{count} texts in one request; this server accepts at most {max_batch_size} (max_batch_size)"
+        )
+
+
+def check_max_output_tokens(value: int | None, max_len: int, name: str = "max_output_tokens") -> None:
+    """InvalidInput unless value (None = default) is within 1 .. max_len - 1 (the model's limit)."""
+    if value is not None and not 1 <= value <= max_len - 1:
+        raise InvalidInput(f"{name} must be between 1 and {max_len - 1}, got {value}")

@@ -1,0 +1,284 @@
+"""The gRPC server: `python -m service.server [flags]` (see service/config.py for flags and env vars).
+
+Serves translator.v1.Translator, inference.GRPCInferenceService (KServe v2), grpc.health.v1 and
+server reflection on one grpc.aio server, plus Prometheus /metrics on its own HTTP port. Health is
+SERVING only once the model is loaded and has translated a warm-up text, and NOT_SERVING while
+draining or while the scheduler reports itself unhealthy. On SIGTERM / SIGINT the server drains:
+health NOT_SERVING, no new calls, in-flight calls get `--drain-grace-s` seconds, exit code 0.
+`serve(config)` starts everything in the running event loop (tests use it in-process through
+`BackgroundServer`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Coroutine, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import grpc
+from google.protobuf import descriptor_pool
+from google.protobuf.descriptor import FileDescriptor
+from grpc import aio
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection, reflection_pb2
+
+from protos.inference import grpc_service_pb2, grpc_service_pb2_grpc
+from protos.translator.v1 import translator_pb2, translator_pb2_grpc
+from service import metrics
+from service.bundle import BundleError
+from service.config import ServerConfig, parse_config
+from service.interceptor import ErrorMappingInterceptor
+from service.kserve import InferenceServicer
+from service.native import TranslatorServicer
+from service.rpc import MODEL_NAME, Readiness
+from service.runner import Runner
+from service.scheduler import Scheduler, make_scheduler
+from service.search import DecodeOptions
+
+log = logging.getLogger("service.server")
+
+SERVICE_NAMES = (
+    translator_pb2.DESCRIPTOR.services_by_name["Translator"].full_name,
+    grpc_service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name,
+    health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+)
+HEALTH_POLL_S = 0.25
+WARMUP_TEXT = "Send 4,217 apples."
+_SERVING = health_pb2.HealthCheckResponse.SERVING
+_NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+T = TypeVar("T")
+
+
+def reflection_pool(files: Iterable[FileDescriptor]) -> descriptor_pool.DescriptorPool:
+    """One descriptor pool holding `files` and their dependencies (our inference protos live in a
+    private pool, the others in the default pool; reflection needs them all in one)."""
+    pool = descriptor_pool.DescriptorPool()
+    added: set[str] = set()
+
+    def add(file: FileDescriptor) -> None:
+        """Add a file after its dependencies, once."""
+        if file.name in added:
+            return
+        for dependency in file.dependencies:
+            add(dependency)
+        pool.AddSerializedFile(file.serialized_pb)
+        added.add(file.name)
+
+    for file in files:
+        add(file)
+    return pool
+
+
+def build_runner(config: ServerConfig) -> Runner:
+    """Load and verify the bundle and open its sessions (raises BundleError for a bad bundle)."""
+    runner = Runner(config.bundle, providers=config.providers, intra_op_threads=config.intra_op_threads,
+                    provider_options=config.provider_options or None, max_beam=config.max_beam)
+    log.info("model %s %s loaded from %s; execution providers in use: %s (primary: %s)",
+             runner.bundle.name, runner.bundle.version, config.bundle, ", ".join(runner.providers),
+             runner.provider)
+    return runner
+
+
+def _grpc_options(config: ServerConfig) -> list[tuple[str, Any]]:
+    """Channel arguments of the server: message size limits."""
+    return [("grpc.max_receive_message_length", config.max_message_bytes),
+            ("grpc.max_send_message_length", config.max_message_bytes)]
+
+
+def _bind(server: aio.Server, config: ServerConfig) -> int:
+    """Add the listening port (TLS when a certificate is configured); returns the bound port."""
+    if config.tls_cert is not None and config.tls_key is not None:
+        key_and_chain = (config.tls_key.read_bytes(), config.tls_cert.read_bytes())
+        credentials = grpc.ssl_server_credentials([key_and_chain])
+        port = server.add_secure_port(config.address, credentials)
+    else:
+        port = server.add_insecure_port(config.address)
+    if port == 0:
+        raise OSError(f"cannot listen on {config.address}")
+    return port
+
+
+@dataclass
+class RunningServer:
+    """A started server and everything it owns; `stop` drains it."""
+
+    config: ServerConfig
+    server: aio.Server
+    port: int
+    metrics_port: int | None
+    runner: Runner
+    scheduler: Scheduler
+    health: health.aio.HealthServicer
+    readiness: Readiness
+    _poller: asyncio.Task | None = field(default=None, repr=False)
+
+    async def _set_health(self, status: int) -> None:
+        """Set the overall and every per-service health status."""
+        for name in ("", *SERVICE_NAMES):
+            await self.health.set(name, status)
+
+    async def watch_health(self, current: int) -> None:
+        """Follow readiness (draining, scheduler health) into the health service, from `current` on."""
+        while True:
+            await asyncio.sleep(HEALTH_POLL_S)
+            status = _SERVING if self.readiness.ready else _NOT_SERVING
+            if status != current:
+                await self._set_health(status)
+                log.warning("health changed to %s", health_pb2.HealthCheckResponse.ServingStatus.Name(status))
+                current = status
+
+    async def stop(self, grace_s: float | None = None) -> None:
+        """Drain: health NOT_SERVING, refuse new calls, give in-flight calls grace_s, then stop."""
+        grace = self.config.drain_grace_s if grace_s is None else grace_s
+        self.readiness.draining = True
+        await self.health.enter_graceful_shutdown()
+        if self._poller is not None:
+            self._poller.cancel()
+        log.info("draining: in-flight requests have %.1f s", grace)
+        await asyncio.gather(self.server.stop(grace), self.scheduler.drain(grace))
+        if self.metrics_port is not None:
+            metrics.stop_metrics_servers()
+        log.info("stopped")
+
+    async def wait_for_termination(self) -> None:
+        """Return when the gRPC server has stopped."""
+        await self.server.wait_for_termination()
+
+
+async def serve(config: ServerConfig, runner: Runner | None = None) -> RunningServer:
+    """Load the model (unless `runner` is given), start every service in this event loop, warm up."""
+    if runner is None:
+        runner = await asyncio.to_thread(build_runner, config)
+    scheduler = make_scheduler(config.batching, runner, max_batch_size=config.max_batch_size,
+                               max_queue_delay_ms=config.max_queue_delay_ms, queue_size=config.queue_size)
+    await scheduler.start()
+    readiness = Readiness(scheduler_healthy=lambda: scheduler.healthy)
+    server = aio.server(interceptors=[ErrorMappingInterceptor()], options=_grpc_options(config))
+    translator_pb2_grpc.add_TranslatorServicer_to_server(TranslatorServicer(runner, scheduler), server)
+    grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
+        InferenceServicer(runner, scheduler, lambda: readiness.ready), server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    pool = reflection_pool([translator_pb2.DESCRIPTOR, grpc_service_pb2.DESCRIPTOR, health_pb2.DESCRIPTOR,
+                            reflection_pb2.DESCRIPTOR])
+    reflection.enable_server_reflection([*SERVICE_NAMES, reflection.SERVICE_NAME], server, pool=pool)
+    running = RunningServer(config, server, 0, None, runner, scheduler, health_servicer, readiness)
+    try:
+        running.port = _bind(server, config)
+        await running._set_health(_NOT_SERVING)
+        await server.start()
+        if config.metrics_port >= 0:
+            running.metrics_port = metrics.start_metrics_server(config.metrics_port, config.host)
+        metrics.set_model_info(model=MODEL_NAME, version=runner.bundle.version, provider=runner.provider,
+                               batching=scheduler.mode)
+        warmup = DecodeOptions(max_new_tokens=min(8, runner.max_len - 1))
+        await scheduler.submit([WARMUP_TEXT], warmup)  # a real translation before reporting SERVING
+    except BaseException:
+        await running.stop(0.0)
+        raise
+    readiness.warmed_up = True
+    status = _SERVING if readiness.ready else _NOT_SERVING
+    await running._set_health(status)  # SERVING before serve() returns: callers may probe at once
+    running._poller = asyncio.create_task(running.watch_health(status))
+    log.info("serving %s on %s:%d (batching %s, metrics port %s)", MODEL_NAME, config.host, running.port,
+             scheduler.mode, running.metrics_port)
+    return running
+
+
+async def run(config: ServerConfig) -> int:
+    """Serve until SIGTERM / SIGINT, then drain; the process exit code."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    running = await serve(config)
+    if config.port_file is not None:
+        temp = config.port_file.with_name(config.port_file.name + ".tmp")
+        temp.write_text(f"{running.port}\n", encoding="utf-8")
+        temp.replace(config.port_file)  # atomic: readers never see a partial file
+    print(f"listening on {config.host}:{running.port}", flush=True)
+    terminated = asyncio.create_task(running.wait_for_termination())
+    stopping = asyncio.create_task(stop.wait())
+    await asyncio.wait([terminated, stopping], return_when=asyncio.FIRST_COMPLETED)
+    if stop.is_set():
+        log.info("signal received")
+        await running.stop()
+    terminated.cancel()
+    stopping.cancel()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command-line entry point."""
+    config = parse_config(argv)
+    logging.basicConfig(level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return asyncio.run(run(config))
+    except BundleError as exc:
+        print(f"error: cannot serve the model bundle: {exc}\n"
+              "Pass a bundle directory with --bundle (or TRANSLATOR_BUNDLE).", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+class BackgroundServer:
+    """A server on a shared background event loop, for tests, benchmarks and notebooks."""
+
+    _loop: asyncio.AbstractEventLoop | None = None
+    _loop_lock = threading.Lock()
+
+    def __init__(self, config: ServerConfig, runner: Runner | None = None) -> None:
+        """Not started yet; `runner` is reused when given (tests share one)."""
+        self.config, self.runner = config, runner
+        self.running: RunningServer | None = None
+
+    @classmethod
+    def loop(cls) -> asyncio.AbstractEventLoop:
+        """The process-wide loop thread every BackgroundServer runs on (grpc.aio prefers one loop)."""
+        with cls._loop_lock:
+            if cls._loop is None:
+                cls._loop = asyncio.new_event_loop()
+                threading.Thread(target=cls._loop.run_forever, name="grpc-aio-loop", daemon=True).start()
+            return cls._loop
+
+    def call(self, coro: Coroutine[Any, Any, T], timeout: float | None = 60.0) -> T:
+        """Run a coroutine on the server loop and wait for its result."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop()).result(timeout)
+
+    def start(self) -> BackgroundServer:
+        """Start serving (model load and warm-up included)."""
+        self.running = self.call(serve(self.config, self.runner))
+        return self
+
+    @property
+    def address(self) -> str:
+        """host:port clients connect to."""
+        assert self.running is not None, "server not started"
+        return f"{self.config.host}:{self.running.port}"
+
+    def stop(self, grace_s: float = 0.0) -> None:
+        """Drain and stop."""
+        if self.running is not None:
+            with contextlib.suppress(TimeoutError):
+                self.call(self.running.stop(grace_s), timeout=grace_s + 30.0)
+            self.running = None
+
+    def __enter__(self) -> BackgroundServer:
+        """Start on entering a with-block."""
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        """Stop on leaving a with-block."""
+        self.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

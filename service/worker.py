@@ -1,0 +1,380 @@
+"""The inference worker thread behind a Scheduler: bounded queue, admission, decode loop, fan-out.
+
+One thread owns the Runner's `DecodeBatch` and is the only one to call `add` / `step` / `cancel`
+/ `clear`. The event loop hands it `Job`s (one per text) through a deque guarded by a
+`threading.Condition`; the worker sends token events, results and errors back in one
+`loop.call_soon_threadsafe` per loop iteration, which resolves each job's asyncio Future (submit)
+or feeds its asyncio.Queue (stream). The loop never waits on inference; the worker never touches
+asyncio objects.
+
+Each iteration of the worker: take the jobs whose callers gave up and ask the mode's admission
+policy (a callable of the Scheduler subclass) how many queued texts may join now; outside the
+lock, cancel given-up and expired jobs (`batch.cancel` frees their rows), encode the newcomers
+(`batch.add`, one encoder run), run one decoder step (`batch.step`), deliver. An exception in
+add/step fails only the jobs of that batch with BatchFailed (`batch.clear()`), and the loop goes
+on. Idle waits use the condition with a timeout: no busy waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from service import metrics
+from service.errors import BatchFailed, DeadlineExceeded, QueueFull, ShuttingDown
+from service.jobs import ACTIVE, DONE, QUEUED, Job, Result, Timings, deliver
+from service.search import Hypothesis, TokenEvent
+
+log = logging.getLogger(__name__)
+
+IDLE_WAIT_S = 0.5  # longest sleep of an idle worker between checks of its flags
+
+# (batch idle, rows queued, seconds the oldest queued text waited or None, draining)
+#   -> (texts that may join now, seconds to wait before asking again or None)
+Admission = Callable[[bool, int, float | None, bool], tuple[int, float | None]]
+
+
+class Worker:
+    """The thread that owns a DecodeBatch and drives it with jobs taken from a bounded queue."""
+
+    def __init__(self, runner: Any, admission: Admission, max_rows: int, queue_size: int,
+                 watchdog_s: float) -> None:
+        self.runner, self.batch = runner, runner.new_batch(max_rows)
+        self.queue_size, self.watchdog_s = queue_size, watchdog_s
+        self._admission = admission
+        self._cond = threading.Condition()
+        self._queue: deque[Job] = deque()
+        self._queued_rows = 0
+        self._dropped: list[Job] = []  # active jobs whose caller gave up (cancelled, timed out)
+        self._timed: set[Job] = set()  # active jobs that have a deadline
+        self._fresh: list[Job] = []  # admitted, no token yet
+        self._outbox: list[tuple[Job, Any]] = []
+        self._idle_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = []
+        self._stop_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = []
+        self.draining = self.stopping = self.stopped = False
+        self._busy_since: float | None = None
+        self._steps = 0
+        self._gauges = (-1, -1)
+        self._thread: threading.Thread | None = None
+
+    # ----- called from the event loop -----------------------------------------------------
+    @property
+    def started(self) -> bool:
+        """The thread was started."""
+        return self._thread is not None
+
+    @property
+    def healthy(self) -> bool:
+        """Thread alive, not stopping, and no add/step running longer than the watchdog limit."""
+        if self._thread is None or not self._thread.is_alive() or self.stopping:
+            return False
+        busy = self._busy_since
+        return busy is None or time.monotonic() - busy < self.watchdog_s
+
+    @property
+    def queue_depth(self) -> int:
+        """Texts waiting in the queue."""
+        return len(self._queue)
+
+    @property
+    def active_sequences(self) -> int:
+        """Texts in the decode batch."""
+        return len(self.batch)
+
+    def start(self) -> None:
+        """Start the worker thread (once)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="inference-worker", daemon=True)
+            self._thread.start()
+
+    def enqueue(self, jobs: list[Job]) -> None:
+        """Queue jobs at the back, all or none; ShuttingDown when draining, QueueFull when full."""
+        with self._cond:
+            if self.draining or self.stopping:
+                raise ShuttingDown("the server is shutting down and accepts no new requests")
+            if len(self._queue) + len(jobs) > self.queue_size:
+                raise QueueFull(f"request queue is full ({len(self._queue)} of {self.queue_size} texts "
+                                f"queued, {len(jobs)} more requested); retry later")
+            now = time.monotonic()
+            for j in jobs:
+                j.enqueued = now
+                self._queued_rows += j.rows
+            self._queue.extend(jobs)
+            metrics.QUEUE_DEPTH.set(len(self._queue))
+            self._cond.notify()
+
+    def abandon(self, jobs: list[Job]) -> None:
+        """The callers of these jobs stopped waiting: take them out of the queue or the batch."""
+        with self._cond:
+            for j in jobs:
+                if j.state == QUEUED:
+                    self._queue.remove(j)
+                    self._queued_rows -= j.rows
+                    j.state = DONE
+                elif j.state == ACTIVE:
+                    self._dropped.append(j)
+            self._cond.notify()
+
+    def begin_drain(self) -> None:
+        """Accept no new jobs; queued and active ones go on."""
+        with self._cond:
+            self.draining = True
+            self._cond.notify()
+
+    def idle_future(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future:
+        """A future resolved when the queue and the batch are both empty (while draining)."""
+        fut = loop.create_future()
+        with self._cond:
+            if self._thread is None or (not self._queue and not len(self.batch)):
+                fut.set_result(None)
+            else:
+                self._idle_waiters.append((loop, fut))
+                self._cond.notify()
+        return fut
+
+    def stop(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future:
+        """Ask the thread to fail what is left with ShuttingDown and exit; resolved when it did."""
+        fut = loop.create_future()
+        with self._cond:
+            self.draining = self.stopping = True
+            if self._thread is None or self.stopped:
+                fut.set_result(None)
+            else:
+                self._stop_waiters.append((loop, fut))
+            self._cond.notify()
+        return fut
+
+    def abort(self) -> None:
+        """From the loop, when the thread is stuck: fail every job still waiting with ShuttingDown."""
+        with self._cond:
+            jobs = [*self._queue, *(r.tag for r in self.batch.requests)]
+        now = time.monotonic()
+        for j in jobs:
+            j.receive(ShuttingDown("the server shut down: its inference worker is stuck"), now)
+
+    # ----- the worker thread --------------------------------------------------------------
+    def _run(self) -> None:
+        """Thread body: iterate until asked to stop, then fail what is left."""
+        try:
+            while self._iterate():
+                pass
+        finally:
+            self._shutdown()
+
+    def _iterate(self) -> bool:
+        """One scheduling round: admit, drop, expire, encode newcomers, one decoder step; False to exit."""
+        with self._cond:
+            newcomers = self._wait_and_admit()
+            if newcomers is None:
+                return False
+            dropped, self._dropped = self._dropped, []
+        try:
+            if dropped:
+                self._drop(dropped)
+            if self._timed:
+                self._expire()
+            if newcomers:
+                self._add(newcomers)
+            if len(self.batch):
+                self._step()
+        except Exception as e:  # a bug of ours, not of a request: fail the batch, keep serving
+            log.exception("scheduler iteration failed")
+            self._fail_batch(f"scheduler error: {type(e).__name__}: {e}")
+        self._flush()
+        return True
+
+    def _wait_and_admit(self) -> list[Job] | None:
+        """Under the lock: jobs to add now (popped), [] if none, None to stop; waits when idle."""
+        for attempt in range(2):  # decide, and once more after an idle wait
+            if self.stopping:
+                return None
+            idle = not len(self.batch)
+            oldest = time.monotonic() - self._queue[0].enqueued if self._queue else None
+            n, wait = self._admission(idle, self._queued_rows, oldest, self.draining)
+            if n and self._queue:
+                return self._pop(n)
+            if not idle or self._dropped or attempt:
+                return []
+            if not self._queue:
+                self._signal(self._idle_waiters)
+            self._cond.wait(IDLE_WAIT_S if wait is None else min(wait, IDLE_WAIT_S))
+        return []
+
+    def _pop(self, limit: int) -> list[Job]:
+        """Under the lock: up to `limit` queued jobs, FIFO, while their rows fit; fails expired ones."""
+        out: list[Job] = []
+        free, now = self.batch.free_rows, time.monotonic()
+        while self._queue and len(out) < limit:
+            job = self._queue[0]
+            expired = job.deadline is not None and now >= job.deadline
+            if not expired and job.rows > free:
+                break  # FIFO: the head waits for rows, nobody overtakes it
+            self._queue.popleft()
+            self._queued_rows -= job.rows
+            if expired:
+                job.state = DONE
+                self._outbox.append((job, DeadlineExceeded("deadline exceeded while queued")))
+                continue
+            job.state = ACTIVE
+            free -= job.rows
+            out.append(job)
+        return out
+
+    def _drop(self, jobs: list[Job]) -> None:
+        """Free the rows of active jobs whose callers gave up."""
+        for j in jobs:
+            if self.batch.cancel(j.request):
+                j.state = DONE
+                self._timed.discard(j)
+
+    def _expire(self) -> None:
+        """Fail active jobs past their deadline and free their rows."""
+        now = time.monotonic()
+        for j in [j for j in self._timed if now >= j.deadline]:
+            self._timed.discard(j)
+            self.batch.cancel(j.request)
+            j.state = DONE
+            steps = self._steps - j.admit_step
+            error = DeadlineExceeded(f"deadline exceeded while decoding (after {steps} steps)")
+            self._outbox.append((j, error))
+
+    def _add(self, jobs: list[Job]) -> None:
+        """Encode the newcomers into the batch (one encoder run); on failure only they fail."""
+        now = time.monotonic()
+        for j in jobs:
+            j.admitted = now
+            metrics.QUEUE_TIME.observe(now - j.enqueued)
+            metrics.INPUT_TOKENS.observe(len(j.request.source))
+        before = len(self.batch)
+        self._busy_since = now
+        t0 = time.perf_counter()
+        try:
+            self.batch.add([j.request for j in jobs])
+        except Exception as e:
+            log.exception("encoder failed for %d new texts", len(jobs))
+            what = f"encoder failed for a batch of {len(jobs)} new text(s): {type(e).__name__}: {e}"
+            for j in jobs:
+                j.state = DONE
+                self._outbox.append((j, BatchFailed(what)))
+            if len(self.batch) != before:  # add was not all-or-nothing: the batch is suspect
+                self._fail_batch(what)
+            return
+        finally:
+            self._busy_since = None
+        metrics.ENCODER_COMPUTE.observe(time.perf_counter() - t0)
+        for j in jobs:
+            j.admit_step = self._steps
+            if j.deadline is not None:
+                self._timed.add(j)
+        self._fresh.extend(jobs)
+
+    def _step(self) -> None:
+        """One decoder step; hand out token events and results; on failure the whole batch fails."""
+        rows = self.batch.used_rows
+        self._busy_since = time.monotonic()
+        t0 = time.perf_counter()
+        try:
+            events = self.batch.step()
+        except Exception as e:
+            log.exception("decoder step failed")
+            self._fail_batch(f"decoder step failed for a batch of {len(self.batch)} text(s) in {rows} rows: "
+                             f"{type(e).__name__}: {e}")
+            return
+        finally:
+            self._busy_since = None
+        metrics.DECODER_STEP.observe(time.perf_counter() - t0)
+        metrics.BATCH_SIZE.observe(rows)
+        self._steps += 1
+        now = time.monotonic()
+        if self._fresh:
+            for j in self._fresh:
+                if j.state == ACTIVE:
+                    j.first_token = now
+                    metrics.TIME_TO_FIRST_TOKEN.observe(now - j.submitted)
+            self._fresh.clear()
+        for ev in events:
+            job = ev.request.tag
+            if isinstance(ev, TokenEvent):
+                self._outbox.append((job, ev))
+            else:
+                self._finish(job, ev.hypotheses, now)
+
+    def _finish(self, job: Job, hyps: list[Hypothesis], now: float) -> None:
+        """Build a finished job's Result and record its per-text metrics."""
+        job.state = DONE
+        self._timed.discard(job)
+        steps = self._steps - job.admit_step
+        if hyps:
+            metrics.OUTPUT_TOKENS.observe(len(hyps[0].tokens))
+        if steps > 1 and job.first_token is not None:
+            metrics.TIME_PER_OUTPUT_TOKEN.observe((now - job.first_token) / (steps - 1))
+        timings = Timings((job.admitted - job.enqueued) * 1e3, (now - job.admitted) * 1e3,
+                          (now - job.submitted) * 1e3)
+        reason = hyps[0].finish_reason if hyps else "cancelled"
+        self._outbox.append((job, Result(hyps, list(job.request.source), reason, timings)))
+
+    def _fail_batch(self, what: str) -> None:
+        """Drop every active job with BatchFailed(what) and empty the batch."""
+        for r in self.batch.clear():
+            job = r.tag
+            job.state = DONE
+            self._outbox.append((job, BatchFailed(what)))
+        self._timed.clear()
+        self._fresh.clear()
+
+    def _flush(self) -> None:
+        """Send the outbox to the jobs' event loops (one call per loop) and update the gauges."""
+        gauges = (len(self._queue), len(self.batch))
+        if gauges != self._gauges:
+            self._gauges = gauges
+            metrics.QUEUE_DEPTH.set(gauges[0])
+            metrics.ACTIVE_SEQUENCES.set(gauges[1])
+        if not self._outbox:
+            return
+        items, self._outbox = self._outbox, []
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Job, Any]]] = {}
+        for job, item in items:
+            by_loop.setdefault(job.loop, []).append((job, item))
+        for loop, batch in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(deliver, batch)
+            except RuntimeError:  # the loop is closed: nobody is waiting any more
+                log.debug("dropping %d deliveries to a closed event loop", len(batch))
+
+    def _signal(self, waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future]]) -> None:
+        """Under the lock: resolve and forget waiting futures."""
+        for loop, fut in waiters:
+            with contextlib.suppress(RuntimeError):  # closed loop: nobody waits
+                loop.call_soon_threadsafe(_resolve, fut)
+        waiters.clear()
+
+    def _shutdown(self) -> None:
+        """Thread exit: fail queued and active jobs with ShuttingDown, then tell drain()."""
+        with self._cond:
+            queued = list(self._queue)
+            self._queue.clear()
+            self._queued_rows = 0
+        for j in queued:
+            j.state = DONE
+            self._outbox.append((j, ShuttingDown("the server shut down before this text was decoded")))
+        for r in self.batch.clear():
+            r.tag.state = DONE
+            self._outbox.append((r.tag, ShuttingDown("the server shut down while this text was decoding")))
+        self._timed.clear()
+        self._flush()
+        with self._cond:
+            self.stopped = self.stopping = True
+            self._signal(self._idle_waiters)
+            self._signal(self._stop_waiters)
+
+
+def _resolve(fut: asyncio.Future) -> None:
+    """On the event loop: resolve a waiter future unless it was cancelled."""
+    if not fut.done():
+        fut.set_result(None)

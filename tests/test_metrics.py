@@ -1,0 +1,74 @@
+"""Prometheus metrics: names, buckets, the request helper, model info and the HTTP endpoint."""
+
+from __future__ import annotations
+
+import urllib.request
+
+import pytest
+from prometheus_client import REGISTRY
+
+from service import metrics
+
+
+def sample(name: str, **labels: str) -> float:
+    """Current value of a sample of the default registry (0 if absent)."""
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+@pytest.fixture
+def metrics_port():
+    """A metrics HTTP server on 127.0.0.1 with an OS-chosen port."""
+    port = metrics.start_metrics_server(0, "127.0.0.1")
+    yield port
+    metrics.stop_metrics_servers()
+
+
+def test_observe_request_counts_and_buckets_latency():
+    labels = {"method": "test.Method"}
+    count = sample("translator_requests_total", code="OK", **labels)
+    failed = sample("translator_requests_total", code="INTERNAL", **labels)
+    n = sample("translator_request_latency_seconds_count", **labels)
+    total = sample("translator_request_latency_seconds_sum", **labels)
+    le_1ms = sample("translator_request_latency_seconds_bucket", le="0.001", **labels)
+    le_5ms = sample("translator_request_latency_seconds_bucket", le="0.005", **labels)
+    metrics.observe_request("test.Method", "OK", 0.003)
+    metrics.observe_request("test.Method", "OK", 0.0004)
+    metrics.observe_request("test.Method", "INTERNAL", 2.0)
+    assert sample("translator_requests_total", code="OK", **labels) == count + 2
+    assert sample("translator_requests_total", code="INTERNAL", **labels) == failed + 1
+    assert sample("translator_request_latency_seconds_count", **labels) == n + 3
+    assert sample("translator_request_latency_seconds_sum", **labels) == pytest.approx(total + 2.0034)
+    assert sample("translator_request_latency_seconds_bucket", le="0.001", **labels) == le_1ms + 1
+    assert sample("translator_request_latency_seconds_bucket", le="0.005", **labels) == le_5ms + 2
+    assert metrics.counter_value(metrics.REQUESTS, method="test.Method") == count + failed + 3
+    assert metrics.histogram_count(metrics.REQUEST_LATENCY, method="test.Method") == n + 3
+
+
+def test_bucket_layouts():
+    assert metrics.TIME_BUCKETS[0] == 0.0005 and metrics.TIME_BUCKETS[-1] == 10.0
+    assert list(metrics.TIME_BUCKETS) == sorted(metrics.TIME_BUCKETS)
+    assert metrics.BATCH_BUCKETS == (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0)
+    le4 = sample("translator_batch_size_bucket", le="4.0")
+    le2 = sample("translator_batch_size_bucket", le="2.0")
+    metrics.BATCH_SIZE.observe(3)
+    assert sample("translator_batch_size_bucket", le="4.0") == le4 + 1
+    assert sample("translator_batch_size_bucket", le="2.0") == le2
+
+
+def test_endpoint_serves_every_metric_and_model_info(metrics_port):
+    metrics.set_model_info("tiny", "v9", "CPUExecutionProvider", "continuous")
+    metrics.observe_request("test.Endpoint", "OK", 0.01)
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as response:
+        assert response.status == 200
+        body = response.read().decode()
+    assert 'translator_requests_total{code="OK",method="test.Endpoint"}' in body
+    for name in ("request_latency_seconds", "queue_time_seconds", "time_to_first_token_seconds",
+                 "time_per_output_token_seconds", "encoder_compute_seconds", "decoder_step_seconds",
+                 "batch_size", "input_tokens", "output_tokens"):
+        assert f"# TYPE translator_{name} histogram" in body
+    assert "# TYPE translator_queue_depth gauge" in body
+    assert "# TYPE translator_active_sequences gauge" in body
+    info = next(line for line in body.splitlines() if line.startswith("translator_model_info{"))
+    for part in ('model="tiny"', 'version="v9"', 'provider="CPUExecutionProvider"', 'batching="continuous"'):
+        assert part in info
+    assert info.endswith(" 1.0")
