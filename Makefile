@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+TRAIN_MINUTES ?= 300  # total training budget of the default model (resumes count what was spent)
 
 .PHONY: setup serve test lint protos corpus train-default evaluate-default default-bundle clean
 
@@ -30,17 +31,21 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 # The default corpus (deterministic from its seed) and the default model, resumable:
-# running `make train-default` again continues from runs/default/last.pt.
+# running `make train-default` again continues from runs/default/last.pt (on a fresh clone, from
+# the committed artifacts/default/last.pt).
 corpus: data/corpus/train.tsv
 
 data/corpus/train.tsv: | $(STAMP)
 	$(PY) -m model.corpus --out data/corpus --train 400000 --numbers 200000
 
 train-default: corpus
+	mkdir -p runs/default
+	test -f runs/default/last.pt || cp artifacts/default/last.pt artifacts/default/tokenizer.json \
+	  artifacts/default/metrics.jsonl runs/default/
 	$(PY) -m model.train --train data/corpus/train.tsv data/corpus/numbers.tsv --valid data/corpus/valid.tsv \
 	  --out runs/default --vocab-size 2000 --d-model 192 --heads 3 --encoder-layers 2 \
 	  --decoder-layers 2 --d-ff 768 --dropout 0.0 --pre-ln --max-tokens 3000 --warmup 400 \
-	  --lr-scale 0.4 --eval-every 300 --eval-size 500 --max-minutes 150 --target-em 100 --threads 2
+	  --lr-scale 0.4 --eval-every 300 --eval-size 500 --max-minutes $(TRAIN_MINUTES) --target-em 100 --threads 2
 
 evaluate-default: corpus
 	$(PY) -m model.evaluate --checkpoint artifacts/default/model.pt --split data/corpus/test.tsv
