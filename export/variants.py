@@ -11,6 +11,7 @@ from onnx import numpy_helper
 from onnxruntime.transformers.float16 import convert_float_to_float16
 
 from export.export import pin_ir_version
+from export.verify import cpu_session
 
 # Offline optimization level. BASIC only applies provider-independent rewrites that keep standard
 # ONNX ops (constant folding, redundant Cast/Reshape/Identity elimination, Transpose/MatMul
@@ -46,7 +47,7 @@ def optimize_offline(path: Path) -> None:
         so.graph_optimization_level = OFFLINE_LEVEL
         so.optimized_model_filepath = str(out)
         so.intra_op_num_threads = 1
-        ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        cpu_session(path, so)
         proto = onnx.load(out)
     used = {node.domain for node in proto.graph.node}
     # ORT lists every domain it knows; keep only those the graph uses (and the default domain)

@@ -67,12 +67,27 @@ def fit_case(case: Case, max_len: int) -> Case:
     return Case(case.batch, min(case.src_len, max_len), min(case.past_len, max_len - new_len), new_len)
 
 
+def cpu_session(path: Path, so: ort.SessionOptions) -> ort.InferenceSession:
+    """A CPU session; joins ORT's process-wide thread pool if a service Runner already set one up.
+
+    Once a process has created ORT's global thread pool, sessions with their own pools are refused
+    ("use_per_session_threads must be false when using a global thread pool").
+    """
+    try:
+        return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    except RuntimeError as e:
+        if "global thread pool" not in str(e):
+            raise
+        so.use_per_session_threads = False
+        return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+
+
 def open_session(path: Path) -> ort.InferenceSession:
     """A plain CPU session with its own small thread pool (verification only)."""
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
     so.inter_op_num_threads = 1
-    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    return cpu_session(path, so)
 
 
 def check_graphs(paths: list[Path]) -> None:

@@ -2,13 +2,16 @@
 
 A `Job` is created on the event loop (service/scheduler.py), queued to and driven by the worker
 thread (service/worker.py), and answered through its sink: an asyncio Future (submit) or an
-asyncio.Queue of events (stream). `deliver` runs on the event loop, scheduled by the worker with
-`loop.call_soon_threadsafe`, so asyncio objects are only ever touched by their own loop.
+asyncio.Queue of events (stream). The worker posts to a `Mailbox` per event loop, which wakes
+its loop with `loop.call_soon_threadsafe` only when the loop has nothing pending from it: items
+posted while a wake-up is pending ride along (fewer self-pipe writes and GIL handoffs when the
+loop lags behind the decode loop). Asyncio objects are only ever touched by their own loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -76,3 +79,30 @@ def deliver(items: list[tuple[Job, Any]]) -> None:
     now = time.monotonic()
     for job, item in items:
         job.receive(item, now)
+
+
+class Mailbox:
+    """Worker-to-loop deliveries in order, with at most one wake-up of the loop pending."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._lock = threading.Lock()
+        self._items: list[tuple[Job, Any]] = []
+
+    def post(self, items: list[tuple[Job, Any]]) -> None:
+        """Worker thread: queue items for the loop; wake it unless a wake-up is already pending."""
+        with self._lock:
+            wake = not self._items
+            self._items.extend(items)
+        if wake:
+            try:
+                self.loop.call_soon_threadsafe(self._drain)
+            except RuntimeError:  # the loop is closed: nobody is waiting any more
+                with self._lock:
+                    self._items.clear()
+
+    def _drain(self) -> None:
+        """On the event loop: deliver everything posted so far."""
+        with self._lock:
+            items, self._items = self._items, []
+        deliver(items)

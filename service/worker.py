@@ -2,10 +2,10 @@
 
 One thread owns the Runner's `DecodeBatch` and is the only one to call `add` / `step` / `cancel`
 / `clear`. The event loop hands it `Job`s (one per text) through a deque guarded by a
-`threading.Condition`; the worker sends token events, results and errors back in one
-`loop.call_soon_threadsafe` per loop iteration, which resolves each job's asyncio Future (submit)
-or feeds its asyncio.Queue (stream). The loop never waits on inference; the worker never touches
-asyncio objects.
+`threading.Condition`; the worker sends token events, results and errors back through one
+`Mailbox` per event loop (service/jobs.py: at most one `loop.call_soon_threadsafe` pending),
+which resolves each job's asyncio Future (submit) or feeds its asyncio.Queue (stream). The loop
+never waits on inference; the worker never touches asyncio objects.
 
 Each iteration of the worker: take the jobs whose callers gave up and ask the mode's admission
 policy (a callable of the Scheduler subclass) how many queued texts may join now; outside the
@@ -28,7 +28,7 @@ from typing import Any
 
 from service import metrics
 from service.errors import BatchFailed, DeadlineExceeded, QueueFull, ShuttingDown
-from service.jobs import ACTIVE, DONE, QUEUED, Job, Result, Timings, deliver
+from service.jobs import ACTIVE, DONE, QUEUED, Job, Mailbox, Result, Timings
 from service.search import Hypothesis, TokenEvent
 
 log = logging.getLogger(__name__)
@@ -55,6 +55,7 @@ class Worker:
         self._timed: set[Job] = set()  # active jobs that have a deadline
         self._fresh: list[Job] = []  # admitted, no token yet
         self._outbox: list[tuple[Job, Any]] = []
+        self._mailboxes: dict[asyncio.AbstractEventLoop, Mailbox] = {}
         self._idle_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = []
         self._stop_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = []
         self.draining = self.stopping = self.stopped = False
@@ -185,7 +186,12 @@ class Worker:
                 self._step()
         except Exception as e:  # a bug of ours, not of a request: fail the batch, keep serving
             log.exception("scheduler iteration failed")
-            self._fail_batch(f"scheduler error: {type(e).__name__}: {e}")
+            what = f"scheduler error: {type(e).__name__}: {e}"
+            for j in newcomers:  # popped from the queue but never added
+                if j.state == ACTIVE and not self.batch.rows_of(j.request):
+                    j.state = DONE
+                    self._outbox.append((j, BatchFailed(what)))
+            self._fail_batch(what)
         self._flush()
         return True
 
@@ -342,10 +348,16 @@ class Worker:
         for job, item in items:
             by_loop.setdefault(job.loop, []).append((job, item))
         for loop, batch in by_loop.items():
-            try:
-                loop.call_soon_threadsafe(deliver, batch)
-            except RuntimeError:  # the loop is closed: nobody is waiting any more
-                log.debug("dropping %d deliveries to a closed event loop", len(batch))
+            self._mailbox(loop).post(batch)
+
+    def _mailbox(self, loop: asyncio.AbstractEventLoop) -> Mailbox:
+        """The mailbox of an event loop (worker thread only); forgets those of closed loops."""
+        box = self._mailboxes.get(loop)
+        if box is None:
+            for old in [lp for lp in self._mailboxes if lp.is_closed()]:
+                del self._mailboxes[old]
+            box = self._mailboxes[loop] = Mailbox(loop)
+        return box
 
     def _signal(self, waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future]]) -> None:
         """Under the lock: resolve and forget waiting futures."""
