@@ -78,3 +78,18 @@ def tiny_bundle(tmp_path_factory, tiny_checkpoint) -> Path:
     out = tmp_path_factory.mktemp("bundle") / "tiny"
     build_bundle(tiny_checkpoint, out, BuildOptions(fp16=True))
     return out
+
+
+@pytest.fixture(scope="module")
+def runner(tiny_bundle):
+    """CPU runner of the tiny bundle (modules that serve it may override this fixture)."""
+    from service.runner import Runner
+
+    return Runner(tiny_bundle, providers=["CPUExecutionProvider"])
+
+
+@pytest.fixture
+def hooked(runner):
+    """The runner; its fault hook is removed after the test."""
+    yield runner
+    runner.fault_hook = None

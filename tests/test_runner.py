@@ -23,12 +23,6 @@ MAX_NEW = 30
 
 
 @pytest.fixture(scope="module")
-def runner(tiny_bundle) -> Runner:
-    """CPU runner of the tiny bundle."""
-    return Runner(tiny_bundle, providers=["CPUExecutionProvider"])
-
-
-@pytest.fixture(scope="module")
 def model(tiny_checkpoint):
     """The PyTorch model the bundle was exported from."""
     torch.set_num_threads(1)

@@ -9,22 +9,9 @@ from typing import Any
 import pytest
 
 from service.errors import DeadlineExceeded, NotReady
-from service.runner import DecodeOptions, InvalidInput, Runner, TokenEvent
+from service.runner import DecodeOptions, InvalidInput, TokenEvent
 from service.scheduler import MODES, Result, Scheduler, make_scheduler
 from tests.scheduling import MAX_NEW, Gate, counts, delta, ref, run, sample_texts, toks, until
-
-
-@pytest.fixture(scope="module")
-def runner(tiny_bundle) -> Runner:
-    """CPU runner of the tiny bundle."""
-    return Runner(tiny_bundle, providers=["CPUExecutionProvider"])
-
-
-@pytest.fixture
-def hooked(runner):
-    """The runner; its fault hook is removed after the test."""
-    yield runner
-    runner.fault_hook = None
 
 
 @pytest.fixture(scope="module")

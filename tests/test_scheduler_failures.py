@@ -9,22 +9,9 @@ from typing import Any
 import pytest
 
 from service.errors import BatchFailed, DeadlineExceeded, QueueFull, ShuttingDown
-from service.runner import DecodeOptions, Runner
+from service.runner import DecodeOptions
 from service.scheduler import Result, make_scheduler
 from tests.scheduling import LIMIT_S, MAX_NEW, Gate, ref, run, sample, sample_texts, toks, until
-
-
-@pytest.fixture(scope="module")
-def runner(tiny_bundle) -> Runner:
-    """CPU runner of the tiny bundle."""
-    return Runner(tiny_bundle, providers=["CPUExecutionProvider"])
-
-
-@pytest.fixture
-def hooked(runner):
-    """The runner; its fault hook is removed after the test."""
-    yield runner
-    runner.fault_hook = None
 
 
 @pytest.fixture(scope="module")
