@@ -12,7 +12,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[train,serve,dev]'
+	$(PY) -m pip install -q -e '.[train,serve,dev,bench]'
 	touch $@
 
 # The gRPC server on 127.0.0.1:8001 (metrics on :8002) with the default bundle; flags and their

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+import export.fused  # noqa: F401  (registers the "fused" lowering)
 from export.attention import LOWERINGS
 from export.build import BuildOptions, BundleError, build_bundle
 from export.export import ExportError
@@ -29,7 +30,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--optimize", action="store_true", help="onnxruntime offline graph optimization (basic)")
     ap.add_argument("--test-split", type=Path, help="TSV to evaluate the model on for bundle.json metrics")
     ap.add_argument("--eval-size", type=int, default=500, help="pairs of --test-split to evaluate")
-    ap.add_argument("--attention", choices=sorted(LOWERINGS), default="plain", help="attention lowering")
+    ap.add_argument("--attention", choices=sorted(LOWERINGS), default="fused", help="attention lowering")
     ap.add_argument("--force", action="store_true", help="replace an existing bundle at --out")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch intra-op threads for the PyTorch reference runs (tiny ops: 1 is fastest)")

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
+import export.fused  # noqa: F401  (registers the "fused" lowering)
 from export import names
 from export.attention import get_lowering
 from export.bundle import build_manifest, copy_tokenizer, write_manifest
@@ -45,7 +46,7 @@ class BuildOptions:
     test_split: Path | None = None
     eval_size: int = 500
     force: bool = False  # replace an existing bundle directory
-    attention: str = "plain"
+    attention: str = "fused"
     verify_sources: int = 8  # sources decoded greedily by both runtimes
 
 

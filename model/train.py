@@ -35,6 +35,14 @@ def noam_lr(step: int, d_model: int, warmup: int, scale: float = 1.0) -> float:
     return scale * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
 
 
+def learning_rate(step: int, a: argparse.Namespace, d_model: int) -> float:
+    """Noam schedule, then (with --cooldown-steps) a linear decay to 0 from --cooldown-from on."""
+    if not a.cooldown_steps or step <= a.cooldown_from:
+        return noam_lr(step, d_model, a.warmup, a.lr_scale)
+    frac = max(0.0, 1.0 - (step - a.cooldown_from) / a.cooldown_steps)
+    return noam_lr(a.cooldown_from, d_model, a.warmup, a.lr_scale) * frac
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -55,6 +63,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--max-tokens", type=int, default=4000, help="padded tokens per batch")
     ap.add_argument("--warmup", type=int, default=4000)
     ap.add_argument("--lr-scale", type=float, default=1.0)
+    ap.add_argument("--cooldown-from", type=int, default=0, help="step where the linear decay starts")
+    ap.add_argument("--cooldown-steps", type=int, default=0,
+                    help="decay the learning rate linearly to 0 over this many steps (0: off)")
     ap.add_argument("--label-smoothing", type=float, default=0.1)
     ap.add_argument("--clip", type=float, default=1.0, help="max gradient norm (0: off)")
     ap.add_argument("--max-steps", type=int, default=100_000)
@@ -120,7 +131,7 @@ def train(a: argparse.Namespace) -> dict:
         for batch in token_batches(examples, a.max_tokens, cfg.pad_id, cfg.bos_id, rng):
             model.train()
             step += 1
-            lr = noam_lr(step, cfg.d_model, a.warmup, a.lr_scale)
+            lr = learning_rate(step, a, cfg.d_model)
             for g in opt.param_groups:
                 g["lr"] = lr
             batch = batch.to(a.device)

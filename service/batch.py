@@ -205,7 +205,8 @@ class DecodeBatch:
         done = self._advance_greedy(greedy, logp, attn, events) if greedy else []
         done += self._advance_beams(beams, logp, attn) if beams else []
         events += [self._finish(a) for a in done]
-        self._tidy()
+        if done:  # holes, droppable columns and a shorter source axis only appear when rows leave
+            self._tidy()
         return events
 
     def _advance_greedy(

@@ -1,0 +1,211 @@
+"""The "fused" attention lowering: ONNX Runtime's `com.microsoft.MultiHeadAttention` contrib op.
+
+Traced from the model itself, in three steps (see export/attention.py for the hooks):
+
+1. While tracing, every `MultiHeadAttention` module (except the last decoder layer's
+   cross-attention, whose weights are the `cross_attentions` output) runs `fused_forward`: the
+   model's own W^Q, W^K, W^V, W^O projections around one custom op, `translator::attention`
+   (keys/values (B, L, D) or precomputed (B, H, L, Dh)) or `translator::self_attention` (new
+   keys/values appended to a past cache, returning the present cache). Their eager bodies are the
+   model's `scaled_dot_product_attention`; masks become an additive bias (B, 1, Tq, Tk).
+2. The translation table emits each custom op as one node of the private domain
+   `translator.lowering` (schemas registered with `onnx.defs`, so the exporter knows their
+   outputs).
+3. `rewrite` turns those nodes into `com.microsoft.MultiHeadAttention` (num_heads, default scale
+   1/sqrt(Dh)) with inputs (query, key, value, -, -, attention_bias[, past_key, past_value]).
+
+Per decoder layer this replaces about 25 nodes (reshapes, transposes, concat, masking, softmax,
+two matmuls) by one kernel that also appends to the cache. The graphs keep the names, inputs and
+outputs of `export/names.py`, so the runtime does not change; ONNX Runtime's CPU and CUDA
+providers run this op.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import onnx
+import onnxscript
+import torch
+from onnx.defs import OpSchema
+from torch import Tensor, nn
+
+from export.attention import LOWERINGS, AttentionLowering
+from model.transformer import KV, MultiHeadAttention, Transformer, scaled_dot_product_attention
+
+DOMAIN = "translator.lowering"
+MS_DOMAIN = "com.microsoft"
+_FLOATS = ["tensor(float)", "tensor(float16)"]
+
+
+def _register_schemas() -> None:
+    """Declare the placeholder ops to onnx.defs once (the exporter reads their output counts)."""
+    param = OpSchema.FormalParameter
+    specs = {
+        "Attention": (("query", "key", "value", "bias"), ("output",)),
+        "SelfAttention": (("query", "key", "value", "past_key", "past_value", "bias"),
+                          ("output", "present_key", "present_value")),
+    }
+    for name, (inputs, outputs) in specs.items():
+        if onnx.defs.has(name, DOMAIN):
+            continue
+        onnx.defs.register_schema(OpSchema(
+            name, DOMAIN, 1,
+            inputs=[param(n, "T") for n in inputs], outputs=[param(n, "T") for n in outputs],
+            type_constraints=[("T", _FLOATS, "float tensors")],
+            attributes=[OpSchema.Attribute("num_heads", OpSchema.AttrType.INT, "number of heads")],
+        ))
+
+
+_register_schemas()
+_lowering_ops = onnxscript.values.Opset(DOMAIN, 1)
+
+
+def _heads(x: Tensor, n_heads: int) -> Tensor:
+    """(B, L, D) -> (B, H, L, Dh); 4-D input is already split."""
+    if x.dim() == 4:
+        return x
+    b, n, d = x.shape
+    return x.view(b, n, n_heads, d // n_heads).transpose(1, 2)
+
+
+def _attend(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, n_heads: int) -> Tensor:
+    """softmax(Q K^T / sqrt(d_k) + bias) V with heads merged back: (B, Tq, D)."""
+    qh = _heads(q, n_heads)
+    mask = bias == 0  # the bias is 0 where allowed, the dtype's minimum elsewhere
+    out, _ = scaled_dot_product_attention(qh, _heads(k, n_heads), _heads(v, n_heads), mask)
+    b, h, t, dh = out.shape
+    return out.transpose(1, 2).reshape(b, t, h * dh)
+
+
+@torch.library.custom_op("translator::attention", mutates_args=())
+def attention(query: Tensor, key: Tensor, value: Tensor, bias: Tensor, num_heads: int) -> Tensor:
+    """Attention of query (B, Tq, D) over key/value (B, Tk, D) or (B, H, Tk, Dh) -> (B, Tq, D)."""
+    return _attend(query, key, value, bias, num_heads)
+
+
+@attention.register_fake
+def _attention_fake(query: Tensor, key: Tensor, value: Tensor, bias: Tensor, num_heads: int) -> Tensor:
+    """Output shape for tracing."""
+    return query.new_empty(query.shape)
+
+
+@torch.library.custom_op("translator::self_attention", mutates_args=())
+def self_attention(query: Tensor, key: Tensor, value: Tensor, past_key: Tensor, past_value: Tensor,
+                   bias: Tensor, num_heads: int) -> tuple[Tensor, Tensor, Tensor]:
+    """New keys/values (B, T, D) appended to the past (B, H, P, Dh); -> output, present K, present V."""
+    k = torch.cat([past_key, _heads(key, num_heads)], dim=2)  # (B, H, P+T, Dh)
+    v = torch.cat([past_value, _heads(value, num_heads)], dim=2)
+    return _attend(query, k, v, bias, num_heads), k.contiguous(), v.contiguous()
+
+
+@self_attention.register_fake
+def _self_attention_fake(query: Tensor, key: Tensor, value: Tensor, past_key: Tensor, past_value: Tensor,
+                         bias: Tensor, num_heads: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Output shapes for tracing."""
+    b, h, p, dh = past_key.shape
+    present = (b, h, p + key.shape[1], dh)
+    return query.new_empty(query.shape), past_key.new_empty(present), past_value.new_empty(present)
+
+
+def _attention_onnx(query, key, value, bias, num_heads: int):
+    """translator::attention -> one placeholder node."""
+    return _lowering_ops.Attention(query, key, value, bias, num_heads=num_heads)
+
+
+def _self_attention_onnx(query, key, value, past_key, past_value, bias, num_heads: int):
+    """translator::self_attention -> one placeholder node with three outputs."""
+    return _lowering_ops.SelfAttention(query, key, value, past_key, past_value, bias, num_heads=num_heads)
+
+
+def _bias(mask: Tensor | None, like: Tensor, tq: int, tk: int) -> Tensor:
+    """Boolean mask (B|1, Tq|1, Tk) -> additive bias (B, 1, Tq, Tk): 0 allowed, dtype min masked."""
+    b = like.size(0)
+    if mask is None:
+        return like.new_zeros(b, 1, tq, tk)
+    zero = like.new_zeros(())
+    bias = torch.where(mask.unsqueeze(1), zero, torch.finfo(like.dtype).min)
+    return bias.expand(b, 1, tq, tk)
+
+
+def fused_forward(
+    self: MultiHeadAttention,
+    query: Tensor,
+    key_value: Tensor | None = None,
+    mask: Tensor | None = None,
+    past: KV | None = None,
+    kv: KV | None = None,
+) -> tuple[Tensor, KV, None]:
+    """MultiHeadAttention.forward with the attention core as one custom op (no weights returned)."""
+    h = self.n_heads
+    q = self.w_q(query)  # (B, Tq, D)
+    if kv is not None:  # precomputed cross-attention K/V (B, H, S, Dh)
+        out, present = attention(q, kv[0], kv[1], _bias(mask, q, q.size(1), kv[0].size(2)), h), kv
+    else:
+        src = query if key_value is None else key_value
+        k, v = self.w_k(src), self.w_v(src)  # (B, Tk, D)
+        if past is None:
+            out = attention(q, k, v, _bias(mask, q, q.size(1), k.size(1)), h)
+            present = (_heads(k, h), _heads(v, h))
+        else:
+            total = past[0].size(2) + k.size(1)
+            out, pk, pv = self_attention(q, k, v, past[0], past[1], _bias(mask, q, q.size(1), total), h)
+            present = (pk, pv)
+    return self.w_o(out), present, None
+
+
+def _fusable(model: nn.Module) -> list[MultiHeadAttention]:
+    """Every attention module except the last decoder layer's cross-attention (its weights are output)."""
+    keep: set[int] = set()
+    core = getattr(model, "model", model)  # the export wrappers hold the Transformer as .model
+    if isinstance(core, Transformer) and len(core.decoder.layers):
+        keep.add(id(core.decoder.layers[-1].cross_attn))
+    return [m for m in model.modules() if isinstance(m, MultiHeadAttention) and id(m) not in keep]
+
+
+class FusedAttention(AttentionLowering):
+    """Attention as com.microsoft.MultiHeadAttention (ONNX Runtime CPU and CUDA providers)."""
+
+    name = "fused"
+
+    @contextmanager
+    def applied(self, model: nn.Module) -> Iterator[None]:
+        """Route the attention modules through `fused_forward` while the model is traced."""
+        modules = _fusable(model)
+        for m in modules:
+            m.forward = types.MethodType(fused_forward, m)
+        try:
+            yield
+        finally:
+            for m in modules:
+                del m.forward  # back to the class's forward
+
+    def translation_table(self) -> dict[Callable, Callable]:
+        """The custom ops -> placeholder nodes."""
+        return {
+            torch.ops.translator.attention.default: _attention_onnx,
+            torch.ops.translator.self_attention.default: _self_attention_onnx,
+        }
+
+    def rewrite(self, proto: onnx.ModelProto, graph: str) -> onnx.ModelProto:
+        """Placeholder nodes -> com.microsoft.MultiHeadAttention; fix the opset imports."""
+        for node in proto.graph.node:
+            if node.domain != DOMAIN:
+                continue
+            ins = list(node.input)
+            if node.op_type == "Attention":  # query, key, value, bias
+                new_inputs = [*ins[:3], "", "", ins[3]]
+            else:  # query, key, value, past_key, past_value, bias
+                new_inputs = [*ins[:3], "", "", ins[5], ins[3], ins[4]]
+            del node.input[:]
+            node.input.extend(new_inputs)
+            node.op_type, node.domain = "MultiHeadAttention", MS_DOMAIN
+        imports = [op for op in proto.opset_import if op.domain not in (DOMAIN, MS_DOMAIN)]
+        del proto.opset_import[:]
+        proto.opset_import.extend([*imports, onnx.helper.make_opsetid(MS_DOMAIN, 1)])
+        return proto
+
+
+LOWERINGS[FusedAttention.name] = FusedAttention
