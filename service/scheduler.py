@@ -44,6 +44,7 @@ from service.errors import DeadlineExceeded, NotReady, ShuttingDown
 from service.jobs import DONE, Job, Result, Timings
 from service.runner import Runner
 from service.search import DecodeOptions, InvalidInput, Request, TokenEvent
+from service.statistics import RequestTimer
 from service.worker import Worker
 
 log = logging.getLogger(__name__)
@@ -181,50 +182,58 @@ class Scheduler:
     async def submit(self, texts: Sequence[str], options: DecodeOptions,
                      deadline: float | None = None) -> list[Result]:
         """Decode texts; one Result per text, in order (see the module docstring for errors)."""
-        jobs = self._jobs(texts, options, deadline, stream=False)
-        if not jobs:
-            return []
-        self._worker.enqueue(jobs)
-        futures = [j.sink for j in jobs]
-        try:
-            async with asyncio.timeout_at(_loop_time(deadline)):
-                if len(futures) == 1:
-                    return [await futures[0]]
-                return list(await asyncio.gather(*futures))
-        except TimeoutError:
-            raise DeadlineExceeded("deadline exceeded before the result was ready") from None
-        finally:
-            unfinished = [j for j, f in zip(jobs, futures, strict=True) if j.state != DONE or not f.done()]
-            if unfinished:
-                for f in futures:
-                    f.cancel()  # a later delivery is ignored; no "exception never retrieved"
-                self._worker.abandon(unfinished)
+        with RequestTimer() as timer:
+            jobs = self._jobs(texts, options, deadline, stream=False)
+            if not jobs:
+                return []
+            self._worker.enqueue(jobs)
+            futures = [j.sink for j in jobs]
+            try:
+                async with asyncio.timeout_at(_loop_time(deadline)):
+                    if len(futures) == 1:
+                        results = [await futures[0]]
+                    else:
+                        results = list(await asyncio.gather(*futures))
+            except TimeoutError:
+                raise DeadlineExceeded("deadline exceeded before the result was ready") from None
+            finally:
+                unfinished = [j for j, f in zip(jobs, futures, strict=True)
+                              if j.state != DONE or not f.done()]
+                if unfinished:
+                    for f in futures:
+                        f.cancel()  # a later delivery is ignored; no "exception never retrieved"
+                    self._worker.abandon(unfinished)
+            timer.succeeded(jobs, results)
+            return results
 
     async def stream(self, text: str, options: DecodeOptions,
                      deadline: float | None = None) -> AsyncIterator[TokenEvent | Result]:
         """Greedy-decode one text: a TokenEvent per generated token, then the Result."""
         if not isinstance(options, DecodeOptions):
             raise InvalidInput(f"options must be DecodeOptions, got {type(options).__name__}")
-        (job,) = self._jobs([text], dataclasses.replace(options, stream=True), deadline, stream=True)
-        self._worker.enqueue([job])
-        events: asyncio.Queue = job.sink
-        when = _loop_time(deadline)
-        try:
-            for _ in range(job.request.options.max_new_tokens + 1):  # tokens (at most), then the result
-                try:
-                    async with asyncio.timeout_at(when):
-                        item = await events.get()
-                except TimeoutError:
-                    raise DeadlineExceeded("deadline exceeded before the stream finished") from None
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-                if isinstance(item, Result):
-                    return
-            raise RuntimeError("stream produced more events than max_new_tokens")
-        finally:
-            if job.state != DONE:
-                self._worker.abandon([job])
+        with RequestTimer() as timer:
+            (job,) = self._jobs([text], dataclasses.replace(options, stream=True), deadline, stream=True)
+            self._worker.enqueue([job])
+            events: asyncio.Queue = job.sink
+            when = _loop_time(deadline)
+            try:
+                for _ in range(job.request.options.max_new_tokens + 1):  # tokens (at most), then the result
+                    try:
+                        async with asyncio.timeout_at(when):
+                            item = await events.get()
+                    except TimeoutError:
+                        raise DeadlineExceeded("deadline exceeded before the stream finished") from None
+                    if isinstance(item, BaseException):
+                        raise item
+                    if isinstance(item, Result):
+                        timer.succeeded([job], [item])
+                    yield item
+                    if isinstance(item, Result):
+                        return
+                raise RuntimeError("stream produced more events than max_new_tokens")
+            finally:
+                if job.state != DONE:
+                    self._worker.abandon([job])
 
 
 def _loop_time(deadline: float | None) -> float | None:

@@ -26,7 +26,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from service import metrics
+from service import metrics, statistics
 from service.errors import BatchFailed, DeadlineExceeded, QueueFull, ShuttingDown
 from service.jobs import ACTIVE, DONE, QUEUED, Job, Mailbox, Result, Timings
 from service.search import Hypothesis, TokenEvent
@@ -273,7 +273,9 @@ class Worker:
             return
         finally:
             self._busy_since = None
-        metrics.ENCODER_COMPUTE.observe(time.perf_counter() - t0)
+        encoder_s = time.perf_counter() - t0
+        metrics.ENCODER_COMPUTE.observe(encoder_s)
+        statistics.STATS.record_execution(len(jobs), encoder_s)
         for j in jobs:
             j.admit_step = self._steps
             if j.deadline is not None:

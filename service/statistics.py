@@ -1,0 +1,154 @@
+"""Cumulative per-model inference statistics as Triton keeps them (KServe v2 `ModelStatistics`).
+
+A side channel next to the Prometheus metrics (service/metrics.py), module-level and
+thread-safe: the scheduler (service/scheduler.py) times every request with `RequestTimer`, the
+inference worker (service/worker.py) reports every model execution, and the KServe v2 servicer
+reads a `snapshot()`. Both APIs (translator.v1 and KServe v2) count: these are the model's
+statistics, not one protocol's.
+
+Definitions, following Triton's for a model that batches inside its backend:
+- A *request* is one scheduler call: a `Translate` / `ModelInfer` of N texts, or one streamed text.
+- `success` / `fail`: requests that ended with results / with an error (invalid text, queue
+  full, deadline, cancellation, failed batch), with their total durations from the scheduler
+  receiving them to their results being ready. Tensors rejected by the v2 codec never reach it.
+- Of successful requests only, split so that the four parts add up to `success`:
+  `compute_input` (tokenizing and validating, until queued), `queue` (queued until the first
+  text joins the decode batch; a single text's equals its `translator_queue_time_seconds`
+  observation), `compute_infer` (first text joined until the last finished: encoder run and
+  every decoder step, shared with the rest of the batch as Triton counts a batch's compute for
+  each of its requests), `compute_output` (last text finished until the results are back with
+  the caller).
+- `inference_count`: texts of successful requests (a request of N texts counts N, as Triton
+  counts a batch-N request).
+- `execution_count`: model executions. An execution is the hand-over of a group of texts to the
+  model: one encoder run that admits them into the decode batch (a `translator_encoder_compute_
+  seconds` observation). So it is one per batch in `dynamic` mode, one per text in `none` mode,
+  and one per group of newcomers joining before a step in `continuous` mode;
+  inference_count / execution_count is the mean batch size in Triton's sense.
+- `batch_stats`: per execution size (texts admitted together), the executions and their
+  encoder time (`compute_infer`); decoder steps are shared between executions and not split.
+- `last_inference`: when the last request ended (success or failure), ms since the Unix epoch.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from service.jobs import Job, Result
+
+
+@dataclass
+class Duration:
+    """How often something happened and how long it took in total (nanoseconds)."""
+
+    count: int = 0
+    ns: int = 0
+
+    def add(self, seconds: float) -> None:
+        """Count one occurrence lasting `seconds` (negative clock noise counts as 0)."""
+        self.count += 1
+        self.ns += max(0, round(seconds * 1e9))
+
+
+@dataclass
+class Snapshot:
+    """The statistics of the model at one moment (a copy: safe to read without the lock)."""
+
+    success: Duration = field(default_factory=Duration)
+    fail: Duration = field(default_factory=Duration)
+    queue: Duration = field(default_factory=Duration)
+    compute_input: Duration = field(default_factory=Duration)
+    compute_infer: Duration = field(default_factory=Duration)
+    compute_output: Duration = field(default_factory=Duration)
+    inference_count: int = 0
+    execution_count: int = 0
+    last_inference_ms: int = 0
+    batches: dict[int, Duration] = field(default_factory=dict)  # execution size -> encoder runs
+
+
+class ModelStatistics:
+    """Thread-safe accumulator of one model's statistics."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._data = Snapshot()
+
+    def record_execution(self, texts: int, seconds: float) -> None:
+        """Worker thread: one encoder run admitted `texts` texts into the decode batch."""
+        with self._lock:
+            self._data.execution_count += 1
+            self._data.batches.setdefault(texts, Duration()).add(seconds)
+
+    def record_success(self, texts: int, compute_input: float, queue: float, compute_infer: float,
+                       compute_output: float) -> None:
+        """A request of `texts` texts succeeded; its four parts in seconds."""
+        with self._lock:
+            data = self._data
+            data.success.add(compute_input + queue + compute_infer + compute_output)
+            data.compute_input.add(compute_input)
+            data.queue.add(queue)
+            data.compute_infer.add(compute_infer)
+            data.compute_output.add(compute_output)
+            data.inference_count += texts
+            data.last_inference_ms = int(time.time() * 1000)
+
+    def record_failure(self, seconds: float) -> None:
+        """A request failed after `seconds`."""
+        with self._lock:
+            self._data.fail.add(seconds)
+            self._data.last_inference_ms = int(time.time() * 1000)
+
+    def snapshot(self) -> Snapshot:
+        """A consistent copy of everything recorded so far."""
+        with self._lock:
+            return copy.deepcopy(self._data)
+
+
+STATS = ModelStatistics()
+
+
+class RequestTimer:
+    """Times one scheduler request; on leaving the with-block records it as a success or a failure.
+
+    Call `succeeded(jobs, results)` when the results are ready: the request then counts as a
+    success even if the block is left by an exception afterwards (a stream closed after its
+    final result). Leaving by an exception before that counts a failure; leaving quietly
+    without results (nothing to do) counts nothing.
+    """
+
+    def __init__(self, stats: ModelStatistics = STATS) -> None:
+        self.stats = stats
+        self.started = time.monotonic()
+        self._done = False
+
+    def __enter__(self) -> RequestTimer:
+        """Start timing now."""
+        self.started = time.monotonic()
+        return self
+
+    def succeeded(self, jobs: Sequence[Job], results: Sequence[Result]) -> None:
+        """The request's texts (with their enqueue / admission times) and results are ready."""
+        now = time.monotonic()
+        if not jobs:
+            return
+        enqueued = min(j.enqueued for j in jobs)
+        first_admitted = min(j.admitted for j in jobs)
+        pairs = zip(jobs, results, strict=True)
+        last_finished = max(j.admitted + r.timings.compute_ms / 1e3 for j, r in pairs)
+        last_finished = min(max(last_finished, first_admitted), now)  # ms round trip: stay ordered
+        self.stats.record_success(len(jobs), enqueued - self.started, first_admitted - enqueued,
+                                  last_finished - first_admitted, now - last_finished)
+        self._done = True
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        """Record a failure if the request ended with an error before its results."""
+        if exc_type is not None and not self._done:
+            self.stats.record_failure(time.monotonic() - self.started)
