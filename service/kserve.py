@@ -1,30 +1,36 @@
 """The KServe v2 / Triton `inference.GRPCInferenceService` servicer of the translation model.
 
 One model, `translator` (version "1"; "" means the served version): input TEXT (BYTES, [-1]) ->
-output TRANSLATION (BYTES, same shape); request parameters `max_output_tokens` (or `max_tokens`)
-and `beam_size` have the limits of the native API. Tensors are decoded and encoded by
-service/kserve_codec.py; errors are domain exceptions mapped by service/interceptor.py (inside
-ModelStreamInfer they travel as `error_message`, as Triton does). ModelStatistics is not
-implemented (UNIMPLEMENTED, from the generated base class).
+output TRANSLATION (BYTES, same shape). Request parameters: `max_output_tokens` (or
+`max_tokens`) and `beam_size`, with the limits of the native API, and on ModelStreamInfer
+`stream` (bool): one response per generated piece of text, then a final response; every
+response of a stream carries `triton_final_response` (false on pieces, true on the last).
+Tensors and parameters are decoded and encoded by service/kserve_codec.py; errors are domain
+exceptions mapped by service/interceptor.py (inside ModelStreamInfer they travel as
+`error_message`, prefixed with the request id as Triton does, and the stream goes on).
+ModelConfig reports the server's real batching settings; ModelStatistics reports
+service/statistics.py. Repository, shared-memory, trace and log RPCs answer UNIMPLEMENTED
+(from the generated base class).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import importlib.metadata
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 
 from grpc import aio
 
 from protos.inference import grpc_service_pb2 as pb
 from protos.inference import grpc_service_pb2_grpc as pb_grpc
 from protos.inference import model_config_pb2 as config_pb
-from service import kserve_codec
+from service import kserve_codec, statistics
 from service.errors import UnknownModel, status_of
 from service.rpc import MODEL_NAME, MODEL_VERSION, check_max_output_tokens, check_text_count, deadline_of
 from service.runner import Runner
 from service.scheduler import Scheduler
-from service.search import DecodeOptions
+from service.search import DecodeOptions, InvalidInput, TokenEvent
 
 PLATFORM = "onnxruntime_onnx"
 EXTENSIONS = ["parameters", "model_configuration"]
@@ -65,6 +71,77 @@ def _tensor(name: str) -> pb.ModelMetadataResponse.TensorMetadata:
     """Metadata of a 1-D BYTES tensor of any length."""
     metadata = pb.ModelMetadataResponse.TensorMetadata
     return metadata(name=name, datatype=kserve_codec.BYTES_DATATYPE, shape=[-1])
+
+
+def model_config(runner: Runner, scheduler: Scheduler) -> config_pb.ModelConfig:
+    """The Triton model configuration of `translator`, with the server's real batching settings.
+
+    max_batch_size is 0, Triton's "the model batches by itself": a request's TEXT shape [N] is
+    its full shape (no implicit batch dimension), so Triton tools send shape [N] tensors. The
+    server's own batching is described by `dynamic_batching` (absent in mode none; max queue
+    delay 0 in continuous mode, where texts join before any decoder step), its bounded queue by
+    `default_queue_policy.max_queue_size` (in texts), and everything else in `parameters`.
+    """
+    text = config_pb.TYPE_STRING
+    gpu = runner.provider.startswith("CUDA")
+    config = config_pb.ModelConfig(
+        name=MODEL_NAME, platform=PLATFORM, backend="onnxruntime", max_batch_size=0,
+        version_policy=config_pb.ModelVersionPolicy(latest=config_pb.ModelVersionPolicy.Latest(num_versions=1)),
+        input=[config_pb.ModelInput(name=kserve_codec.INPUT_NAME, data_type=text, dims=[-1])],
+        output=[config_pb.ModelOutput(name=kserve_codec.OUTPUT_NAME, data_type=text, dims=[-1])],
+        instance_group=[config_pb.ModelInstanceGroup(
+            name=MODEL_NAME, count=1,
+            kind=config_pb.ModelInstanceGroup.KIND_GPU if gpu else config_pb.ModelInstanceGroup.KIND_CPU)],
+        model_transaction_policy=config_pb.ModelTransactionPolicy(decoupled=False),
+    )
+    if scheduler.mode != "none":
+        batching = config.dynamic_batching
+        if scheduler.mode == "dynamic":
+            batching.preferred_batch_size.append(scheduler.max_batch_size)
+            batching.max_queue_delay_microseconds = round(scheduler.max_queue_delay_ms * 1000)
+        batching.default_queue_policy.max_queue_size = scheduler.queue_size
+    parameters = {
+        "batching_mode": scheduler.mode, "max_batch_size": scheduler.max_batch_size,
+        "max_texts_per_request": scheduler.max_batch_size, "max_queue_delay_ms": scheduler.max_queue_delay_ms,
+        "queue_size": scheduler.queue_size, "max_beam_size": runner.max_beam,
+        "max_output_tokens": runner.max_len - 1, "max_source_tokens": runner.max_len,
+        "execution_provider": runner.provider, "stream_parameter": kserve_codec.STREAM_KEY,
+    }
+    for key, value in parameters.items():
+        config.parameters[key].string_value = str(value)
+    return config
+
+
+def _duration(value: statistics.Duration) -> pb.StatisticDuration:
+    """A StatisticDuration message."""
+    return pb.StatisticDuration(count=value.count, ns=value.ns)
+
+
+def model_statistics(snapshot: statistics.Snapshot) -> pb.ModelStatistics:
+    """The ModelStatistics message of `translator` (definitions in service/statistics.py)."""
+    return pb.ModelStatistics(
+        name=MODEL_NAME, version=MODEL_VERSION, last_inference=snapshot.last_inference_ms,
+        inference_count=snapshot.inference_count, execution_count=snapshot.execution_count,
+        inference_stats=pb.InferStatistics(
+            success=_duration(snapshot.success), fail=_duration(snapshot.fail),
+            queue=_duration(snapshot.queue),
+            compute_input=_duration(snapshot.compute_input), compute_infer=_duration(snapshot.compute_infer),
+            compute_output=_duration(snapshot.compute_output),
+        ),
+        batch_stats=[pb.InferBatchStatistics(batch_size=size, compute_infer=_duration(runs))
+                     for size, runs in sorted(snapshot.batches.items())],
+    )
+
+
+def stream_error(request: pb.ModelInferRequest, exc: BaseException) -> pb.ModelStreamInferResponse:
+    """The in-stream answer to a failed request: Triton's "[request id: ...]" message, id echoed."""
+    message = status_of(exc)[1]
+    if request.id:
+        message = f"[request id: {request.id}] {message}"
+    response = pb.ModelInferResponse(model_name=request.model_name, model_version=request.model_version,
+                                     id=request.id)
+    kserve_codec.set_final(response, True)
+    return pb.ModelStreamInferResponse(error_message=message, infer_response=response)
 
 
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
@@ -112,59 +189,87 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelConfig(  # noqa: N802 - gRPC method name
         self, request: pb.ModelConfigRequest, context: aio.ServicerContext
     ) -> pb.ModelConfigResponse:
-        """A Triton-style model configuration; our serving limits are in `parameters`."""
+        """The Triton model configuration (see `model_config`)."""
         check_model(request.name, request.version)
-        bytes_type = config_pb.TYPE_STRING
-        config = config_pb.ModelConfig(
-            name=MODEL_NAME, platform=PLATFORM, backend="onnxruntime", max_batch_size=0,
-            input=[config_pb.ModelInput(name=kserve_codec.INPUT_NAME, data_type=bytes_type, dims=[-1])],
-            output=[config_pb.ModelOutput(name=kserve_codec.OUTPUT_NAME, data_type=bytes_type, dims=[-1])],
-        )
-        if self.scheduler.mode != "none":
-            delay_us = int(self.scheduler.max_queue_delay_ms * 1000)
-            config.dynamic_batching.max_queue_delay_microseconds = delay_us
-        limits = {
-            "batching_mode": self.scheduler.mode, "max_texts_per_request": self.scheduler.max_batch_size,
-            "queue_size": self.scheduler.queue_size, "max_beam_size": self.runner.max_beam,
-            "max_output_tokens": self.runner.max_len - 1, "max_source_tokens": self.runner.max_len,
-            "execution_provider": self.runner.provider,
-        }
-        for key, value in limits.items():
-            config.parameters[key].string_value = str(value)
-        return pb.ModelConfigResponse(config=config)
+        return pb.ModelConfigResponse(config=model_config(self.runner, self.scheduler))
 
-    async def _infer(self, request: pb.ModelInferRequest, deadline: float | None) -> pb.ModelInferResponse:
-        """Validate, translate and encode one inference request."""
+    async def ModelStatistics(  # noqa: N802 - gRPC method name
+        self, request: pb.ModelStatisticsRequest, context: aio.ServicerContext
+    ) -> pb.ModelStatisticsResponse:
+        """Cumulative statistics of the model ("" = every model, i.e. ours)."""
+        if request.name or request.version:
+            check_model(request.name, request.version)
+        return pb.ModelStatisticsResponse(model_stats=[model_statistics(statistics.STATS.snapshot())])
+
+    def _prepare(self, request: pb.ModelInferRequest) -> tuple[kserve_codec.DecodedRequest, DecodeOptions]:
+        """Validate a request: model, tensor, text count and decoding options."""
         check_model(request.model_name, request.model_version)
         decoded = kserve_codec.decode_request(request)
         check_text_count(len(decoded.texts), self.scheduler.max_batch_size)
-        options = decode_options(decoded.options, self.runner)
-        results = await self.scheduler.submit(decoded.texts, options, deadline)
-        response = pb.ModelInferResponse(
-            model_name=MODEL_NAME, model_version=MODEL_VERSION, id=decoded.request_id)
-        kserve_codec.encode_translation_output(response, [r.hypotheses[0].text for r in results])
+        return decoded, decode_options(decoded.options, self.runner)
+
+    def _response(self, request_id: str, texts: Sequence[str] | None,
+                  final: bool | None = None) -> pb.ModelInferResponse:
+        """A response with the TRANSLATION output (none if texts is None), flagged final or not if asked."""
+        response = pb.ModelInferResponse(model_name=MODEL_NAME, model_version=MODEL_VERSION, id=request_id)
+        if texts is not None:
+            kserve_codec.encode_translation_output(response, texts)
+        if final is not None:
+            kserve_codec.set_final(response, final)
         return response
+
+    async def _translate(self, decoded: kserve_codec.DecodedRequest, options: DecodeOptions,
+                         deadline: float | None) -> list[str]:
+        """The best translation of every text of the request."""
+        results = await self.scheduler.submit(decoded.texts, options, deadline)
+        return [r.hypotheses[0].text for r in results]
 
     async def ModelInfer(  # noqa: N802 - gRPC method name
         self, request: pb.ModelInferRequest, context: aio.ServicerContext
     ) -> pb.ModelInferResponse:
         """Translate the TEXT tensor."""
-        return await self._infer(request, deadline_of(context))
+        decoded, options = self._prepare(request)
+        if decoded.options.stream:
+            raise InvalidInput(f"parameter {kserve_codec.STREAM_KEY} needs the ModelStreamInfer RPC "
+                               "(a unary call has a single response)")
+        texts = await self._translate(decoded, options, deadline_of(context))
+        return self._response(decoded.request_id, texts)
+
+    async def _stream_responses(self, request: pb.ModelInferRequest,
+                                deadline: float | None) -> AsyncIterator[pb.ModelInferResponse]:
+        """The responses of one request of a stream; the last one (only one unless streaming) is final."""
+        decoded, options = self._prepare(request)
+        request_id = decoded.request_id
+        if not decoded.options.stream or options.beam_size > 1:  # a beam's best is only known at the end
+            yield self._response(request_id, await self._translate(decoded, options, deadline), final=True)
+            return
+        if len(decoded.texts) != 1:
+            raise InvalidInput(f"parameter {kserve_codec.STREAM_KEY} streams one text per request (input "
+                               f"{kserve_codec.INPUT_NAME} shape [1]), got {len(decoded.texts)}")
+        stream_options = dataclasses.replace(options, stream=True)
+        async for event in self.scheduler.stream(decoded.texts[0], stream_options, deadline):
+            if isinstance(event, TokenEvent):
+                if event.text:  # a token that completes no character adds no piece
+                    yield self._response(request_id, [event.text], final=False)
+            elif decoded.options.empty_final_response:
+                yield self._response(request_id, None, final=True)
+            else:
+                yield self._response(request_id, [event.hypotheses[0].text], final=True)
 
     async def ModelStreamInfer(  # noqa: N802 - gRPC method name
         self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: aio.ServicerContext
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
-        """Requests of the stream run concurrently; each answer (or error) is sent when it is ready."""
+        """Requests of the stream run concurrently; each response (or error) is sent when it is ready."""
         answers: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
         deadline = deadline_of(context)
 
         async def answer(request: pb.ModelInferRequest) -> None:
-            """Run one request and queue its response or its error message."""
+            """Run one request and queue its responses, or its error message."""
             try:
-                response = pb.ModelStreamInferResponse(infer_response=await self._infer(request, deadline))
+                async for response in self._stream_responses(request, deadline):
+                    answers.put_nowait(pb.ModelStreamInferResponse(infer_response=response))
             except Exception as exc:  # noqa: BLE001 - errors travel inside the stream
-                response = pb.ModelStreamInferResponse(error_message=status_of(exc)[1])
-            answers.put_nowait(response)
+                answers.put_nowait(stream_error(request, exc))
 
         async def read_all() -> None:
             """Start a task per request, wait for all of them, then mark the end."""

@@ -21,6 +21,9 @@ OUTPUT_NAME = "TRANSLATION"
 BYTES_DATATYPE = "BYTES"
 MAX_OUTPUT_TOKENS_KEYS = ("max_output_tokens", "max_tokens")
 BEAM_SIZE_KEY = "beam_size"
+STREAM_KEY = "stream"  # request parameter: one response per generated piece (ModelStreamInfer only)
+EMPTY_FINAL_KEY = "triton_enable_empty_final_response"  # set by tritonclient's enable_empty_final_response
+FINAL_RESPONSE_KEY = "triton_final_response"  # response parameter of every streamed response
 _LENGTH = struct.Struct("<I")
 
 
@@ -34,6 +37,8 @@ class InferOptions:
 
     max_output_tokens: int | None = None
     beam_size: int | None = None
+    stream: bool = False
+    empty_final_response: bool = False
 
 
 @dataclass(frozen=True)
@@ -204,6 +209,18 @@ def _int_parameter(key: str, value: Message) -> int:
     return number
 
 
+def _bool_parameter(key: str, value: Message) -> bool:
+    """A boolean from an InferParameter given as bool_param or the string "true" / "false"."""
+    kind = value.WhichOneof("parameter_choice")
+    if kind == "bool_param":
+        return bool(value.bool_param)
+    if kind == "string_param" and value.string_param.strip().lower() in ("true", "false"):
+        return value.string_param.strip().lower() == "true"
+    shown = f"{kind} {getattr(value, kind)!r}" if kind else "no value"
+    raise InvalidTensor(f"parameter {key} must be a boolean (bool_param, or string_param \"true\" / "
+                        f"\"false\"), got {shown}")
+
+
 def parse_parameters(parameters: Mapping[str, Any]) -> InferOptions:
     """Read decoding options from request parameters; unknown keys are ignored."""
     given = [key for key in MAX_OUTPUT_TOKENS_KEYS if key in parameters]
@@ -213,7 +230,10 @@ def parse_parameters(parameters: Mapping[str, Any]) -> InferOptions:
     beam_size = None
     if BEAM_SIZE_KEY in parameters:
         beam_size = _int_parameter(BEAM_SIZE_KEY, parameters[BEAM_SIZE_KEY])
-    return InferOptions(max_output_tokens=max_output_tokens, beam_size=beam_size)
+    flags = {key: key in parameters and _bool_parameter(key, parameters[key])
+             for key in (STREAM_KEY, EMPTY_FINAL_KEY)}
+    return InferOptions(max_output_tokens=max_output_tokens, beam_size=beam_size, stream=flags[STREAM_KEY],
+                        empty_final_response=flags[EMPTY_FINAL_KEY])
 
 
 def decode_request(request: Message) -> DecodedRequest:
@@ -232,3 +252,8 @@ def encode_translation_output(response: Message, texts: Sequence[str]) -> None:
     tensor.datatype = BYTES_DATATYPE
     tensor.shape.append(len(texts))
     response.raw_output_contents.append(serialize_bytes(text.encode("utf-8") for text in texts))
+
+
+def set_final(response: Message, final: bool) -> None:
+    """Flag a streamed ModelInferResponse as its request's last (`triton_final_response`) or not."""
+    response.parameters[FINAL_RESPONSE_KEY].bool_param = final

@@ -76,8 +76,9 @@ def test_tritonclient_health_and_metadata(client):
     assert config.parameters["max_texts_per_request"].string_value == str(MAX_BATCH)
     with pytest.raises(triton.InferenceServerException, match="NOT_FOUND|unknown model"):
         client.get_model_metadata("nope")
+    assert client.get_inference_statistics("translator").model_stats[0].name == "translator"
     with pytest.raises(triton.InferenceServerException, match="UNIMPLEMENTED|Unimplemented"):
-        client.get_inference_statistics("translator")
+        client.get_model_repository_index()
 
 
 def test_tritonclient_infer_matches_runner(client, runner):
@@ -115,7 +116,7 @@ def test_tritonclient_errors_and_streaming(client, runner):
     errors = [e for r, e in got if e is not None]
     assert len(ok) == 1 and ok[0].as_numpy("TRANSLATION").tolist() == texts_of(runner, ["the 4217 cat."],
                                                                                 DecodeOptions())
-    assert len(errors) == 1 and "text 0 is empty" in str(errors[0])
+    assert len(errors) == 1 and str(errors[0]) == "[request id: b] text 0 is empty"
 
 
 def raw_request(texts: list[str], model: str = "translator", **tensor) -> v2.ModelInferRequest:

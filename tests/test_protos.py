@@ -120,9 +120,11 @@ def test_expected_subset_is_defined() -> None:
         "ServerLive", "ServerReady", "ModelReady", "ServerMetadata", "ModelMetadata", "ModelInfer",
         "ModelStreamInfer", "ModelConfig", "ModelStatistics",
     ])
-    for name in ("InferParameter", "InferTensorContents", "ModelStreamInferResponse"):
+    for name in ("InferParameter", "InferTensorContents", "ModelStreamInferResponse", "ModelStatistics",
+                 "InferStatistics", "InferBatchStatistics", "StatisticDuration"):
         assert name in grpc_service_pb2.DESCRIPTOR.message_types_by_name
-    for name in ("ModelConfig", "ModelInput", "ModelOutput", "ModelDynamicBatching"):
+    for name in ("ModelConfig", "ModelInput", "ModelOutput", "ModelDynamicBatching", "ModelQueuePolicy",
+                 "ModelInstanceGroup", "ModelVersionPolicy", "ModelTransactionPolicy"):
         assert name in model_config_pb2.DESCRIPTOR.message_types_by_name
     assert model_config_pb2.DataType.Value("TYPE_STRING") == triton_config.DataType.Value("TYPE_STRING") == 13
 
@@ -173,7 +175,13 @@ def test_model_config_and_statistics_round_trip() -> None:
         input=[model_config_pb2.ModelInput(name="TEXT", data_type=model_config_pb2.TYPE_STRING, dims=[-1])],
         output=[model_config_pb2.ModelOutput(name="TRANSLATION", data_type=model_config_pb2.TYPE_STRING,
                                              dims=[-1])],
-        dynamic_batching=model_config_pb2.ModelDynamicBatching(max_queue_delay_microseconds=2000),
+        dynamic_batching=model_config_pb2.ModelDynamicBatching(
+            max_queue_delay_microseconds=2000, preferred_batch_size=[16],
+            default_queue_policy=model_config_pb2.ModelQueuePolicy(max_queue_size=256),
+        ),
+        version_policy=model_config_pb2.ModelVersionPolicy(
+            latest=model_config_pb2.ModelVersionPolicy.Latest(num_versions=1)),
+        model_transaction_policy=model_config_pb2.ModelTransactionPolicy(decoupled=True),
         instance_group=[
             model_config_pb2.ModelInstanceGroup(count=1, kind=model_config_pb2.ModelInstanceGroup.KIND_CPU)
         ],
@@ -185,18 +193,31 @@ def test_model_config_and_statistics_round_trip() -> None:
     assert decoded.input[0].data_type == triton_config.TYPE_STRING and list(decoded.input[0].dims) == [-1]
     assert decoded.WhichOneof("scheduling_choice") == "dynamic_batching"
     assert decoded.dynamic_batching.max_queue_delay_microseconds == 2000
+    assert list(decoded.dynamic_batching.preferred_batch_size) == [16]
+    assert decoded.dynamic_batching.default_queue_policy.max_queue_size == 256
+    assert decoded.version_policy.latest.num_versions == 1
+    assert decoded.model_transaction_policy.decoupled
     assert decoded.instance_group[0].kind == triton_config.ModelInstanceGroup.KIND_CPU
     assert decoded.parameters["max_beam_size"].string_value == "8"
     queue_time = grpc_service_pb2.StatisticDuration(count=5, ns=9)
     stats = grpc_service_pb2.ModelStatisticsResponse(model_stats=[grpc_service_pb2.ModelStatistics(
-        name="translator", inference_count=5, execution_count=2,
-        inference_stats=grpc_service_pb2.InferStatistics(queue=queue_time),
-        batch_stats=[grpc_service_pb2.InferBatchStatistics(batch_size=3)],
+        name="translator", version="1", last_inference=1_700_000_000_123, inference_count=5,
+        execution_count=2,
+        inference_stats=grpc_service_pb2.InferStatistics(
+            success=grpc_service_pb2.StatisticDuration(count=2, ns=70), queue=queue_time,
+            compute_infer=grpc_service_pb2.StatisticDuration(count=2, ns=40),
+            fail=grpc_service_pb2.StatisticDuration(count=1, ns=3)),
+        batch_stats=[grpc_service_pb2.InferBatchStatistics(
+            batch_size=3, compute_infer=grpc_service_pb2.StatisticDuration(count=1, ns=11))],
     )])
     wire = stats.SerializeToString()
     decoded_stats = triton_service.ModelStatisticsResponse.FromString(wire).model_stats[0]
     assert (decoded_stats.inference_count, decoded_stats.inference_stats.queue.ns) == (5, 9)
-    assert decoded_stats.batch_stats[0].batch_size == 3
+    batch = decoded_stats.batch_stats[0]
+    assert (batch.batch_size, batch.compute_infer.count, batch.compute_infer.ns) == (3, 1, 11)
+    infer = decoded_stats.inference_stats
+    assert (infer.success.count, infer.success.ns, infer.compute_infer.ns, infer.fail.count) == (2, 70, 40, 1)
+    assert (decoded_stats.version, decoded_stats.last_inference) == ("1", 1_700_000_000_123)
 
 
 class _UpperCaseServicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):
