@@ -107,11 +107,19 @@ def build_spec(model: Transformer, vocab: list[str]) -> transformer_spec.Transfo
     return spec
 
 
-def convert(checkpoint: Path, out: Path) -> Path:
-    """Write a CTranslate2 model directory for the checkpoint (fp32 weights); returns out."""
-    model, state = load_checkpoint(checkpoint)
-    tok = Tokenizer.from_file(str(tokenizer_path(checkpoint, state)))
-    vocab = [tok.id_to_token(i) for i in range(tok.get_vocab_size())]
+def checkpoint_vocab(checkpoint: Path) -> list[str]:
+    """The token strings of the checkpoint's tokenizer, in id order."""
+    tok = Tokenizer.from_file(str(tokenizer_path(checkpoint, load_checkpoint(checkpoint)[1])))
+    return [tok.id_to_token(i) for i in range(tok.get_vocab_size())]
+
+
+def convert(checkpoint: Path, out: Path, vocab: list[str] | None = None) -> Path:
+    """Write a CTranslate2 model directory for the checkpoint (fp32 weights); returns out.
+
+    vocab: token strings in id order (default: those of the checkpoint's tokenizer).
+    """
+    model, _ = load_checkpoint(checkpoint)
+    vocab = vocab or checkpoint_vocab(checkpoint)
     if len(vocab) != model.cfg.vocab_size:
         raise ValueError(f"tokenizer has {len(vocab)} tokens, the model {model.cfg.vocab_size}")
     out.mkdir(parents=True, exist_ok=True)

@@ -23,7 +23,7 @@ import torch
 from tokenizers import Tokenizer
 from torch.nn.utils.rnn import pad_sequence
 
-from bench.ct2 import CT2Engine, convert
+from bench.ct2 import CT2Engine, checkpoint_vocab, convert
 from model.checkpoint import load_checkpoint, tokenizer_path
 from model.decoding import greedy_decode
 from service.runner import DecodeOptions, Runner
@@ -61,7 +61,7 @@ def load_sources(tsv: Path, tok: Tokenizer, eos: int, n: int) -> list[list[int]]
 def engines(checkpoint: Path, bundle: Path, threads: int, work: Path) -> dict[str, Decode]:
     """The three decoders, each taking a batch of source ids."""
     torch.set_num_threads(threads)
-    model, state = load_checkpoint(checkpoint)
+    model, _ = load_checkpoint(checkpoint)
     cfg = model.cfg
     limit = cfg.max_len - 1
 
@@ -75,9 +75,8 @@ def engines(checkpoint: Path, bundle: Path, threads: int, work: Path) -> dict[st
     def ort_decode(batch: list[list[int]]) -> list[list[int]]:
         return [h[0].tokens for h in runner.translate(batch, options, max_rows=len(batch))]
 
-    tok = Tokenizer.from_file(str(tokenizer_path(checkpoint, state)))
-    vocab = [tok.id_to_token(i) for i in range(tok.get_vocab_size())]
-    ct2 = CT2Engine(convert(checkpoint, work / "ct2"), vocab, threads)
+    vocab = checkpoint_vocab(checkpoint)
+    ct2 = CT2Engine(convert(checkpoint, work / "ct2", vocab), vocab, threads)
     return {
         "pytorch": torch_decode,
         "onnxruntime": ort_decode,

@@ -1,0 +1,64 @@
+"""Engine benchmark smoke test and the CTranslate2 conversion of our weights (token-identical)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from bench.ct2 import CT2Engine, convert
+from bench.engine import Point, run, table
+from model.checkpoint import load_checkpoint, save_checkpoint
+from model.config import ModelConfig
+from model.decoding import greedy_decode
+from model.transformer import Transformer
+
+
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
+def test_ctranslate2_greedy_equals_pytorch(tmp_path, norm_first):
+    torch.manual_seed(3)
+    cfg = ModelConfig(vocab_size=40, d_model=16, n_heads=2, n_encoder_layers=2, n_decoder_layers=2, d_ff=32,
+                      dropout=0.0, max_len=24, norm_first=norm_first, layer_norm_eps=1e-6)
+    model = Transformer(cfg).eval()
+    with torch.no_grad():  # make LayerNorm and biases non-trivial so a wrong mapping shows
+        for name, p in model.named_parameters():
+            if "norm" in name or name.endswith("bias"):
+                p.add_(0.3 * torch.randn_like(p))
+    save_checkpoint(tmp_path / "m.pt", model, 0, "tokenizer.json")
+    vocab = ["<pad>", "<s>", "</s>", "<unk>", *(f"t{i}" for i in range(4, cfg.vocab_size))]
+    engine = CT2Engine(convert(tmp_path / "m.pt", tmp_path / "ct2", vocab), vocab, threads=1)
+    g = torch.Generator().manual_seed(0)
+    sources = [torch.randint(4, cfg.vocab_size, (n,), generator=g).tolist() + [cfg.eos_id]
+               for n in (3, 7, 12, 5)]
+    ours = [greedy_decode(model, torch.tensor([s]), 12)[0].tokens for s in sources]
+    assert engine.greedy(sources, 12) == ours
+    assert any(len(o) > 1 for o in ours)  # something was generated
+
+
+def test_engine_benchmark_smoke(tiny_checkpoint, tiny_bundle, tiny_corpus):
+    points, ratios = run(checkpoint=tiny_checkpoint, bundle=tiny_bundle, split=tiny_corpus["valid"],
+                         threads=1, batches=(1, 2), repeats=1)
+    assert {(p.engine, p.batch) for p in points} == {
+        (e, b) for e in ("pytorch", "onnxruntime", "ctranslate2") for b in (1, 2)
+    }
+    assert ratios["mismatched_sentences_onnxruntime"] == 0 and ratios["mismatched_sentences_ctranslate2"] == 0
+    by = {(p.engine, p.batch): p for p in points}
+    for key, (a, b) in {"ort_vs_torch_b1": ("onnxruntime", "pytorch"),
+                        "ort_vs_ct2_b1": ("onnxruntime", "ctranslate2")}.items():
+        assert math.isclose(ratios[key], by[a, 1].sentences_per_s / by[b, 1].sentences_per_s)
+    for p in points:
+        assert p.tokens > p.sentences > 0 and p.seconds > 0
+        assert math.isclose(p.tokens_per_s, p.tokens / p.seconds)
+    assert table(points).count("\n") == 4  # header, rule, three engines
+
+
+def test_points_report_throughput():
+    p = Point("x", 4, sentences=10, tokens=250, seconds=2.0)
+    assert p.sentences_per_s == 5.0 and p.tokens_per_s == 125.0
+
+
+def test_converter_keeps_the_checkpoint_loadable(tiny_checkpoint, tmp_path):
+    out = convert(tiny_checkpoint, tmp_path / "ct2")
+    assert (out / "model.bin").stat().st_size > 0
+    assert load_checkpoint(tiny_checkpoint)[0].cfg.vocab_size > 0
