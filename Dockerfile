@@ -1,49 +1,87 @@
-# Serving image: torch-free, ONNX Runtime on CUDA (falls back to CPU when no GPU is visible).
-#   docker build -t translator .                       # CUDA image (onnxruntime-gpu)
-#   docker build -t translator:cpu --build-arg RUNTIME=cpu .   # CPU-only image (onnxruntime)
+# Serving image: torch-free, ONNX Runtime on CUDA (or CPU only), the default model bundle inside.
+#   docker build -t translator .                                # CUDA 13 + cuDNN 9, onnxruntime-gpu
+#   docker build -t translator:cpu --build-arg RUNTIME=cpu .    # Ubuntu only, onnxruntime
 #   docker run --gpus all -p 8001:8001 -p 8002:8002 translator
-# Settings are TRANSLATOR_* environment variables (see `python -m service.server --help`);
-# mount another bundle and set TRANSLATOR_BUNDLE to serve it.
-ARG RUNTIME=cuda
-# onnxruntime-gpu 1.31 needs CUDA 13 and cuDNN 9.
-ARG CUDA_IMAGE=nvidia/cuda:13.0.1-cudnn-runtime-ubuntu24.04
+# Settings are the TRANSLATOR_* environment variables below (`docker run -e TRANSLATOR_BATCHING=dynamic`,
+# every flag of `python -m service.server --help` has one); arguments after the image name are flags.
+# Another bundle: `-v /path/to/bundle:/models/bundle:ro -e TRANSLATOR_BUNDLE=/models/bundle`.
+# See README.md, "Container and deployment".
 
-FROM ${CUDA_IMAGE} AS base
-RUN apt-get update && apt-get install -y --no-install-recommends python3 python3-venv \
+ARG RUNTIME=cuda
+# onnxruntime-gpu 1.31 is built for CUDA 13 and cuDNN 9.
+ARG CUDA_IMAGE=nvidia/cuda:13.0.1-cudnn-runtime-ubuntu24.04
+# The same Ubuntu release as the CUDA image: builder and runtime share one Python (3.12).
+ARG CPU_IMAGE=ubuntu:24.04
+
+# One base per runtime; BuildKit builds only the one that RUNTIME selects (base-${RUNTIME} names a stage
+# of this file, not an image, hence the DL3006 exception below).
+FROM ${CUDA_IMAGE} AS base-cuda
+ENV TRANSLATOR_PROVIDERS=CUDAExecutionProvider,CPUExecutionProvider
+
+FROM ${CPU_IMAGE} AS base-cpu
+ENV TRANSLATOR_PROVIDERS=CPUExecutionProvider
+
+# hadolint ignore=DL3006
+FROM base-${RUNTIME} AS base
+# Distribution packages follow the base image's release: pinning them would break with every update.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends python3 \
     && rm -rf /var/lib/apt/lists/*
 
+# Builder: the serving dependencies (pinned in pyproject.toml, no torch) in /opt/venv, the gRPC modules
+# generated from protos/ by a throwaway tools environment, and /app assembled read-only.
 FROM base AS builder
 ARG RUNTIME
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends python3-venv \
+    && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY pyproject.toml ./
+COPY deploy/docker/requirements.py deploy/docker/
+RUN python3 deploy/docker/requirements.py --runtime "${RUNTIME}" > requirements.txt \
+    && python3 deploy/docker/requirements.py --tools > tools.txt \
+    && python3 -m venv /opt/venv \
+    && /opt/venv/bin/pip install --no-cache-dir --disable-pip-version-check -r requirements.txt
 COPY protos/ protos/
-RUN python3 -m venv /opt/venv && /opt/venv/bin/pip install --no-cache-dir --upgrade pip
-# Serving dependencies only (no torch); the CPU image swaps onnxruntime-gpu for onnxruntime.
-RUN /opt/venv/bin/pip install --no-cache-dir ".[serve]" grpcio-tools==1.81.1 \
-    && if [ "$RUNTIME" = "cpu" ]; then \
-         ORT=$(/opt/venv/bin/pip show onnxruntime-gpu | sed -n 's/^Version: //p') \
-         && /opt/venv/bin/pip uninstall -y onnxruntime-gpu \
-         && /opt/venv/bin/pip install --no-cache-dir "onnxruntime==$ORT"; \
-       fi
-RUN /opt/venv/bin/python -m protos.generate && /opt/venv/bin/pip uninstall -y grpcio-tools
-
-FROM base AS runtime
-RUN useradd --create-home --uid 10001 translator
+RUN python3 -m venv /opt/tools \
+    && /opt/tools/bin/pip install --no-cache-dir --disable-pip-version-check -r tools.txt -c requirements.txt \
+    && /opt/tools/bin/python -m protos.generate
 WORKDIR /app
-COPY --from=builder /opt/venv /opt/venv
-COPY --from=builder /src/protos/ protos/
 COPY export/__init__.py export/names.py export/
 COPY service/ service/
 COPY artifacts/default/bundle/ artifacts/default/bundle/
+# Byte-compiled here (the container may run with a read-only root filesystem), then made read-only:
+# the runtime copies /app as it is, owned by root, so the service user can read but not change it.
+RUN cp -a /src/protos protos \
+    && /opt/venv/bin/python -m compileall -q protos export service \
+    && chmod -R a=rX /app
+
+# Runtime: the virtual environment and /app, run by an unprivileged user.
+FROM base AS runtime
+RUN useradd --system --uid 10001 --user-group --no-create-home --home-dir /nonexistent \
+        --shell /usr/sbin/nologin translator
+COPY --from=builder /opt/venv /opt/venv
+COPY --from=builder /app /app
+WORKDIR /app
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    TRANSLATOR_BUNDLE=/app/artifacts/default/bundle \
     TRANSLATOR_HOST=0.0.0.0 \
     TRANSLATOR_PORT=8001 \
     TRANSLATOR_METRICS_PORT=8002 \
-    TRANSLATOR_BUNDLE=/app/artifacts/default/bundle
-USER translator
+    TRANSLATOR_BATCHING=continuous \
+    TRANSLATOR_MAX_BATCH_SIZE=32 \
+    TRANSLATOR_MAX_QUEUE_DELAY_MS=5 \
+    TRANSLATOR_QUEUE_SIZE=256 \
+    TRANSLATOR_DRAIN_GRACE_S=20 \
+    TRANSLATOR_LOG_LEVEL=INFO
+USER 10001:10001
 EXPOSE 8001 8002
+# The gRPC health protocol on TRANSLATOR_PORT: SERVING once the model is loaded and warmed up.
 HEALTHCHECK --interval=15s --timeout=5s --start-period=60s --retries=3 \
-    CMD ["python", "-m", "service.healthcheck"]
+    CMD ["python", "-m", "service.healthcheck", "--timeout", "3"]
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["python", "-m", "service.server"]
