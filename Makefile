@@ -55,5 +55,22 @@ default-bundle: $(STAMP)
 	$(PY) -m export --checkpoint artifacts/default/model.pt --out artifacts/default/bundle --fp16 \
 	  --test-split artifacts/default/test_sample.tsv --eval-size 500 --force
 
+# Triton's perf_analyzer against the server (bench/perf_analyzer.py: default bundle, concurrency
+# 1..64; PERF_ANALYZER_ARGS=--quick for a short run, --loadgen to compare with bench/loadgen.py).
+# The binary comes from the tritonclient 2.41.1 wheel, installed with the CUDA runtime library it
+# links against (loaded even without a GPU) into .tools/perf_analyzer, apart from the project's
+# own tritonclient; it also needs Debian's libb64-0d. Installed once.
+PERF_ANALYZER := .tools/perf_analyzer/bin/perf_analyzer
+
+$(PERF_ANALYZER): | $(STAMP)
+	$(PY) -m pip install -q --target .tools/perf_analyzer --no-deps tritonclient==2.41.1 \
+	  nvidia-cuda-runtime-cu12==12.9.79
+	touch $@
+
+.PHONY: perf-analyzer
+perf-analyzer: $(STAMP) protos $(PERF_ANALYZER)
+	dpkg -s libb64-0d >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq libb64-0d)
+	$(PY) -m bench.perf_analyzer $(PERF_ANALYZER_ARGS)
+
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

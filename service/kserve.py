@@ -33,7 +33,7 @@ from service.scheduler import Scheduler
 from service.search import DecodeOptions, InvalidInput, TokenEvent
 
 PLATFORM = "onnxruntime_onnx"
-EXTENSIONS = ["parameters", "model_configuration"]
+EXTENSIONS = ["parameters", "model_configuration", "statistics"]
 
 
 def server_version() -> str:

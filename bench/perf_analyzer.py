@@ -1,0 +1,214 @@
+"""Triton's perf_analyzer against this server over KServe v2 gRPC, unchanged.
+
+    make perf-analyzer                       # installs the tool (once), then runs this module
+    python -m bench.perf_analyzer [--quick] [--bundle DIR] [--concurrency 1 2 4 ...] [--loadgen]
+
+perf_analyzer comes from the tritonclient 2.41.1 wheel (its last release that ships the binary),
+installed with the CUDA runtime library it links against (loaded even without a GPU) into
+`.tools/perf_analyzer`, apart from the project's own tritonclient; it also needs Debian's
+libb64-0d. This module starts `python -m service.server` on a free 127.0.0.1 port with the
+default bundle, writes an `--input-data` JSON of held-out sentences (one text per request,
+TEXT shape [1]) and runs perf_analyzer at each concurrency (1, 2, 4, ..., 64 by default: its
+`--concurrency-range` only steps additively, so one run per level), each bounded by count
+windows and a trial limit. It prints one markdown table: client-side throughput and latency
+percentiles, and the server-side queue / compute split perf_analyzer reads from
+ModelStatistics. `--loadgen` adds bench/loadgen.py's closed loop (translator.v1 `Translate`)
+on the same sentences and concurrencies, on the same server, for comparison.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+TOOLS = REPO_ROOT / ".tools" / "perf_analyzer"
+DEFAULT_BUNDLE = REPO_ROOT / "artifacts" / "default" / "bundle"
+HELD_OUT = REPO_ROOT / "artifacts" / "default" / "test_sample.tsv"
+CONCURRENCY = (1, 2, 4, 8, 16, 32, 64)
+START_TIMEOUT_S = 180.0
+RUN_TIMEOUT_S = 900.0  # one concurrency level; perf_analyzer is also bounded by its trial limit
+
+
+@dataclass(frozen=True)
+class Row:
+    """One concurrency level as perf_analyzer measured it (latencies in ms)."""
+
+    concurrency: int
+    throughput: float  # inferences (texts) per second
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+    avg_ms: float
+    queue_ms: float  # server side, per request, from ModelStatistics
+    compute_ms: float  # server side: compute input + infer + output
+
+
+def binary(tools: Path = TOOLS) -> Path:
+    """The perf_analyzer executable of the tritonclient wheel installed under `tools`."""
+    return tools / "bin" / "perf_analyzer"
+
+
+def environment(tools: Path = TOOLS) -> dict[str, str]:
+    """The environment perf_analyzer runs in: libcudart.so.12 of the pip CUDA runtime on the path."""
+    env = dict(os.environ)
+    libs = str(tools / "nvidia" / "cuda_runtime" / "lib")
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (libs, env.get("LD_LIBRARY_PATH")) if p)
+    return env
+
+
+def held_out_sentences(path: Path = HELD_OUT, count: int = 200) -> list[str]:
+    """The first `count` source sentences of a TSV of held-out pairs."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    sources = [s for s in (line.split("\t", 1)[0].strip() for line in lines) if s]
+    if not sources:
+        raise ValueError(f"no source sentences in {path}")
+    return sources[:count]
+
+
+def write_input_data(sentences: Sequence[str], path: Path) -> Path:
+    """perf_analyzer's --input-data JSON: one request per sentence, TEXT of shape [1]."""
+    data = [{"TEXT": {"content": [s], "shape": [1]}} for s in sentences]
+    path.write_text(json.dumps({"data": data}, ensure_ascii=False), encoding="utf-8")
+    return path
+
+
+def command(address: str, data: Path, concurrency: int, requests: int, report: Path,
+            max_trials: int, stability: int, tools: Path = TOOLS) -> list[str]:
+    """perf_analyzer's command line for one concurrency level (gRPC, count windows, csv report)."""
+    return [str(binary(tools)), "-m", "translator", "-i", "grpc", "-u", address, "--input-data", str(data),
+            "--concurrency-range", str(concurrency), "--measurement-mode", "count_windows",
+            "--measurement-request-count", str(requests), "--max-trials", str(max_trials),
+            "-s", str(stability), "-f", str(report), "--verbose-csv"]
+
+
+def parse_report(report: Path) -> Row:
+    """The first row of a perf_analyzer csv report (times there are in microseconds)."""
+    with report.open(newline="") as f:
+        row = next(csv.DictReader(f))
+    us = {k: float(v) for k, v in row.items() if k and v not in (None, "")}
+    compute = sum(us[k] for k in ("Server Compute Input", "Server Compute Infer", "Server Compute Output"))
+    keys = ("p50 latency", "p90 latency", "p99 latency", "Avg latency", "Server Queue")
+    ms = {k: us[k] / 1e3 for k in keys}
+    return Row(int(us["Concurrency"]), us["Inferences/Second"], ms["p50 latency"], ms["p90 latency"],
+               ms["p99 latency"], ms["Avg latency"], ms["Server Queue"], compute / 1e3)
+
+
+def measure(address: str, data: Path, concurrency: int, requests: int, workdir: Path, max_trials: int = 8,
+            stability: int = 100, tools: Path = TOOLS) -> Row:
+    """Run perf_analyzer at one concurrency level; RuntimeError with its output if it fails."""
+    report = workdir / f"perf_analyzer_c{concurrency}.csv"
+    cmd = command(address, data, concurrency, requests, report, max_trials, stability, tools)
+    done = subprocess.run(cmd, env=environment(tools), capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
+                          check=False)
+    if done.returncode != 0 or not report.exists():
+        raise RuntimeError(f"perf_analyzer failed (exit {done.returncode}): {' '.join(cmd)}\n"
+                           f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    return parse_report(report)
+
+
+@contextlib.contextmanager
+def server_process(bundle: Path, batching: str, workdir: Path) -> Iterator[str]:
+    """`python -m service.server` on a free 127.0.0.1 port; yields its address, drains it on exit."""
+    port_file, log_path = workdir / "port", workdir / "server.log"
+    cmd = [sys.executable, "-m", "service.server", "--bundle", str(bundle), "--host", "127.0.0.1",
+           "--port", "0", "--port-file", str(port_file), "--metrics-port", "-1", "--batching", batching,
+           "--providers", "CPUExecutionProvider", "--log-level", "WARNING"]
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
+    try:
+        end = time.monotonic() + START_TIMEOUT_S
+        while not port_file.exists():  # written once the model is loaded, warmed up and serving
+            if proc.poll() is not None or time.monotonic() > end:
+                tail = log_path.read_text(errors="replace")[-3000:]
+                raise RuntimeError(f"the server did not start:\n{tail}")
+            time.sleep(0.05)
+        yield f"127.0.0.1:{int(port_file.read_text().strip())}"
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(60)
+
+
+def loadgen_rows(address: str, sentences: Sequence[str], levels: Sequence[int],
+                 requests: int) -> list[tuple[int, float, float, float, float]]:
+    """bench/loadgen.py's closed loop on translator.v1 at each level: (c, texts/s, p50, p90, p99 ms)."""
+    from bench.loadgen import closed_loop, summarize
+
+    rows = []
+    for c in levels:
+        summary = summarize(asyncio.run(closed_loop(address, list(sentences), c, max(requests, 12 * c))))
+        rows.append((c, summary.throughput, summary.p50_ms, summary.p90_ms, summary.p99_ms))
+    return rows
+
+
+def markdown(rows: Sequence[Row]) -> str:
+    """The perf_analyzer table of docs/performance.md."""
+    lines = ["| concurrency | texts/s | p50 ms | p90 ms | p99 ms | avg ms | server queue ms "
+             "| server compute ms |", "|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {r.concurrency} | {r.throughput:.1f} | {r.p50_ms:.1f} | {r.p90_ms:.1f} | {r.p99_ms:.1f} | "
+              f"{r.avg_ms:.1f} | {r.queue_ms:.1f} | {r.compute_ms:.1f} |" for r in rows]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command-line entry point."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bundle", type=Path, default=DEFAULT_BUNDLE)
+    parser.add_argument("--batching", default="continuous", choices=("none", "dynamic", "continuous"))
+    parser.add_argument("--concurrency", type=int, nargs="+", default=list(CONCURRENCY))
+    parser.add_argument("--sentences", type=int, default=200, help="held-out sentences in the input data")
+    parser.add_argument("--window-requests", type=int, default=40,
+                        help="requests per count window at concurrency 1 (scaled up with concurrency)")
+    parser.add_argument("--max-trials", type=int, default=8)
+    parser.add_argument("--stability", type=int, default=100,
+                        help="perf_analyzer -s, in percent (lenient: latency on a shared machine is noisy)")
+    parser.add_argument("--quick", action="store_true", help="concurrency 1 and 4, small windows")
+    parser.add_argument("--loadgen", action="store_true", help="also run bench/loadgen.py's closed loop")
+    parser.add_argument("--tools", type=Path, default=TOOLS)
+    args = parser.parse_args(argv)
+    if not binary(args.tools).exists():
+        parser.error(f"{binary(args.tools)} is missing: run `make perf-analyzer` to install it")
+    levels = [1, 4] if args.quick else args.concurrency
+    base = 10 if args.quick else args.window_requests
+    sentences = held_out_sentences(count=args.sentences)
+    with tempfile.TemporaryDirectory(prefix="perf-analyzer-") as tmp:
+        workdir = Path(tmp)
+        data = write_input_data(sentences, workdir / "input_data.json")
+        with server_process(args.bundle, args.batching, workdir) as address:
+            print(f"server {address} ({args.batching}), {len(sentences)} held-out sentences, "
+                  f"concurrency {levels}", flush=True)
+            rows = []
+            for c in levels:
+                rows.append(measure(address, data, c, max(base, 4 * c), workdir, args.max_trials,
+                                    args.stability, args.tools))
+                print(f"  c={c}: {rows[-1].throughput:.1f} texts/s, p50 {rows[-1].p50_ms:.1f} ms", flush=True)
+            extra = loadgen_rows(address, sentences, levels, 3 * base) if args.loadgen else []
+    print("\nTriton perf_analyzer (ModelInfer, one held-out sentence per request):\n" + markdown(rows))
+    if extra:
+        print("\nbench/loadgen.py closed loop (translator.v1 Translate, same sentences):")
+        print("| concurrency | texts/s | p50 ms | p90 ms | p99 ms |\n|---|---|---|---|---|")
+        for c, tput, p50, p90, p99 in extra:
+            print(f"| {c} | {tput:.1f} | {p50:.1f} | {p90:.1f} | {p99:.1f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
