@@ -29,6 +29,7 @@ from contextlib import contextmanager
 import onnx
 import onnxscript
 import torch
+import torch.nn.functional as F
 from onnx.defs import OpSchema
 from torch import Tensor, nn
 
@@ -37,6 +38,7 @@ from model.transformer import KV, MultiHeadAttention, Transformer, scaled_dot_pr
 
 DOMAIN = "translator.lowering"
 MS_DOMAIN = "com.microsoft"
+PACKED = "_packed_qkv"  # attribute holding ((W^Q; W^K; W^V)^T, (b^Q; b^K; b^V)) while traced
 _FLOATS = ["tensor(float)", "tensor(float16)"]
 
 
@@ -44,8 +46,9 @@ def _register_schemas() -> None:
     """Declare the placeholder ops to onnx.defs once (the exporter reads their output counts)."""
     param = OpSchema.FormalParameter
     specs = {
-        "Attention": (("query", "key", "value", "bias"), ("output",)),
-        "SelfAttention": (("query", "key", "value", "past_key", "past_value", "bias"),
+        "Attention": (("query", "key", "value", "attention_bias"), ("output",)),
+        "BiasedAttention": (("query", "key", "value", "bias", "attention_bias"), ("output",)),
+        "SelfAttention": (("query", "key", "value", "bias", "past_key", "past_value", "attention_bias"),
                           ("output", "present_key", "present_value")),
     }
     for name, (inputs, outputs) in specs.items():
@@ -92,32 +95,61 @@ def _attention_fake(query: Tensor, key: Tensor, value: Tensor, bias: Tensor, num
     return query.new_empty(query.shape)
 
 
+@torch.library.custom_op("translator::biased_attention", mutates_args=())
+def biased_attention(query: Tensor, key: Tensor, value: Tensor, bias: Tensor, attention_bias: Tensor,
+                     num_heads: int) -> Tensor:
+    """Self-attention without a cache; bias (3D) is the Q/K/V projections' bias, added here."""
+    q, k, v = (x + b for x, b in zip((query, key, value), bias.chunk(3), strict=True))
+    return _attend(q, k, v, attention_bias, num_heads)
+
+
+@biased_attention.register_fake
+def _biased_attention_fake(query: Tensor, key: Tensor, value: Tensor, bias: Tensor, attention_bias: Tensor,
+                           num_heads: int) -> Tensor:
+    """Output shape for tracing."""
+    return query.new_empty(query.shape)
+
+
 @torch.library.custom_op("translator::self_attention", mutates_args=())
-def self_attention(query: Tensor, key: Tensor, value: Tensor, past_key: Tensor, past_value: Tensor,
-                   bias: Tensor, num_heads: int) -> tuple[Tensor, Tensor, Tensor]:
-    """New keys/values (B, T, D) appended to the past (B, H, P, Dh); -> output, present K, present V."""
-    k = torch.cat([past_key, _heads(key, num_heads)], dim=2)  # (B, H, P+T, Dh)
-    v = torch.cat([past_value, _heads(value, num_heads)], dim=2)
-    return _attend(query, k, v, bias, num_heads), k.contiguous(), v.contiguous()
+def self_attention(
+    query: Tensor, key: Tensor, value: Tensor, bias: Tensor, past_key: Tensor, past_value: Tensor,
+    attention_bias: Tensor, num_heads: int,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """New Q/K/V (B, T, D) + their bias (3D); K/V appended to the past (B, H, P, Dh).
+
+    Returns the output (B, T, D) and the present key and value (B, H, P+T, Dh).
+    """
+    q, k, v = (x + b for x, b in zip((query, key, value), bias.chunk(3), strict=True))
+    k = torch.cat([past_key, _heads(k, num_heads)], dim=2)
+    v = torch.cat([past_value, _heads(v, num_heads)], dim=2)
+    return _attend(q, k, v, attention_bias, num_heads), k.contiguous(), v.contiguous()
 
 
 @self_attention.register_fake
-def _self_attention_fake(query: Tensor, key: Tensor, value: Tensor, past_key: Tensor, past_value: Tensor,
-                         bias: Tensor, num_heads: int) -> tuple[Tensor, Tensor, Tensor]:
+def _self_attention_fake(
+    query: Tensor, key: Tensor, value: Tensor, bias: Tensor, past_key: Tensor, past_value: Tensor,
+    attention_bias: Tensor, num_heads: int,
+) -> tuple[Tensor, Tensor, Tensor]:
     """Output shapes for tracing."""
     b, h, p, dh = past_key.shape
     present = (b, h, p + key.shape[1], dh)
     return query.new_empty(query.shape), past_key.new_empty(present), past_value.new_empty(present)
 
 
-def _attention_onnx(query, key, value, bias, num_heads: int):
+def _attention_onnx(query, key, value, attention_bias, num_heads: int):
     """translator::attention -> one placeholder node."""
-    return _lowering_ops.Attention(query, key, value, bias, num_heads=num_heads)
+    return _lowering_ops.Attention(query, key, value, attention_bias, num_heads=num_heads)
 
 
-def _self_attention_onnx(query, key, value, past_key, past_value, bias, num_heads: int):
+def _biased_attention_onnx(query, key, value, bias, attention_bias, num_heads: int):
+    """translator::biased_attention -> one placeholder node."""
+    return _lowering_ops.BiasedAttention(query, key, value, bias, attention_bias, num_heads=num_heads)
+
+
+def _self_attention_onnx(query, key, value, bias, past_key, past_value, attention_bias, num_heads: int):
     """translator::self_attention -> one placeholder node with three outputs."""
-    return _lowering_ops.SelfAttention(query, key, value, past_key, past_value, bias, num_heads=num_heads)
+    return _lowering_ops.SelfAttention(query, key, value, bias, past_key, past_value, attention_bias,
+                                       num_heads=num_heads)
 
 
 def _bias(mask: Tensor | None, like: Tensor, tq: int, tk: int) -> Tensor:
@@ -138,21 +170,32 @@ def fused_forward(
     past: KV | None = None,
     kv: KV | None = None,
 ) -> tuple[Tensor, KV, None]:
-    """MultiHeadAttention.forward with the attention core as one custom op (no weights returned)."""
+    """MultiHeadAttention.forward with the attention core as one custom op (no weights returned).
+
+    Self-attention projects Q, K and V with one packed matmul (W^Q; W^K; W^V) and leaves their
+    bias to the fused op; cross-attention projects only Q (K/V are precomputed).
+    """
     h = self.n_heads
-    q = self.w_q(query)  # (B, Tq, D)
     if kv is not None:  # precomputed cross-attention K/V (B, H, S, Dh)
-        out, present = attention(q, kv[0], kv[1], _bias(mask, q, q.size(1), kv[0].size(2)), h), kv
+        q = self.w_q(query)  # (B, Tq, D)
+        out = attention(q, kv[0], kv[1], _bias(mask, q, q.size(1), kv[0].size(2)), h)
+        return self.w_o(out), kv, None
+    layers = (self.w_q, self.w_k, self.w_v)
+    packed: tuple[Tensor, Tensor] | None = getattr(self, PACKED, None)
+    bias = packed[1] if packed is not None else torch.cat([lin.bias for lin in layers])  # (3D,)
+    if packed is not None and (key_value is None or key_value is query):  # one packed projection
+        q, k, v = (query @ packed[0]).chunk(3, dim=-1)  # (B, T, D) each
     else:
-        src = query if key_value is None else key_value
-        k, v = self.w_k(src), self.w_v(src)  # (B, Tk, D)
-        if past is None:
-            out = attention(q, k, v, _bias(mask, q, q.size(1), k.size(1)), h)
-            present = (_heads(k, h), _heads(v, h))
-        else:
-            total = past[0].size(2) + k.size(1)
-            out, pk, pv = self_attention(q, k, v, past[0], past[1], _bias(mask, q, q.size(1), total), h)
-            present = (pk, pv)
+        sources = (query, key_value, key_value)
+        q, k, v = (F.linear(x, lin.weight) for x, lin in zip(sources, layers, strict=True))
+    if past is None:
+        out = biased_attention(q, k, v, bias, _bias(mask, q, q.size(1), k.size(1)), h)
+        b_k, b_v = bias.chunk(3)[1:]
+        present = (_heads(k + b_k, h), _heads(v + b_v, h))
+    else:
+        total = past[0].size(2) + k.size(1)
+        out, pk, pv = self_attention(q, k, v, bias, past[0], past[1], _bias(mask, q, q.size(1), total), h)
+        present = (pk, pv)
     return self.w_o(out), present, None
 
 
@@ -176,16 +219,22 @@ class FusedAttention(AttentionLowering):
         modules = _fusable(model)
         for m in modules:
             m.forward = types.MethodType(fused_forward, m)
+            with torch.no_grad():  # constants of the graph (folded here, not by the exporter)
+                w = torch.cat([m.w_q.weight, m.w_k.weight, m.w_v.weight]).t().contiguous()  # (D, 3D)
+                b = torch.cat([m.w_q.bias, m.w_k.bias, m.w_v.bias])  # (3D,)
+            setattr(m, PACKED, (w, b))
         try:
             yield
         finally:
             for m in modules:
                 del m.forward  # back to the class's forward
+                delattr(m, PACKED)
 
     def translation_table(self) -> dict[Callable, Callable]:
         """The custom ops -> placeholder nodes."""
         return {
             torch.ops.translator.attention.default: _attention_onnx,
+            torch.ops.translator.biased_attention.default: _biased_attention_onnx,
             torch.ops.translator.self_attention.default: _self_attention_onnx,
         }
 
@@ -195,10 +244,12 @@ class FusedAttention(AttentionLowering):
             if node.domain != DOMAIN:
                 continue
             ins = list(node.input)
-            if node.op_type == "Attention":  # query, key, value, bias
+            if node.op_type == "Attention":  # query, key, value, attention_bias
                 new_inputs = [*ins[:3], "", "", ins[3]]
-            else:  # query, key, value, past_key, past_value, bias
-                new_inputs = [*ins[:3], "", "", ins[5], ins[3], ins[4]]
+            elif node.op_type == "BiasedAttention":  # query, key, value, bias, attention_bias
+                new_inputs = [*ins[:4], "", ins[4]]
+            else:  # query, key, value, bias, past_key, past_value, attention_bias
+                new_inputs = [*ins[:4], "", ins[6], ins[4], ins[5]]
             del node.input[:]
             node.input.extend(new_inputs)
             node.op_type, node.domain = "MultiHeadAttention", MS_DOMAIN
