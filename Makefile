@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TRAIN_MINUTES ?= 300  # total training budget of the default model (resumes count what was spent)
 
-.PHONY: setup serve test lint protos corpus train-default evaluate-default default-bundle clean
+.PHONY: setup serve test lint protos bench bench-quick corpus train-default evaluate-default default-bundle clean
 
 setup: $(STAMP)
 
@@ -26,6 +26,14 @@ protos: $(STAMP)
 
 test: $(STAMP) protos
 	$(PY) -m pytest
+
+# Benchmarks (docs/performance.md): engines, server batching modes, scaling and memory; the last
+# line printed is a JSON object of throughput ratios.
+bench: $(STAMP) protos
+	$(PY) -m bench
+
+bench-quick: $(STAMP) protos
+	$(PY) -m bench --quick
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -1,0 +1,56 @@
+"""All benchmarks in one run: engines, server batching modes, scaling and memory.
+
+    python -m bench            # full (`make bench`, <= 30 min)
+    python -m bench --quick    # fewer points (`make bench-quick`, <= 5 min)
+
+Prints each benchmark's tables; the last line is one JSON object of throughput ratios (higher
+is better): ort_vs_torch_b1, ort_vs_torch_b32, ort_vs_ct2_b1, ort_vs_ct2_b32,
+continuous_vs_none_c64, continuous_vs_dynamic_mixed, server_c1_vs_inprocess.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+HEADLINE = (
+    "ort_vs_torch_b1", "ort_vs_torch_b32", "ort_vs_ct2_b1", "ort_vs_ct2_b32",
+    "continuous_vs_none_c64", "continuous_vs_dynamic_mixed", "server_c1_vs_inprocess",
+)
+DEFAULT = Path("artifacts/default")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmarks in turn (never two at once: they would share the cores)."""
+    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="fewer points and requests")
+    ap.add_argument("--checkpoint", type=Path, default=DEFAULT / "model.pt")
+    ap.add_argument("--bundle", type=Path, default=DEFAULT / "bundle")
+    ap.add_argument("--threads", type=int, default=2, help="threads of every engine and of the server's ORT")
+    a = ap.parse_args(argv)
+
+    from bench import engine, scaling, server
+
+    figures: dict[str, float] = {}
+    start = time.perf_counter()
+    print("## Engines (greedy, static batches, sentences/s and tokens/s)", flush=True)
+    points, ratios = engine.run(a.quick, a.checkpoint, a.bundle, threads=a.threads)
+    print(engine.table(points), flush=True)
+    figures |= ratios
+    print("\n## Server", flush=True)
+    figures |= server.run(a.quick, a.bundle, intra_op_threads=a.threads)
+    print("\n## Scaling and memory", flush=True)
+    scaled = scaling.run(a.quick, a.bundle, intra_op_threads=a.threads)
+    figures |= {f"scaling_{k}": v for k, v in scaled.items()}
+    print(f"\nall figures: {json.dumps({k: round(v, 3) for k, v in figures.items()})}", file=sys.stderr)
+    print(f"({time.perf_counter() - start:.0f} s)", file=sys.stderr, flush=True)
+    print(json.dumps({k: round(figures.get(k, float("nan")), 3) for k in HEADLINE}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
