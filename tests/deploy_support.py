@@ -6,7 +6,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -84,10 +83,9 @@ class ServerProcess:
 
 @contextmanager
 def running(argv: Sequence[str], env: Mapping[str, str], cwd: Path, log_dir: Path) -> Iterator[ServerProcess]:
-    """Start `argv`; on exit SIGTERM it, wait (bounded) and kill it if it is still there."""
+    """Start `argv` (output to log_dir); on exit SIGTERM it, wait (bounded), kill it if still there."""
     log_dir.mkdir(parents=True, exist_ok=True)
-    name = Path(argv[1] if argv[0] == sys.executable and len(argv) > 1 else argv[0]).name
-    out, err = log_dir / f"{name}.out", log_dir / f"{name}.err"
+    out, err = log_dir / "stdout.log", log_dir / "stderr.log"
     with open(out, "w") as stdout, open(err, "w") as stderr:
         proc = subprocess.Popen(list(argv), env=dict(env), cwd=cwd, stdout=stdout, stderr=stderr,
                                 stdin=subprocess.DEVNULL)
