@@ -1,0 +1,1 @@
+"""Benchmarks: engines, the server's batching modes, scaling and memory (`python -m bench`)."""

@@ -1,0 +1,310 @@
+"""Server benchmark: the real server per batching mode under closed-loop and Poisson load.
+
+    python -m bench.server [--quick] [--bundle DIR] [--intra-op-threads N] [--json FILE]
+
+One `python -m service.server` subprocess per batching mode runs on 127.0.0.1 for the whole run
+(bench/serverproc.py); every measurement point is taken for each mode in turn, so that a change of
+the machine's load hits every mode alike. bench/loadgen.py drives them with two workloads
+(bench/workload.py): `sentences`, the held-out sentences as they are (5 to 43 tokens), and `mix`,
+the same with some texts made of 2, 4 or 8 joined sentences (up to the bundle's max_len).
+1. Concurrency 1 against in-process decoding, paired: for each text, `Runner.translate([text])`
+   in a separate process (same bundle and threads, timed there), then the same text through the
+   server (unary Translate); never both at once.
+2. Closed loop at each concurrency and workload (every `stream_every`-th request streamed: time
+   to first token), with the server's own metrics for rows per decoder step and step time.
+3. Open loop on `sentences` at Poisson rates = fractions of the continuous mode's closed-loop peak.
+`run(quick, bundle)` prints the markdown tables and returns the ratios (higher is better).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import statistics
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from bench import loadgen
+from bench.inprocess import InProcessDecoder
+from bench.loadgen import Client, Record, Summary, closed_loop, open_loop, percentiles, summarize
+from bench.serverproc import ServerProcess
+from bench.workload import DEFAULT_BUNDLE, HELD_OUT, Lengths, held_out_sources, mixed_texts
+
+MODES = ("continuous", "dynamic", "none")
+WORKLOADS = ("sentences", "mix")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one benchmark run measures (full mode by default; see QUICK)."""
+
+    modes: tuple[str, ...] = MODES
+    workloads: tuple[str, ...] = WORKLOADS
+    concurrencies: tuple[int, ...] = (1, 8, 32, 64, 128)
+    min_requests: int = 300  # closed loop: max(min_requests, per_user * concurrency) requests
+    per_user: int = 5
+    rate_fractions: tuple[float, ...] = (0.25, 0.5, 0.75, 1.0)
+    open_seconds: float = 15.0  # open loop: about this long per rate, within the bounds below
+    open_requests: tuple[int, int] = (100, 1500)
+    c1_requests: int = 100  # paired concurrency-1 comparison with in-process decoding
+    mix_texts: int = 2000
+    stream_every: int = 8
+    warmup_requests: int = 32
+    max_batch_size: int = 64
+    max_queue_delay_ms: float = 5.0
+    queue_size: int = 256
+    intra_op_threads: int = 0
+    seed: int = 0
+
+    def requests_at(self, concurrency: int) -> int:
+        """Closed-loop requests at a concurrency."""
+        return max(self.min_requests, self.per_user * concurrency)
+
+    def open_requests_at(self, rate: float) -> int:
+        """Open-loop requests at an arrival rate."""
+        low, high = self.open_requests
+        return int(min(high, max(low, rate * self.open_seconds)))
+
+    def server_args(self) -> list[str]:
+        """Server flags shared by every mode."""
+        return ["--max-batch-size", str(self.max_batch_size),
+                "--max-queue-delay-ms", str(self.max_queue_delay_ms), "--queue-size", str(self.queue_size),
+                "--intra-op-threads", str(self.intra_op_threads)]
+
+
+QUICK = Plan(concurrencies=(1, 8, 64), min_requests=80, per_user=3, rate_fractions=(0.3, 0.8),
+             open_seconds=5.0, open_requests=(40, 300), c1_requests=40, mix_texts=500, warmup_requests=16)
+
+
+@dataclass
+class Point:
+    """One measurement: the client's summary and the server's view (means over the point)."""
+
+    summary: Summary
+    rows_per_step: float = math.nan
+    step_ms: float = math.nan
+    encoder_ms: float = math.nan
+
+
+@dataclass
+class ModeResult:
+    """Everything measured for one batching mode."""
+
+    mode: str
+    c1_server_ms: list[float] = field(default_factory=list)  # paired with c1_inprocess_ms, same texts
+    c1_inprocess_ms: list[float] = field(default_factory=list)
+    c1_records: list[Record] = field(default_factory=list)
+    closed: dict[tuple[str, int], Point] = field(default_factory=dict)  # by (workload, concurrency)
+    open: list[Point] = field(default_factory=list)  # by rate
+    peak_rss_mib: float = math.nan
+
+    @property
+    def c1_ratio(self) -> float:
+        """In-process p50 / server p50 at concurrency 1 (1.0 = no serving overhead)."""
+        return statistics.median(self.c1_inprocess_ms) / statistics.median(self.c1_server_ms)
+
+
+# ----- concurrency 1 against in-process decoding ----------------------------------------------
+async def paired_c1(decoder: InProcessDecoder, address: str,
+                    texts: list[str]) -> tuple[list[float], list[Record]]:
+    """Per text: in-process latency (ms), then the same text through the server (unary, concurrency 1)."""
+    inproc, records = [], []
+    async with loadgen.open_channel(address) as channel:
+        client = Client(channel, texts)
+        for i, text in enumerate(texts):
+            inproc.append(1e3 * await asyncio.to_thread(decoder.seconds, text))
+            records.append(await client.call(i))
+            if records[-1].code != "OK":
+                raise RuntimeError(f"concurrency-1 request {i} failed with {records[-1].code}")
+    return inproc, records
+
+
+# ----- closed and open loop --------------------------------------------------------------------
+def _server_view(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Mean rows per decoder step, decoder step and encoder run times (ms) between two scrapes."""
+    def mean(name: str, scale: float = 1.0) -> float:
+        count = after.get(f"{name}_count", 0.0) - before.get(f"{name}_count", 0.0)
+        total = after.get(f"{name}_sum", 0.0) - before.get(f"{name}_sum", 0.0)
+        return scale * total / count if count else math.nan
+
+    return {"rows_per_step": mean("translator_batch_size"),
+            "step_ms": mean("translator_decoder_step_seconds", 1e3),
+            "encoder_ms": mean("translator_encoder_compute_seconds", 1e3)}
+
+
+def _point(server: ServerProcess, coro_factory, offered_rate: float | None = None) -> Point:
+    """Run one load (a coroutine from coro_factory()) and summarize it with the server's view."""
+    before = server.scrape()
+    records = asyncio.run(coro_factory())
+    return Point(summarize(records, offered_rate), **_server_view(before, server.scrape()))
+
+
+def measure(plan: Plan, bundle: Path, workloads: dict[str, list[str]], log=print) -> dict[str, ModeResult]:
+    """Start one server per mode, then take every point for each mode in turn."""
+    modes = sorted(plan.modes, key=lambda m: m != "continuous")  # continuous first: it sets the rates
+    first = workloads[plan.workloads[0]]
+    results = {m: ModeResult(m) for m in modes}
+    with contextlib.ExitStack() as stack:
+        decoder = stack.enter_context(InProcessDecoder(bundle, plan.intra_op_threads))
+        for text in first[:3]:
+            decoder.seconds(text)  # loaded and warm, as the servers
+        servers = {m: stack.enter_context(ServerProcess(bundle, m, plan.server_args())) for m in modes}
+        for m, server in servers.items():
+            r, warmup = results[m], plan.warmup_requests
+            asyncio.run(closed_loop(server.address, first, min(8, warmup), warmup))
+            paired = paired_c1(decoder, server.address, first[: plan.c1_requests])
+            r.c1_inprocess_ms, r.c1_records = asyncio.run(paired)
+            r.c1_server_ms = [1e3 * x.latency for x in r.c1_records]
+            log(f"  {m}: concurrency 1: in-process p50 {statistics.median(r.c1_inprocess_ms):.1f} ms, "
+                f"server p50 {statistics.median(r.c1_server_ms):.1f} ms")
+        decoder.close()
+        for name in plan.workloads:
+            for c in plan.concurrencies:
+                for m, server in servers.items():
+                    def load(address=server.address, texts=workloads[name], c=c):
+                        return closed_loop(address, texts, c, plan.requests_at(c), plan.stream_every)
+                    p = results[m].closed[name, c] = _point(server, load)
+                    log(f"  {m}: {name} c={c}: {p.summary.throughput:.1f}/s, p99 {p.summary.p99_ms:.0f} ms, "
+                        f"{p.rows_per_step:.1f} rows/step")
+        ref = results[modes[0]].closed
+        peak = max(p.summary.throughput for (w, _), p in ref.items() if w == plan.workloads[0])
+        for k, fraction in enumerate(plan.rate_fractions):
+            rate = fraction * peak
+            for m, server in servers.items():
+                def load(address=server.address, rate=rate, k=k):
+                    return open_loop(address, first, rate, plan.open_requests_at(rate), plan.seed + k,
+                                     plan.stream_every)
+                p = _point(server, load, offered_rate=rate)
+                results[m].open.append(p)
+                log(f"  {m}: open loop {rate:.1f}/s: {p.summary.throughput:.1f}/s answered, "
+                    f"p99 {p.summary.p99_ms:.0f} ms, errors {p.summary.errors}")
+        for m, server in servers.items():
+            results[m].peak_rss_mib = server.peak_rss_kib() / 1024
+    return results
+
+
+# ----- ratios and tables ------------------------------------------------------------------------
+def ratios(results: dict[str, ModeResult], c: int = 64) -> dict[str, float]:
+    """The headline ratios (higher is better) at concurrency c; NaN when not measured."""
+    def get(mode: str, workload: str, what: str = "throughput") -> float:
+        """A summary figure of one closed-loop point at concurrency c."""
+        r = results.get(mode)
+        p = r.closed.get((workload, c)) if r is not None else None
+        return getattr(p.summary, what) if p is not None else math.nan
+
+    cont = results.get("continuous")
+    out = {
+        "continuous_vs_none_c64": get("continuous", "sentences") / get("none", "sentences"),
+        "continuous_vs_dynamic_mixed": get("continuous", "mix") / get("dynamic", "mix"),
+        "dynamic_vs_continuous_p99_mixed": (get("dynamic", "mix", "p99_ms")
+                                            / get("continuous", "mix", "p99_ms")),
+        "server_c1_vs_inprocess": cont.c1_ratio if cont is not None else math.nan,
+        "continuous_vs_none_c64_mix": get("continuous", "mix") / get("none", "mix"),
+        "continuous_vs_dynamic_c64_sentences": get("continuous", "sentences") / get("dynamic", "sentences"),
+    }
+    for m, r in results.items():
+        out[f"{m}_c1_vs_inprocess"] = r.c1_ratio
+        out[f"{m}_c64_sentences_per_s"] = get(m, "sentences")
+        out[f"{m}_c64_mix_per_s"] = get(m, "mix")
+        out[f"{m}_peak_rss_mib"] = r.peak_rss_mib
+    return out
+
+
+def _ms(x: float) -> str:
+    """Milliseconds (or any positive figure) for a table cell."""
+    return "-" if not math.isfinite(x) else f"{x:.0f}" if x >= 10 else f"{x:.1f}"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    """A markdown table."""
+    lines = [header, ["---"] * len(header), *rows]
+    return "".join("| " + " | ".join(cells) + " |\n" for cells in lines)
+
+
+CELLS = ["requests", "sentences/s", "tokens/s", "p50 ms", "p90 ms", "p99 ms", "TTFT p50 ms", "TTFT p99 ms",
+         "errors", "rows/step", "step ms", "encoder ms"]
+
+
+def _cells(p: Point) -> list[str]:
+    """The CELLS of a point."""
+    s = p.summary
+    errors = ", ".join(f"{k} {v}" for k, v in sorted(s.errors.items())) or "0"
+    return [str(s.requests), f"{s.throughput:.1f}", f"{s.tokens_per_s:.0f}", _ms(s.p50_ms), _ms(s.p90_ms),
+            _ms(s.p99_ms), _ms(s.ttft_p50_ms), _ms(s.ttft_p99_ms), errors, _ms(p.rows_per_step),
+            _ms(p.step_ms), _ms(p.encoder_ms)]
+
+
+def _c1_table(results: dict[str, ModeResult]) -> str:
+    """Concurrency 1: in-process and client latency, and where the server says its time went."""
+    header = ["mode", "texts", "in-process p50 ms", "client p50 ms", "client p90 ms", "server total p50 ms",
+              "server queue p50 ms", "server compute p50 ms", "in-process / client p50"]
+    rows = []
+    for m, r in results.items():
+        client = [statistics.median(r.c1_inprocess_ms), *percentiles(r.c1_server_ms, (50, 90))]
+        server = [statistics.median(x.server_ms[k] for x in r.c1_records) for k in (2, 0, 1)]
+        cells = [f"{x:.1f}" for x in client + server]
+        rows.append([m, str(len(r.c1_server_ms)), *cells, f"{r.c1_ratio:.2f}"])
+    return _table(header, rows)
+
+
+def tables(results: dict[str, ModeResult], scores: dict[str, float]) -> str:
+    """The markdown tables of a run."""
+    points = sorted(((w, c, m, p) for m, r in results.items() for (w, c), p in r.closed.items()),
+                    key=lambda x: (WORKLOADS.index(x[0]), x[1]))
+    closed = _table(["workload", "concurrency", "mode", *CELLS],
+                    [[w, str(c), m, *_cells(p)] for w, c, m, p in points])
+    opened = _table(["mode", "offered/s", *CELLS], [[m, f"{p.summary.offered_rate:.1f}", *_cells(p)]
+                                                   for m, r in results.items() for p in r.open])
+    c1 = _c1_table(results)
+    rss = _table(["mode", "peak RSS MiB (VmHWM)"], [[m, f"{r.peak_rss_mib:.0f}"] for m, r in results.items()])
+    score = _table(["ratio / figure", "value"], [[k, f"{v:.3g}"] for k, v in scores.items()])
+    return (f"### Closed loop\n\n{closed}\n### Open loop (Poisson arrivals, sentences)\n\n{opened}\n"
+            f"### Concurrency 1: server against in-process decoding (paired, same texts)\n\n{c1}\n"
+            f"### Peak memory of the server processes\n\n{rss}\n### Ratios\n\n{score}")
+
+
+def run_plan(plan: Plan, bundle: Path, sources: list[str], log=print) -> tuple[dict[str, float], str]:
+    """Measure every mode of the plan; the ratios and the markdown tables."""
+    lengths = Lengths(bundle)
+    workloads = {"sentences": [s for s in sources if lengths(s) <= lengths.max_len],
+                 "mix": mixed_texts(sources, plan.mix_texts, lengths, plan.seed)}
+    results = measure(plan, bundle, {w: workloads[w] for w in plan.workloads}, log)
+    scores = ratios(results, 64 if 64 in plan.concurrencies else max(plan.concurrencies))
+    return scores, tables(results, scores)
+
+
+def run(quick: bool = False, bundle: Path = DEFAULT_BUNDLE, intra_op_threads: int = 0,
+        sources: Path = HELD_OUT) -> dict[str, float]:
+    """The server benchmark (prints its tables); ratios and headline figures by name."""
+    plan = replace(QUICK if quick else Plan(), intra_op_threads=intra_op_threads)
+    scores, text = run_plan(plan, Path(bundle), held_out_sources(sources), log=_progress)
+    print(text, flush=True)
+    return scores
+
+
+def _progress(message: str) -> None:
+    """Progress lines on stderr (the tables go to stdout)."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point."""
+    parser = argparse.ArgumentParser(prog="python -m bench.server", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer points and requests (~3 minutes)")
+    parser.add_argument("--bundle", type=Path, default=DEFAULT_BUNDLE, help="model bundle directory")
+    parser.add_argument("--sources", type=Path, default=HELD_OUT, help="TSV whose first column is sent")
+    parser.add_argument("--intra-op-threads", type=int, default=0, help="server and in-process ORT threads")
+    parser.add_argument("--json", type=Path, help="also write the ratios to this JSON file")
+    args = parser.parse_args(argv)
+    scores = run(args.quick, args.bundle, args.intra_op_threads, args.sources)
+    if args.json:
+        args.json.write_text(json.dumps(scores, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
