@@ -86,12 +86,12 @@ def write_input_data(sentences: Sequence[str], path: Path) -> Path:
 
 
 def command(address: str, data: Path, concurrency: int, requests: int, report: Path,
-            max_trials: int, stability: int, tools: Path = TOOLS) -> list[str]:
+            max_trials: int, stability: int, tools: Path = TOOLS, streaming: bool = False) -> list[str]:
     """perf_analyzer's command line for one concurrency level (gRPC, count windows, csv report)."""
     return [str(binary(tools)), "-m", "translator", "-i", "grpc", "-u", address, "--input-data", str(data),
             "--concurrency-range", str(concurrency), "--measurement-mode", "count_windows",
             "--measurement-request-count", str(requests), "--max-trials", str(max_trials),
-            "-s", str(stability), "-f", str(report), "--verbose-csv"]
+            "-s", str(stability), "-f", str(report), "--verbose-csv", *(["--streaming"] if streaming else [])]
 
 
 def parse_report(report: Path) -> Row:
@@ -107,10 +107,10 @@ def parse_report(report: Path) -> Row:
 
 
 def measure(address: str, data: Path, concurrency: int, requests: int, workdir: Path, max_trials: int = 8,
-            stability: int = 100, tools: Path = TOOLS) -> Row:
+            stability: int = 100, tools: Path = TOOLS, streaming: bool = False) -> Row:
     """Run perf_analyzer at one concurrency level; RuntimeError with its output if it fails."""
     report = workdir / f"perf_analyzer_c{concurrency}.csv"
-    cmd = command(address, data, concurrency, requests, report, max_trials, stability, tools)
+    cmd = command(address, data, concurrency, requests, report, max_trials, stability, tools, streaming)
     done = subprocess.run(cmd, env=environment(tools), capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
                           check=False)
     if done.returncode != 0 or not report.exists():
@@ -182,6 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="perf_analyzer -s, in percent (lenient: latency on a shared machine is noisy)")
     parser.add_argument("--quick", action="store_true", help="concurrency 1 and 4, small windows")
     parser.add_argument("--loadgen", action="store_true", help="also run bench/loadgen.py's closed loop")
+    parser.add_argument("--streaming", action="store_true", help="perf_analyzer over ModelStreamInfer")
     parser.add_argument("--tools", type=Path, default=TOOLS)
     args = parser.parse_args(argv)
     if not binary(args.tools).exists():
@@ -198,10 +199,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             rows = []
             for c in levels:
                 rows.append(measure(address, data, c, max(base, 4 * c), workdir, args.max_trials,
-                                    args.stability, args.tools))
+                                    args.stability, args.tools, args.streaming))
                 print(f"  c={c}: {rows[-1].throughput:.1f} texts/s, p50 {rows[-1].p50_ms:.1f} ms", flush=True)
             extra = loadgen_rows(address, sentences, levels, 3 * base) if args.loadgen else []
-    print("\nTriton perf_analyzer (ModelInfer, one held-out sentence per request):\n" + markdown(rows))
+    rpc = "ModelStreamInfer" if args.streaming else "ModelInfer"
+    print(f"\nTriton perf_analyzer ({rpc}, one held-out sentence per request):\n" + markdown(rows))
     if extra:
         print("\nbench/loadgen.py closed loop (translator.v1 Translate, same sentences):")
         print("| concurrency | texts/s | p50 ms | p90 ms | p99 ms |\n|---|---|---|---|---|")

@@ -41,13 +41,14 @@ def server(tiny_bundle: Path, runner: Runner) -> Iterator[BackgroundServer]:
 
 
 @needs_perf_analyzer
-def test_perf_analyzer_measures_the_server(server, tmp_path):
+@pytest.mark.parametrize("streaming", [False, True], ids=["ModelInfer", "ModelStreamInfer"])
+def test_perf_analyzer_measures_the_server(server, tmp_path, streaming):
     """perf_analyzer reads ModelMetadata / ModelConfig, infers, and reads ModelStatistics around windows."""
     client = triton.InferenceServerClient(url=server.address)
     try:
         before = client.get_inference_statistics("translator").model_stats[0]
         data = perf_analyzer.write_input_data(TEXTS, tmp_path / "data.json")
-        row = perf_analyzer.measure(server.address, data, 2, WINDOW, tmp_path)
+        row = perf_analyzer.measure(server.address, data, 2, WINDOW, tmp_path, streaming=streaming)
         after = client.get_inference_statistics("translator").model_stats[0]
     finally:
         client.close()
