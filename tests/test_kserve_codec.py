@@ -23,6 +23,7 @@ from service.kserve_codec import (
     encode_translation_output,
     parse_parameters,
     serialize_bytes,
+    set_final,
 )
 
 TEXTS = ["hello world", "", "gr\u00fc\u00dfe \u2603 \U0001f600", "tab\tnew\nline", "nul\x00inside"]
@@ -269,3 +270,29 @@ def test_parameter_without_value() -> None:
     request.parameters["beam_size"].Clear()
     with pytest.raises(InvalidTensor, match=r"^parameter beam_size has no value$"):
         parse_parameters(request.parameters)
+
+
+def test_stream_flags() -> None:
+    """`stream` and tritonclient's empty-final-response flag read as bool_param or "true" / "false"."""
+    assert parse_parameters(_params(stream=True)) == InferOptions(stream=True)
+    assert parse_parameters(_params(stream=" FALSE ", beam_size=2)) == InferOptions(beam_size=2)
+    request = _client_request(["a"], parameters={"stream": "true"})
+    request.parameters["triton_enable_empty_final_response"].bool_param = True
+    assert parse_parameters(request.parameters) == InferOptions(stream=True, empty_final_response=True)
+    for value, shown in ((1, "int64_param 1"), ("yes", "string_param 'yes'"), (0.0, "double_param 0.0")):
+        with pytest.raises(InvalidTensor) as info:
+            parse_parameters(_params(stream=value))
+        assert str(info.value) == ('parameter stream must be a boolean (bool_param, or string_param "true" / '
+                                   f'"false"), got {shown}')
+
+
+def test_final_flag_reads_back_with_tritonclient() -> None:
+    """set_final writes the bool `triton_final_response` that tritonclient's response carries."""
+    response = grpc_service_pb2.ModelInferResponse(id="r")
+    set_final(response, False)
+    decoded = triton_service.ModelInferResponse.FromString(response.SerializeToString())
+    assert decoded.parameters["triton_final_response"].WhichOneof("parameter_choice") == "bool_param"
+    assert decoded.parameters["triton_final_response"].bool_param is False
+    set_final(response, True)
+    assert triton_service.ModelInferResponse.FromString(response.SerializeToString()).parameters[
+        "triton_final_response"].bool_param is True
