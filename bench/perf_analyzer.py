@@ -7,8 +7,8 @@ perf_analyzer comes from the tritonclient 2.41.1 wheel (its last release that sh
 installed with the CUDA runtime library it links against (loaded even without a GPU) into
 `.tools/perf_analyzer`, apart from the project's own tritonclient; it also needs Debian's
 libb64-0d. This module starts `python -m service.server` on a free 127.0.0.1 port with the
-default bundle, writes an `--input-data` JSON of held-out sentences (one text per request,
-TEXT shape [1]) and runs perf_analyzer at each concurrency (1, 2, 4, ..., 64 by default: its
+default bundle (bench/serverproc.py), writes an `--input-data` JSON of held-out sentences (one
+text per request, TEXT shape [1]) and runs perf_analyzer at each concurrency (1, 2, 4, ..., 64: its
 `--concurrency-range` only steps additively, so one run per level), each bounded by count
 windows and a trial limit. It prints one markdown table: client-side throughput and latency
 percentiles, and the server-side queue / compute split perf_analyzer reads from
@@ -20,25 +20,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import csv
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from bench.loadgen import closed_loop, summarize
+from bench.serverproc import ServerProcess
+from bench.workload import DEFAULT_BUNDLE, REPO_ROOT, held_out_sources
+
 TOOLS = REPO_ROOT / ".tools" / "perf_analyzer"
-DEFAULT_BUNDLE = REPO_ROOT / "artifacts" / "default" / "bundle"
-HELD_OUT = REPO_ROOT / "artifacts" / "default" / "test_sample.tsv"
 CONCURRENCY = (1, 2, 4, 8, 16, 32, 64)
-START_TIMEOUT_S = 180.0
 RUN_TIMEOUT_S = 900.0  # one concurrency level; perf_analyzer is also bounded by its trial limit
 
 
@@ -67,15 +64,6 @@ def environment(tools: Path = TOOLS) -> dict[str, str]:
     libs = str(tools / "nvidia" / "cuda_runtime" / "lib")
     env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (libs, env.get("LD_LIBRARY_PATH")) if p)
     return env
-
-
-def held_out_sentences(path: Path = HELD_OUT, count: int = 200) -> list[str]:
-    """The first `count` source sentences of a TSV of held-out pairs."""
-    lines = path.read_text(encoding="utf-8").splitlines()
-    sources = [s for s in (line.split("\t", 1)[0].strip() for line in lines) if s]
-    if not sources:
-        raise ValueError(f"no source sentences in {path}")
-    return sources[:count]
 
 
 def write_input_data(sentences: Sequence[str], path: Path) -> Path:
@@ -119,39 +107,9 @@ def measure(address: str, data: Path, concurrency: int, requests: int, workdir: 
     return parse_report(report)
 
 
-@contextlib.contextmanager
-def server_process(bundle: Path, batching: str, workdir: Path) -> Iterator[str]:
-    """`python -m service.server` on a free 127.0.0.1 port; yields its address, drains it on exit."""
-    port_file, log_path = workdir / "port", workdir / "server.log"
-    cmd = [sys.executable, "-m", "service.server", "--bundle", str(bundle), "--host", "127.0.0.1",
-           "--port", "0", "--port-file", str(port_file), "--metrics-port", "-1", "--batching", batching,
-           "--providers", "CPUExecutionProvider", "--log-level", "WARNING"]
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
-    try:
-        end = time.monotonic() + START_TIMEOUT_S
-        while not port_file.exists():  # written once the model is loaded, warmed up and serving
-            if proc.poll() is not None or time.monotonic() > end:
-                tail = log_path.read_text(errors="replace")[-3000:]
-                raise RuntimeError(f"the server did not start:\n{tail}")
-            time.sleep(0.05)
-        yield f"127.0.0.1:{int(port_file.read_text().strip())}"
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(60)
-
-
 def loadgen_rows(address: str, sentences: Sequence[str], levels: Sequence[int],
                  requests: int) -> list[tuple[int, float, float, float, float]]:
     """bench/loadgen.py's closed loop on translator.v1 at each level: (c, texts/s, p50, p90, p99 ms)."""
-    from bench.loadgen import closed_loop, summarize
-
     rows = []
     for c in levels:
         summary = summarize(asyncio.run(closed_loop(address, list(sentences), c, max(requests, 12 * c))))
@@ -189,11 +147,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"{binary(args.tools)} is missing: run `make perf-analyzer` to install it")
     levels = [1, 4] if args.quick else args.concurrency
     base = 10 if args.quick else args.window_requests
-    sentences = held_out_sentences(count=args.sentences)
+    sentences = held_out_sources()[: args.sentences]
     with tempfile.TemporaryDirectory(prefix="perf-analyzer-") as tmp:
         workdir = Path(tmp)
         data = write_input_data(sentences, workdir / "input_data.json")
-        with server_process(args.bundle, args.batching, workdir) as address:
+        with ServerProcess(args.bundle, args.batching) as server:
+            address = server.address
             print(f"server {address} ({args.batching}), {len(sentences)} held-out sentences, "
                   f"concurrency {levels}", flush=True)
             rows = []
