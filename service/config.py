@@ -29,6 +29,7 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 8001
     metrics_port: int = 8002  # 0 = any free port, -1 = no metrics endpoint
+    metrics_host: str = "127.0.0.1"
     batching: str = "continuous"
     max_batch_size: int = 32
     max_queue_delay_ms: float = 5.0
@@ -37,10 +38,16 @@ class ServerConfig:
     providers: tuple[str, ...] = DEFAULT_PROVIDERS
     provider_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     max_message_bytes: int = 4 * 1024 * 1024
+    max_source_tokens: int = 0  # 0 = the model's limit (bundle max_len)
+    max_output_tokens: int = 0  # 0 = the model's limit (bundle max_len - 1)
+    max_concurrent_streams: int = 100
+    max_connection_age_ms: int = 300_000  # 0 = connections live for ever
+    max_connection_age_grace_ms: int = 30_000
     drain_grace_s: float = 20.0
     max_beam: int = 8
     tls_cert: Path | None = None
     tls_key: Path | None = None
+    tls_client_ca: Path | None = None
     port_file: Path | None = None
     log_level: str = "INFO"
 
@@ -50,6 +57,8 @@ class ServerConfig:
             raise ValueError(f"--batching must be one of {', '.join(BATCHING_MODES)}, got {self.batching!r}")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("--tls-cert and --tls-key must be given together")
+        if self.tls_client_ca is not None and self.tls_cert is None:
+            raise ValueError("--tls-client-ca needs --tls-cert and --tls-key (mutual TLS is TLS first)")
         checks = {
             "--port": 0 <= self.port <= 65535,
             "--metrics-port": -1 <= self.metrics_port <= 65535,
@@ -58,6 +67,11 @@ class ServerConfig:
             "--queue-size": self.queue_size >= 1,
             "--intra-op-threads": self.intra_op_threads >= 0,
             "--max-message-bytes": self.max_message_bytes >= 1024,
+            "--max-source-tokens": self.max_source_tokens >= 0,
+            "--max-output-tokens": self.max_output_tokens >= 0,
+            "--max-concurrent-streams": self.max_concurrent_streams >= 1,
+            "--max-connection-age-ms": self.max_connection_age_ms >= 0,
+            "--max-connection-age-grace-ms": self.max_connection_age_grace_ms >= 0,
             "--drain-grace-s": self.drain_grace_s >= 0,
             "--max-beam": self.max_beam >= 1,
             "--providers": len(self.providers) >= 1,
@@ -100,6 +114,7 @@ _FLAGS: list[tuple[str, Any, str]] = [
     ("--host", str, "address to bind (0.0.0.0 for every interface)"),
     ("--port", int, "gRPC port; 0 = any free port (see --port-file)"),
     ("--metrics-port", int, "Prometheus /metrics HTTP port; 0 = any free port, -1 = disabled"),
+    ("--metrics-host", str, "address the /metrics endpoint binds (0.0.0.0 for every interface)"),
     ("--batching", str, f"scheduler: {' | '.join(BATCHING_MODES)}"),
     ("--max-batch-size", int, "most texts per request and most rows per model call"),
     ("--max-queue-delay-ms", float, "dynamic batching: longest wait for a batch to fill"),
@@ -108,10 +123,18 @@ _FLAGS: list[tuple[str, Any, str]] = [
     ("--providers", _providers, "comma-separated ONNX Runtime execution providers, in priority order"),
     ("--provider-options", _provider_options, 'JSON, e.g. {"CUDAExecutionProvider": {"device_id": 0}}'),
     ("--max-message-bytes", int, "largest gRPC message received or sent"),
+    ("--max-source-tokens", int, "longest accepted text in tokens incl. eos (0 = the model's max_len)"),
+    ("--max-output-tokens", int, "most tokens generated per text (0 = the model's max_len - 1)"),
+    ("--max-concurrent-streams", int, "most concurrent calls on one client connection (HTTP/2 streams)"),
+    ("--max-connection-age-ms", int, "close client connections after this age (GOAWAY) so clients "
+     "reconnect and spread over new replicas; 0 = never"),
+    ("--max-connection-age-grace-ms", int, "calls still running on a connection past its age get this long"),
     ("--drain-grace-s", float, "on SIGTERM/SIGINT: seconds for in-flight requests to finish"),
     ("--max-beam", int, "largest accepted beam size"),
     ("--tls-cert", _optional_path, "PEM certificate chain; with --tls-key serves TLS"),
     ("--tls-key", _optional_path, "PEM private key"),
+    ("--tls-client-ca", _optional_path, "PEM CA certificate(s): require client certificates signed by it "
+     "(mutual TLS; needs --tls-cert)"),
     ("--port-file", _optional_path, "write the bound gRPC port to this file once listening"),
     ("--log-level", str, "DEBUG, INFO, WARNING or ERROR"),
 ]

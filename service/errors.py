@@ -7,10 +7,14 @@ clients can tell "back off" (RESOURCE_EXHAUSTED) from "this server is going away
 
 from __future__ import annotations
 
+import uuid
+
 import grpc
 
 from service.kserve_codec import InvalidTensor
 from service.search import BatchFull, InvalidInput
+
+MAX_MESSAGE_CHARS = 1000  # longest status message sent (gRPC trailers are limited to a few KiB)
 
 
 class ServiceError(Exception):
@@ -61,12 +65,26 @@ class NotReady(ServiceError):
     code = grpc.StatusCode.UNAVAILABLE
 
 
+def error_id() -> str:
+    """A short random id that ties a client's status message to the server's log line."""
+    return uuid.uuid4().hex[:12]
+
+
+def clip(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """Text cut to `limit` characters (marked), so that echoed client input cannot grow a status."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
-    """The gRPC status code and message for any exception raised while serving a call."""
+    """The gRPC status code and message for any exception raised while serving a call.
+
+    Messages of our own errors are written for clients; any other exception is a bug whose text may
+    hold internals (paths, class names), so the client gets an error id and the log gets the rest.
+    """
     if isinstance(exc, ServiceError):
-        return exc.code, str(exc)
+        return exc.code, clip(str(exc))
     if isinstance(exc, InvalidInput | InvalidTensor):
-        return grpc.StatusCode.INVALID_ARGUMENT, str(exc)
+        return grpc.StatusCode.INVALID_ARGUMENT, clip(str(exc))
     if isinstance(exc, BatchFull):
-        return grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc)
-    return grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
+        return grpc.StatusCode.RESOURCE_EXHAUSTED, clip(str(exc))
+    return grpc.StatusCode.INTERNAL, f"internal error (error id {error_id()}; details in the server log)"

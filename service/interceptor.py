@@ -20,7 +20,7 @@ import grpc
 from grpc import aio
 
 from service import metrics
-from service.errors import status_of
+from service.errors import clip, status_of
 
 log = logging.getLogger(__name__)
 
@@ -72,12 +72,12 @@ class _Call:
         if not isinstance(exc, Exception):  # KeyboardInterrupt, SystemExit: not a call failure
             raise exc
         if preset is not None:
-            code, message = preset, self.context.details() or str(exc)
+            code, message = preset, clip(self.context.details() or status_of(exc)[1])
         else:
             code, message = status_of(exc)
         self.code = code
         if code == grpc.StatusCode.INTERNAL:
-            log.error("%s failed: %s", self.method, message, exc_info=exc)
+            log.error("%s failed: %s (%s)", self.method, message, type(exc).__name__, exc_info=exc)
         else:
             log.debug("%s: %s %s", self.method, code.name, message)
         await self.context.abort(code, message)

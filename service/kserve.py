@@ -18,8 +18,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import importlib.metadata
+import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 
+import grpc
 from grpc import aio
 
 from protos.inference import grpc_service_pb2 as pb
@@ -32,7 +34,10 @@ from service.runner import Runner
 from service.scheduler import Scheduler
 from service.search import DecodeOptions, InvalidInput, TokenEvent
 
+log = logging.getLogger(__name__)
+
 PLATFORM = "onnxruntime_onnx"
+MAX_ECHOED_ID_CHARS = 256  # a request id quoted in an in-stream error message
 EXTENSIONS = ["parameters", "model_configuration", "statistics"]
 
 
@@ -47,10 +52,12 @@ def server_version() -> str:
 def check_model(name: str, version: str) -> None:
     """UnknownModel unless the request names the served model and version ("" or "1")."""
     if name != MODEL_NAME:
-        raise UnknownModel(f"unknown model {name!r}: this server serves only {MODEL_NAME!r}")
+        shown = kserve_codec.shown(name)
+        raise UnknownModel(f"unknown model {shown}: this server serves only {MODEL_NAME!r}")
     if version not in ("", MODEL_VERSION):
         raise UnknownModel(
-            f"model {MODEL_NAME!r} has no version {version!r}: the served version is {MODEL_VERSION!r}"
+            f"model {MODEL_NAME!r} has no version {kserve_codec.shown(version)}: "
+            f"the served version is {MODEL_VERSION!r}"
         )
 
 
@@ -135,9 +142,11 @@ def model_statistics(snapshot: statistics.Snapshot) -> pb.ModelStatistics:
 
 def stream_error(request: pb.ModelInferRequest, exc: BaseException) -> pb.ModelStreamInferResponse:
     """The in-stream answer to a failed request: Triton's "[request id: ...]" message, id echoed."""
-    message = status_of(exc)[1]
+    code, message = status_of(exc)
+    if code == grpc.StatusCode.INTERNAL:
+        log.error("ModelStreamInfer request failed: %s", message, exc_info=exc)
     if request.id:
-        message = f"[request id: {request.id}] {message}"
+        message = f"[request id: {request.id[:MAX_ECHOED_ID_CHARS]}] {message}"
     response = pb.ModelInferResponse(model_name=request.model_name, model_version=request.model_version,
                                      id=request.id)
     kserve_codec.set_final(response, True)
@@ -272,11 +281,23 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 answers.put_nowait(stream_error(request, exc))
 
         async def read_all() -> None:
-            """Start a task per request, wait for all of them, then mark the end."""
-            tasks: list[asyncio.Task] = []
+            """Start a task per request (at most queue_size at once), wait for all of them, mark the end."""
+            tasks: set[asyncio.Task] = set()  # running ones only: a long-lived stream does not accumulate
+            slots = asyncio.Semaphore(self.scheduler.queue_size)  # a flood waits in HTTP/2 flow control
+
+            async def bounded(request: pb.ModelInferRequest) -> None:
+                """answer() within a slot."""
+                try:
+                    await answer(request)
+                finally:
+                    slots.release()
+
             try:
                 async for request in request_iterator:
-                    tasks.append(asyncio.create_task(answer(request)))
+                    await slots.acquire()
+                    task = asyncio.create_task(bounded(request))
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
                 await asyncio.gather(*tasks)
             finally:
                 for task in tasks:

@@ -25,10 +25,17 @@ STREAM_KEY = "stream"  # request parameter: one response per generated piece (Mo
 EMPTY_FINAL_KEY = "triton_enable_empty_final_response"  # set by tritonclient's enable_empty_final_response
 FINAL_RESPONSE_KEY = "triton_final_response"  # response parameter of every streamed response
 _LENGTH = struct.Struct("<I")
+SHOWN_CHARS = 80  # longest echo of a client-supplied value in an error message
 
 
 class InvalidTensor(ValueError):
     """A request tensor or parameter the model cannot accept (maps to INVALID_ARGUMENT)."""
+
+
+def shown(value: object, limit: int = SHOWN_CHARS) -> str:
+    """repr() of a client-supplied value for an error message, cut to `limit` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 @dataclass(frozen=True)
@@ -117,16 +124,18 @@ def _single_input(request: Message) -> Message:
     if not names:
         raise InvalidTensor(f"missing input {INPUT_NAME}: the request has no inputs")
     if names != [INPUT_NAME]:
-        listed = ", ".join(repr(n) for n in names)
+        more = f" and {len(names) - 4} more" if len(names) > 4 else ""
+        listed = ", ".join(shown(n) for n in names[:4]) + more
         raise InvalidTensor(f"expected exactly one input named {INPUT_NAME}, got {listed}")
     tensor = request.inputs[0]
     if tensor.datatype != BYTES_DATATYPE:
         raise InvalidTensor(
-            f"input {INPUT_NAME} has datatype {tensor.datatype or '(empty)'}, expected {BYTES_DATATYPE}"
+            f"input {INPUT_NAME} has datatype {tensor.datatype[:SHOWN_CHARS] or '(empty)'}, "
+            f"expected {BYTES_DATATYPE}"
         )
     shape = list(tensor.shape)
     if len(shape) != 1:
-        raise InvalidTensor(f"input {INPUT_NAME} must be 1-D with shape [N], got shape {shape}")
+        raise InvalidTensor(f"input {INPUT_NAME} must be 1-D with shape [N], got shape {shown(shape)}")
     if shape[0] < 0:
         raise InvalidTensor(f"input {INPUT_NAME} has invalid shape {shape}: N must be the element count")
     if shape[0] == 0:
@@ -184,7 +193,8 @@ def check_requested_outputs(request: Message) -> None:
     """Reject requested outputs other than TRANSLATION (no request = all outputs)."""
     for output in request.outputs:
         if output.name != OUTPUT_NAME:
-            raise InvalidTensor(f"unknown output {output.name!r}: this model's only output is {OUTPUT_NAME}")
+            name = shown(output.name)
+            raise InvalidTensor(f"unknown output {name}: this model's only output is {OUTPUT_NAME}")
 
 
 def _int_parameter(key: str, value: Message) -> int:
@@ -195,14 +205,15 @@ def _int_parameter(key: str, value: Message) -> int:
     elif kind == "string_param":
         text = value.string_param.strip()
         if not text.isdigit() or not text.isascii():
-            raise InvalidTensor(f"parameter {key} must be a whole number, got string {value.string_param!r}")
+            got = shown(value.string_param)
+            raise InvalidTensor(f"parameter {key} must be a whole number, got string {got}")
         number = int(text)
     elif kind is None:
         raise InvalidTensor(f"parameter {key} has no value")
     else:
         raise InvalidTensor(
             f"parameter {key} must be an integer (int64_param, uint64_param or a decimal string_param), "
-            f"got {kind} {getattr(value, kind)!r}"
+            f"got {kind} {shown(getattr(value, kind))}"
         )
     if number < 1:
         raise InvalidTensor(f"parameter {key} must be >= 1, got {number}")
@@ -216,9 +227,9 @@ def _bool_parameter(key: str, value: Message) -> bool:
         return bool(value.bool_param)
     if kind == "string_param" and value.string_param.strip().lower() in ("true", "false"):
         return value.string_param.strip().lower() == "true"
-    shown = f"{kind} {getattr(value, kind)!r}" if kind else "no value"
+    got = f"{kind} {shown(getattr(value, kind))}" if kind else "no value"
     raise InvalidTensor(f"parameter {key} must be a boolean (bool_param, or string_param \"true\" / "
-                        f"\"false\"), got {shown}")
+                        f"\"false\"), got {got}")
 
 
 def parse_parameters(parameters: Mapping[str, Any]) -> InferOptions:

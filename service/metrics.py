@@ -5,7 +5,8 @@ compute and batch metrics; the servicers call `observe_request` once per RPC. Ev
 exposed by `start_metrics_server` on its own HTTP port (prometheus_client's server thread).
 
 Names (all prefixed `translator_`):
-- `requests_total{method, code}` counter, `request_latency_seconds{method}` histogram: per RPC.
+- `requests_total{method, code}` counter (every served method x COMMON_CODES exists from start-up),
+  `request_latency_seconds{method}` histogram: per RPC.
 - `queue_time_seconds`, `time_to_first_token_seconds`, `time_per_output_token_seconds`: per text.
 - `encoder_compute_seconds` per encoder call, `decoder_step_seconds` per decoder step.
 - `batch_size` (active rows per decoder step), `input_tokens` / `output_tokens` per text.
@@ -16,6 +17,7 @@ Time histograms use millisecond-suited buckets from 0.5 ms to 10 s.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 
 from prometheus_client import Counter, Gauge, Histogram, Info, start_http_server
 
@@ -49,6 +51,10 @@ QUEUE_DEPTH = Gauge("translator_queue_depth", "Texts waiting in the scheduler qu
 ACTIVE_SEQUENCES = Gauge("translator_active_sequences", "Texts being decoded.")
 MODEL = Info("translator_model", "The served model: name, bundle version, provider, batching mode.")
 
+# Status codes whose request series exist from start-up for every method (init_request_counts).
+COMMON_CODES = ("OK", "CANCELLED", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "RESOURCE_EXHAUSTED",
+                "INTERNAL", "UNAVAILABLE")
+
 _servers_lock = threading.Lock()
 _servers: list = []  # (server, thread) pairs started by start_metrics_server
 
@@ -57,6 +63,15 @@ def observe_request(method: str, code: str, seconds: float) -> None:
     """Count one answered RPC (code: a gRPC status name such as "OK") and record its latency."""
     REQUESTS.labels(method=method, code=code).inc()
     REQUEST_LATENCY.labels(method=method).observe(seconds)
+
+
+def init_request_counts(methods: Iterable[str], codes: Iterable[str] = COMMON_CODES) -> None:
+    """Create the `requests_total` series of every method x code at 0, so that Prometheus' rate() and
+    increase() see the first call of each (a series born at 1 has no earlier sample to differ from)."""
+    codes = tuple(codes)
+    for method in methods:
+        for code in codes:
+            REQUESTS.labels(method=method, code=code)
 
 
 def set_model_info(model: str, version: str, provider: str, batching: str) -> None:

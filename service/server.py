@@ -21,7 +21,6 @@ from collections.abc import Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import grpc
 from google.protobuf import descriptor_pool
 from google.protobuf.descriptor import FileDescriptor
 from grpc import aio
@@ -30,7 +29,7 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from protos.inference import grpc_service_pb2, grpc_service_pb2_grpc
 from protos.translator.v1 import translator_pb2, translator_pb2_grpc
-from service import metrics
+from service import metrics, tls
 from service.bundle import BundleError
 from service.config import ServerConfig, parse_config
 from service.interceptor import ErrorMappingInterceptor
@@ -49,6 +48,7 @@ SERVICE_NAMES = (
     health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
 )
 HEALTH_POLL_S = 0.25
+DRAIN_MARGIN_S = 2.0
 WARMUP_TEXT = "Send 4,217 apples."
 _SERVING = health_pb2.HealthCheckResponse.SERVING
 _NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
@@ -77,25 +77,46 @@ def reflection_pool(files: Iterable[FileDescriptor]) -> descriptor_pool.Descript
 
 def build_runner(config: ServerConfig) -> Runner:
     """Load and verify the bundle and open its sessions (raises BundleError for a bad bundle)."""
-    runner = Runner(config.bundle, providers=config.providers, intra_op_threads=config.intra_op_threads,
-                    provider_options=config.provider_options or None, max_beam=config.max_beam)
+    try:
+        runner = Runner(config.bundle, providers=config.providers, intra_op_threads=config.intra_op_threads,
+                        provider_options=config.provider_options or None, max_beam=config.max_beam)
+    except BundleError:
+        raise
+    except Exception as exc:  # ONNX Runtime or the tokenizer refused a file whose hash matched
+        what = f"{type(exc).__name__}: {exc}"
+        raise BundleError(f"cannot load the model of bundle {config.bundle}: {what}") from exc
     log.info("model %s %s loaded from %s; execution providers in use: %s (primary: %s)",
              runner.bundle.name, runner.bundle.version, config.bundle, ", ".join(runner.providers),
              runner.provider)
     return runner
 
 
-def _grpc_options(config: ServerConfig) -> list[tuple[str, Any]]:
-    """Channel arguments of the server: message size limits."""
-    return [("grpc.max_receive_message_length", config.max_message_bytes),
-            ("grpc.max_send_message_length", config.max_message_bytes)]
+def grpc_options(config: ServerConfig) -> list[tuple[str, Any]]:
+    """Channel arguments of the server: message size, concurrent streams per connection, connection age."""
+    options: list[tuple[str, Any]] = [
+        ("grpc.max_receive_message_length", config.max_message_bytes),
+        ("grpc.max_send_message_length", config.max_message_bytes),
+        ("grpc.max_concurrent_streams", config.max_concurrent_streams),
+    ]
+    if config.max_connection_age_ms > 0:
+        options += [("grpc.max_connection_age_ms", config.max_connection_age_ms),
+                    ("grpc.max_connection_age_grace_ms", config.max_connection_age_grace_ms)]
+    return options
+
+
+def counted_methods() -> list[str]:
+    """Metric labels of the RPCs the server implements ("translator.v1.Translator/Translate", ...)."""
+    implemented = [(translator_pb2.DESCRIPTOR.services_by_name["Translator"], TranslatorServicer),
+                   (grpc_service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"], InferenceServicer),
+                   (health_pb2.DESCRIPTOR.services_by_name["Health"], health.aio.HealthServicer)]
+    return [f"{service.full_name}/{method.name}" for service, servicer in implemented
+            for method in service.methods if method.name in vars(servicer)]
 
 
 def _bind(server: aio.Server, config: ServerConfig) -> int:
     """Add the listening port (TLS when a certificate is configured); returns the bound port."""
     if config.tls_cert is not None and config.tls_key is not None:
-        key_and_chain = (config.tls_key.read_bytes(), config.tls_cert.read_bytes())
-        credentials = grpc.ssl_server_credentials([key_and_chain])
+        credentials = tls.server_credentials(config.tls_cert, config.tls_key, config.tls_client_ca)
         port = server.add_secure_port(config.address, credentials)
     else:
         port = server.add_insecure_port(config.address)
@@ -124,9 +145,11 @@ class RunningServer:
             await self.health.set(name, status)
 
     async def watch_health(self, current: int) -> None:
-        """Follow readiness (draining, scheduler health) into the health service, from `current` on."""
+        """Follow readiness (draining, scheduler health) into the health service, from `current` on; and
+        answer the callers of a stuck inference worker (UNAVAILABLE) instead of letting them hang."""
         while True:
             await asyncio.sleep(HEALTH_POLL_S)
+            self.scheduler.fail_if_stuck()
             status = _SERVING if self.readiness.ready else _NOT_SERVING
             if status != current:
                 await self._set_health(status)
@@ -141,7 +164,9 @@ class RunningServer:
         if self._poller is not None:
             self._poller.cancel()
         log.info("draining: in-flight requests have %.1f s", grace)
-        await asyncio.gather(self.server.stop(grace), self.scheduler.drain(grace))
+        # The scheduler answers what is left (UNAVAILABLE) at `grace`; the server cancels calls only
+        # DRAIN_MARGIN_S later, so that those answers reach their clients first.
+        await asyncio.gather(self.server.stop(grace + DRAIN_MARGIN_S), self.scheduler.drain(grace))
         if self.metrics_port is not None:
             metrics.stop_metrics_servers()
         log.info("stopped")
@@ -159,7 +184,8 @@ async def serve(config: ServerConfig, runner: Runner | None = None) -> RunningSe
                                max_queue_delay_ms=config.max_queue_delay_ms, queue_size=config.queue_size)
     await scheduler.start()
     readiness = Readiness(scheduler_healthy=lambda: scheduler.healthy)
-    server = aio.server(interceptors=[ErrorMappingInterceptor()], options=_grpc_options(config))
+    server = aio.server(interceptors=[ErrorMappingInterceptor()], options=grpc_options(config))
+    metrics.init_request_counts(counted_methods())  # all series from the start: rate() sees the first call
     translator_pb2_grpc.add_TranslatorServicer_to_server(TranslatorServicer(runner, scheduler), server)
     grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
         InferenceServicer(runner, scheduler, lambda: readiness.ready), server)
@@ -174,7 +200,7 @@ async def serve(config: ServerConfig, runner: Runner | None = None) -> RunningSe
         await running._set_health(_NOT_SERVING)
         await server.start()
         if config.metrics_port >= 0:
-            running.metrics_port = metrics.start_metrics_server(config.metrics_port, config.host)
+            running.metrics_port = metrics.start_metrics_server(config.metrics_port, config.metrics_host)
         metrics.set_model_info(model=MODEL_NAME, version=runner.bundle.version, provider=runner.provider,
                                batching=scheduler.mode)
         warmup = DecodeOptions(max_new_tokens=min(8, runner.max_len - 1))
@@ -226,6 +252,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except OSError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # noqa: BLE001 - e.g. the warm-up translation failed: never half-serve
+        log.critical("the server failed", exc_info=exc)
+        print(f"error: the server failed: {exc}", file=sys.stderr)
         return 1
 
 

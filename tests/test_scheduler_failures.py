@@ -153,7 +153,7 @@ def test_closing_a_stream_early_stops_its_decoding(hooked, texts):
 
 
 # ----- failures -------------------------------------------------------------------------------
-def test_failed_decoder_step_fails_only_that_batch(hooked, texts):
+def test_failed_decoder_step_fails_only_that_batch(hooked, texts, caplog):
     hook = Gate(None, fail=lambda stage, n: stage == "decoder" and n == 2)
     hooked.fault_hook = hook
     opts = DecodeOptions(max_new_tokens=MAX_NEW)
@@ -171,12 +171,15 @@ def test_failed_decoder_step_fails_only_that_batch(hooked, texts):
     failed, after, healthy, steps = run(main())
     assert all(isinstance(e, BatchFailed) for e in failed)
     assert "decoder step failed for a batch of 3 text(s)" in str(failed[0])
-    assert "injected decoder failure" in str(failed[0])
+    assert "injected" not in str(failed[0])  # the exception's text goes to the log, under the error id
+    eid = str(failed[0]).split("error id ")[1][:12]
+    logged = [r for r in caplog.records if eid in r.getMessage()]
+    assert logged and "injected decoder failure" in (logged[0].exc_text or "")
     assert toks(after) == ref(hooked, texts[4], opts) and healthy
     assert steps == 2 + len(after.hypotheses[0].tokens) + (after.finish_reason == "eos")  # no zombie rows
 
 
-def test_failed_encoder_fails_only_the_newcomers(hooked, texts):
+def test_failed_encoder_fails_only_the_newcomers(hooked, texts, caplog):
     gate = Gate("decoder", at=(3,), fail=lambda stage, n: stage == "encoder" and n == 2)
     hooked.fault_hook = gate
     opts = DecodeOptions(max_new_tokens=MAX_NEW)
@@ -195,6 +198,8 @@ def test_failed_encoder_fails_only_the_newcomers(hooked, texts):
 
     ra, eb = run(main())
     assert isinstance(eb, BatchFailed) and "encoder failed for a batch of 2 new text(s)" in str(eb)
+    assert "injected" not in str(eb)
+    assert any("injected encoder failure" in (r.exc_text or "") for r in caplog.records)
     assert toks(ra) == ref(hooked, texts[0], opts)
 
 

@@ -167,7 +167,8 @@ def test_failing_batch_is_internal_and_the_server_keeps_serving(server, runner):
             pb_grpc.TranslatorStub(ch).Translate(request, timeout=30)
     finally:
         runner.fault_hook = None
-    assert err.value.code() == grpc.StatusCode.INTERNAL and "injected decoder failure" in err.value.details()
+    assert err.value.code() == grpc.StatusCode.INTERNAL and "decoder step failed" in err.value.details()
+    assert "injected" not in err.value.details() and "error id" in err.value.details()  # text: in the log
     assert_recovered(server, runner)
 
 
