@@ -13,11 +13,12 @@ throughput (answered requests / elapsed, output tokens / elapsed) and latency pe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import random
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,7 +28,12 @@ from protos.translator.v1 import translator_pb2 as pb
 from protos.translator.v1 import translator_pb2_grpc as pb_grpc
 
 TIMEOUT_S = 120.0  # per-request deadline: a stuck server fails requests, never hangs the run
-CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 16 * 1024 * 1024)]
+# Each channel its own connection (gRPC would otherwise share one between channels to the same
+# address); a load spread over connections stays below the server's concurrent-stream limit.
+CHANNEL_OPTIONS = [("grpc.max_receive_message_length", 16 * 1024 * 1024),
+                   ("grpc.use_local_subchannel_pool", 1)]
+STREAMS_PER_CHANNEL = 32  # closed loop: users per connection
+OPEN_LOOP_CHANNELS = 8  # open loop: connections, requests spread round-robin
 
 
 @dataclass
@@ -93,15 +99,16 @@ def summarize(records: Sequence[Record], offered_rate: float | None = None) -> S
 
 
 class Client:
-    """Prebuilt requests over one grpc.aio channel; `call(i)` sends request i and returns its Record."""
+    """Prebuilt requests over grpc.aio channels; `call(i, lane)` sends request i over channel
+    lane (default i) modulo their number, and returns its Record."""
 
-    def __init__(self, channel: aio.Channel, texts: Sequence[str], stream_every: int = 0,
+    def __init__(self, channels: Sequence[aio.Channel], texts: Sequence[str], stream_every: int = 0,
                  max_output_tokens: int = 0, timeout_s: float = TIMEOUT_S) -> None:
-        if not texts:
-            raise ValueError("no texts to send")
+        if not texts or not channels:
+            raise ValueError("no texts to send or no channel to send them over")
         if stream_every < 0:
             raise ValueError(f"stream_every must be >= 0, got {stream_every}")
-        self.stub = pb_grpc.TranslatorStub(channel)
+        self.stubs = [pb_grpc.TranslatorStub(channel) for channel in channels]
         options = pb.TranslateOptions(max_output_tokens=max_output_tokens)
         self.unary = [pb.TranslateRequest(texts=[t], options=options) for t in texts]
         self.stream = [pb.TranslateStreamRequest(text=t, options=options) for t in texts]
@@ -112,16 +119,17 @@ class Client:
         """Whether request i goes through TranslateStream."""
         return self.stream_every > 0 and i % self.stream_every == 0
 
-    async def call(self, i: int) -> Record:
+    async def call(self, i: int, lane: int | None = None) -> Record:
         """Send request i, wait for its answer (or failure)."""
         k = i % len(self.unary)
+        stub = self.stubs[(i if lane is None else lane) % len(self.stubs)]
         streamed = self.streamed(i)
         start = time.perf_counter()
         ttft, tokens, code = math.nan, 0, "OK"
         try:
             if streamed:
                 result = None
-                async for message in self.stub.TranslateStream(self.stream[k], timeout=self.timeout_s):
+                async for message in stub.TranslateStream(self.stream[k], timeout=self.timeout_s):
                     if message.HasField("piece"):
                         if math.isnan(ttft):
                             ttft = time.perf_counter() - start
@@ -130,7 +138,7 @@ class Client:
                 if result is None:
                     raise RuntimeError("the stream ended without a result")
             else:
-                response = await self.stub.Translate(self.unary[k], timeout=self.timeout_s)
+                response = await stub.Translate(self.unary[k], timeout=self.timeout_s)
                 (result,) = response.results
             tokens = len(result.hypotheses[0].token_ids)
             timings = result.timings
@@ -143,8 +151,15 @@ class Client:
 
 
 def open_channel(address: str) -> aio.Channel:
-    """An insecure grpc.aio channel to address."""
+    """An insecure grpc.aio channel to address, on a connection of its own."""
     return aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+
+
+@contextlib.asynccontextmanager
+async def open_channels(address: str, n: int) -> AsyncIterator[list[aio.Channel]]:
+    """n channels to address (n connections), closed on exit."""
+    async with contextlib.AsyncExitStack() as stack:
+        yield [await stack.enter_async_context(open_channel(address)) for _ in range(max(1, n))]
 
 
 async def wait_ready(address: str, timeout_s: float = 60.0) -> None:
@@ -160,17 +175,17 @@ async def closed_loop(address: str, texts: Sequence[str], concurrency: int, requ
     """`concurrency` users, each sending its next request as soon as its previous one is answered."""
     if concurrency < 1 or requests < 1:
         raise ValueError(f"concurrency and requests must be >= 1: {concurrency}, {requests}")
-    async with open_channel(address) as channel:
-        client = Client(channel, texts, stream_every, max_output_tokens, timeout_s)
+    async with open_channels(address, math.ceil(concurrency / STREAMS_PER_CHANNEL)) as channels:
+        client = Client(channels, texts, stream_every, max_output_tokens, timeout_s)
         pending = iter(range(requests))  # shared by the users: each index is taken exactly once
         records: list[Record] = []
 
-        async def user() -> None:
-            """Send requests back to back until none are left."""
+        async def user(u: int) -> None:
+            """Send requests back to back over channel u until none are left."""
             for i in pending:
-                records.append(await client.call(i))
+                records.append(await client.call(i, u))
 
-        await asyncio.gather(*(user() for _ in range(min(concurrency, requests))))
+        await asyncio.gather(*(user(u) for u in range(min(concurrency, requests))))
     return sorted(records, key=lambda r: r.index)
 
 
@@ -192,8 +207,8 @@ async def open_loop(address: str, texts: Sequence[str], rate: float, requests: i
     """Requests sent at Poisson arrival times whatever the answers (an overloaded server queues
     or refuses them with RESOURCE_EXHAUSTED); returns when every request is answered or failed."""
     arrivals = poisson_arrivals(rate, requests, seed)
-    async with open_channel(address) as channel:
-        client = Client(channel, texts, stream_every, max_output_tokens, timeout_s)
+    async with open_channels(address, OPEN_LOOP_CHANNELS) as channels:
+        client = Client(channels, texts, stream_every, max_output_tokens, timeout_s)
         loop = asyncio.get_running_loop()
         t0 = loop.time()
         tasks = []

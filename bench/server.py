@@ -114,7 +114,7 @@ async def paired_c1(decoder: InProcessDecoder, address: str,
     """Per text: in-process latency (ms), then the same text through the server (unary, concurrency 1)."""
     inproc, records = [], []
     async with loadgen.open_channel(address) as channel:
-        client = Client(channel, texts)
+        client = Client([channel], texts)
         for i, text in enumerate(texts):
             inproc.append(1e3 * await asyncio.to_thread(decoder.seconds, text))
             records.append(await client.call(i))
