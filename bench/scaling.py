@@ -146,12 +146,13 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 def tables(lengths: list[tuple[Point, Point]], batches: list[Point], rss: dict, plan: Plan) -> str:
     """The markdown tables of a run."""
     length_rows = [[str(a.label), f"{a.latency_ms:.1f}", f"{a.out_tokens / a.sentences:.0f}",
-                    f"{a.tokens_per_s:.0f}", f"{b.throughput:.1f}", f"{b.tokens_per_s:.0f}",
-                    f"{b.tokens_per_s / a.tokens_per_s:.2f}"] for a, b in lengths]
+                    f"{1e3 / a.tokens_per_s:.2f}", f"{a.tokens_per_s:.0f}", f"{b.throughput:.1f}",
+                    f"{b.tokens_per_s:.0f}", f"{b.tokens_per_s / a.tokens_per_s:.2f}"] for a, b in lengths]
     together = plan.together
-    length_table = _table(["source tokens", "alone: p50 ms", "output tokens (mean)", "alone: tokens/s",
-                           f"{together} together: sentences/s", f"{together} together: tokens/s",
-                           "together / alone (tokens/s)"], length_rows)
+    header = ["source tokens", "alone: p50 ms", "output tokens (mean)", "alone: ms per output token",
+              "alone: tokens/s", f"{together} together: sentences/s", f"{together} together: tokens/s",
+              "together / alone (tokens/s)"]
+    length_table = _table(header, length_rows)
     base = batches[0].tokens_per_s if batches else float("nan")
     batch_table = _table(["batch size", "sentences", "sentences/s", "tokens/s", "p50 ms per batch",
                           "tokens/s vs first row"],
