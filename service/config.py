@@ -44,6 +44,7 @@ class ServerConfig:
     max_connection_age_ms: int = 300_000  # 0 = connections live for ever
     max_connection_age_grace_ms: int = 30_000
     drain_grace_s: float = 20.0
+    watchdog_s: float = 30.0
     max_beam: int = 8
     tls_cert: Path | None = None
     tls_key: Path | None = None
@@ -73,6 +74,7 @@ class ServerConfig:
             "--max-connection-age-ms": self.max_connection_age_ms >= 0,
             "--max-connection-age-grace-ms": self.max_connection_age_grace_ms >= 0,
             "--drain-grace-s": self.drain_grace_s >= 0,
+            "--watchdog-s": self.watchdog_s > 0,
             "--max-beam": self.max_beam >= 1,
             "--providers": len(self.providers) >= 1,
         }
@@ -130,6 +132,8 @@ _FLAGS: list[tuple[str, Any, str]] = [
      "reconnect and spread over new replicas; 0 = never"),
     ("--max-connection-age-grace-ms", int, "calls still running on a connection past its age get this long"),
     ("--drain-grace-s", float, "on SIGTERM/SIGINT: seconds for in-flight requests to finish"),
+    ("--watchdog-s", float, "a model run longer than this makes health NOT_SERVING and fails its requests "
+     "(UNAVAILABLE)"),
     ("--max-beam", int, "largest accepted beam size"),
     ("--tls-cert", _optional_path, "PEM certificate chain; with --tls-key serves TLS"),
     ("--tls-key", _optional_path, "PEM private key"),

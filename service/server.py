@@ -164,9 +164,12 @@ class RunningServer:
         if self._poller is not None:
             self._poller.cancel()
         log.info("draining: in-flight requests have %.1f s", grace)
-        # The scheduler answers what is left (UNAVAILABLE) at `grace`; the server cancels calls only
-        # DRAIN_MARGIN_S later, so that those answers reach their clients first.
-        await asyncio.gather(self.server.stop(grace + DRAIN_MARGIN_S), self.scheduler.drain(grace))
+        # The port stays open while the scheduler drains, so that a call arriving now gets a clear
+        # UNAVAILABLE ("shutting down") from the scheduler rather than a transport-level cancel; what
+        # is still running at `grace` is answered UNAVAILABLE too, and the server then gives those
+        # answers (and any other call) DRAIN_MARGIN_S to leave before it cancels what remains.
+        await self.scheduler.drain(grace)
+        await self.server.stop(DRAIN_MARGIN_S)
         if self.metrics_port is not None:
             metrics.stop_metrics_servers()
         log.info("stopped")
@@ -181,7 +184,8 @@ async def serve(config: ServerConfig, runner: Runner | None = None) -> RunningSe
     if runner is None:
         runner = await asyncio.to_thread(build_runner, config)
     scheduler = make_scheduler(config.batching, runner, max_batch_size=config.max_batch_size,
-                               max_queue_delay_ms=config.max_queue_delay_ms, queue_size=config.queue_size)
+                               max_queue_delay_ms=config.max_queue_delay_ms, queue_size=config.queue_size,
+                               watchdog_s=config.watchdog_s)
     await scheduler.start()
     readiness = Readiness(scheduler_healthy=lambda: scheduler.healthy)
     server = aio.server(interceptors=[ErrorMappingInterceptor()], options=grpc_options(config))

@@ -1,0 +1,47 @@
+"""`python -m service.server` with injected inference faults, for the soak (bench/soak.py).
+
+    python -m bench.faulty_server --fail-every 500 [server flags]
+
+Every N-th decoder step of the process raises inside the runner's fault hook (`Runner.run_hook`,
+called before each ONNX Runtime run), as a failing model call would: that batch's requests must
+get INTERNAL and the server must keep serving.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+from collections.abc import Sequence
+
+from service.runner import Runner
+from service.server import main as serve
+
+
+def install(fail_every: int) -> None:
+    """Make every `fail_every`-th decoder step of every Runner raise RuntimeError."""
+    steps = itertools.count(1)
+    original = Runner.run_hook
+
+    def hook(self: Runner, stage: str) -> None:
+        """The fault, then the runner's own hook."""
+        if stage == "decoder" and next(steps) % fail_every == 0:
+            raise RuntimeError("injected decoder failure (bench.faulty_server)")
+        original(self, stage)
+
+    Runner.run_hook = hook
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Install the fault, then run the server with the remaining flags."""
+    ap = argparse.ArgumentParser(prog="python -m bench.faulty_server", add_help=False)
+    ap.add_argument("--fail-every", type=int, required=True)
+    known, rest = ap.parse_known_args(argv)
+    if known.fail_every < 1:
+        ap.error("--fail-every must be >= 1")
+    install(known.fail_every)
+    return serve(rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

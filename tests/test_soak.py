@@ -1,0 +1,98 @@
+"""The soak driver (bench/soak.py), short: a real server on the tiny bundle under a few hundred
+requests of every kind, valid and hostile, with injected batch failures; and its checks can fail."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from bench.soak import Report, Settings, compare_metrics, print_report, run, summarize
+from bench.soak_calls import Record, check
+from bench.soak_cases import MIX, TRANSLATE, VALID_KINDS, Case, Reference
+
+REQUESTS, BURST_EVERY, MAX_BATCH, QUEUE = 400, 100, 8, 32
+
+
+@pytest.fixture(scope="module")
+def report(tiny_bundle, tiny_corpus) -> Report:
+    """One short soak with every fault kind and a failing decoder step every 150."""
+    settings = Settings(bundle=tiny_bundle, sources=tiny_corpus["valid"], requests=REQUESTS, concurrency=16,
+                        warmup=200, max_batch_size=MAX_BATCH, queue_size=QUEUE, max_message_bytes=64 * 1024,
+                        burst_every=BURST_EVERY, inject_every=150, max_connection_age_ms=2000, max_minutes=4)
+    return run(settings, log=lambda _: None)
+
+
+def test_every_request_gets_exactly_one_clean_answer(report):
+    """None lost, duplicated or hanging; every status allowed for its kind, with a clean message."""
+    bursts = REQUESTS // BURST_EVERY * (QUEUE // MAX_BATCH + 4)
+    assert report.requests == report.answered == REQUESTS + bursts
+    assert report.lost == report.duplicated == report.hanging == 0
+    assert report.problems == []
+    assert set(report.faults) == set(MIX) - VALID_KINDS  # every kind of fault was sent
+    assert report.codes["INTERNAL"] > 0  # the injected batch failures happened ...
+    assert report.valid_ok >= 100  # ... and plenty of valid requests were checked token for token
+    assert report.codes["RESOURCE_EXHAUSTED"] > report.not_counted  # the bursts overflowed the queue
+
+
+def test_server_is_healthy_counts_agree_and_memory_is_flat(report):
+    """SERVING at the end, request counters equal to the driver's, RSS within 10% of the warm-up's."""
+    assert report.serving_at_end
+    assert report.metrics_mismatch == {}
+    assert report.not_counted == report.faults["oversized"]
+    assert abs(report.rss_drift) <= 0.10, (report.rss_warm_kib, report.rss_end_kib)
+    out = io.StringIO()
+    print_report(report, out)
+    assert out.getvalue().splitlines()[-2] == "PASSED"
+    assert json.loads(out.getvalue().splitlines()[-1])["lost"] == 0
+
+
+def _case(**overrides) -> Case:
+    """A valid one-text Translate case."""
+    values = {"kind": "translate", "method": TRANSLATE, "request": None, "deadline_s": 5.0,
+              "allowed": frozenset({"OK"}), "references": [Reference([5, 6], "x")]} | overrides
+    return Case(**values)
+
+
+@pytest.mark.parametrize(("record", "found"), [
+    (Record(0, "translate", TRANSLATE, "INTERNAL", "KeyError: 'x' (File \"/app/a.py\")", 1.0, 1), "not in"),
+    (Record(0, "translate", TRANSLATE, "OK", "", 9.5, 1), "after a 5.0 s deadline"),
+    (Record(0, "translate", TRANSLATE, "OK", "", 1.0, 2), "2 terminal answers"),
+    (Record(0, "translate", TRANSLATE, "RESOURCE_EXHAUSTED", "busy", 1.0, 1), "lacks 'queue is full'"),
+])
+def test_the_checks_can_fail(record, found):
+    """Bad answers are reported: a leaked internal, a late answer, two answers, a vague message."""
+    check(_case(), record, injected_faults=False)
+    assert any(found in p for p in record.problems), record.problems
+
+
+def test_internals_in_a_message_are_reported():
+    """An allowed status whose message holds a traceback or a class name is still a problem."""
+    record = Record(0, "empty_text", TRANSLATE, "INVALID_ARGUMENT", "text 0 is empty: ValueError", 0.1, 1)
+    check(_case(kind="empty_text", allowed=frozenset({"INVALID_ARGUMENT"}), hint="is empty", references=[]),
+          record, injected_faults=False)
+    assert any("internals" in p for p in record.problems)
+
+
+def test_lost_requests_and_metric_differences_are_reported():
+    """A request without a record is lost; a counter that grew differently is a mismatch."""
+    report = Report(settings={})
+    records = [Record(i, "translate", TRANSLATE, "OK", "", 0.1, 1) for i in (0, 2)]
+    summarize(report, records, sent=3)
+    assert report.lost == 1
+    compare_metrics(report, {}, {f"{TRANSLATE} OK": 1.0}, records)
+    assert report.metrics_mismatch == {f"{TRANSLATE} OK": [1.0, 2]}
+    assert not report.passed
+
+
+def test_racing_cancels_may_move_but_not_vanish():
+    """A cancelled stream the server finished counts OK there; one it never counted is a mismatch."""
+    method = "translator.v1.Translator/TranslateStream"
+    records = [Record(i, "cancel_stream", method, "CANCELLED", "", 0.1, 1) for i in range(3)]
+    moved = Report(settings={})
+    compare_metrics(moved, {}, {f"{method} CANCELLED": 2.0, f"{method} OK": 1.0}, records)
+    assert moved.metrics_mismatch == {} and moved.raced == 1
+    vanished = Report(settings={})
+    compare_metrics(vanished, {}, {f"{method} CANCELLED": 2.0}, records)
+    assert vanished.metrics_mismatch == {f"{method} (racing)": [2, 3]}
