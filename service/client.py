@@ -21,7 +21,7 @@ from protos.inference import grpc_service_pb2 as v2
 from protos.inference import grpc_service_pb2_grpc as v2_grpc
 from protos.translator.v1 import translator_pb2 as pb
 from protos.translator.v1 import translator_pb2_grpc as pb_grpc
-from service import kserve_codec
+from service import kserve_codec, tls
 from service.rpc import MODEL_NAME
 
 
@@ -32,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--address", default=os.environ.get("TRANSLATOR_ADDRESS", "localhost:8001"),
                         help="server host:port [TRANSLATOR_ADDRESS; default: %(default)s]")
     parser.add_argument("--timeout", type=float, default=30.0, help="deadline in seconds (default: 30)")
-    parser.add_argument("--ca-cert", help="PEM CA certificate: connect with TLS")
+    tls.add_client_flags(parser)
     parser.add_argument("--stream", action="store_true", help="print pieces as they are generated (one text)")
     parser.add_argument("--alignment", action="store_true", help="print the cross-attention alignment")
     parser.add_argument("--scores", action="store_true", help="print score and log-probability")
@@ -43,14 +43,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--info", action="store_true", help="print GetModelInfo as JSON and exit")
     parser.add_argument("--request-id", default="", help="client request id, echoed by the server")
     return parser
-
-
-def open_channel(address: str, ca_cert: str | None) -> grpc.Channel:
-    """An insecure channel, or a TLS one trusting ca_cert."""
-    if ca_cert:
-        with open(ca_cert, "rb") as f:
-            return grpc.secure_channel(address, grpc.ssl_channel_credentials(root_certificates=f.read()))
-    return grpc.insecure_channel(address)
 
 
 def _options(args: argparse.Namespace) -> pb.TranslateOptions:
@@ -122,7 +114,8 @@ def _infer_v2(channel: grpc.Channel, args: argparse.Namespace, out: TextIO) -> N
 
 def run(args: argparse.Namespace, out: TextIO) -> None:
     """Perform the requested call and print its answer."""
-    with open_channel(args.address, args.ca_cert) as channel:
+    with tls.open_channel(args.address, args.ca_cert, args.client_cert, args.client_key,
+                          args.server_name) as channel:
         if args.info:
             stub = pb_grpc.TranslatorStub(channel)
             info = stub.GetModelInfo(pb.GetModelInfoRequest(), timeout=args.timeout)
@@ -144,10 +137,17 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         parser.error("--stream translates exactly one text")
     if args.v2 and (args.stream or args.alignment or args.scores or args.n_best > 1):
         parser.error("--v2 returns translations only: drop --stream, --alignment, --scores and --n-best")
+    if (args.client_cert is None) != (args.client_key is None):
+        parser.error("--client-cert and --client-key go together")
+    if args.client_cert and not args.ca_cert:
+        parser.error("--client-cert needs --ca-cert (mutual TLS is TLS first)")
     try:
         run(args, out or sys.stdout)
     except grpc.RpcError as exc:
         print(f"error: {exc.code().name}: {exc.details()}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0
 

@@ -8,6 +8,7 @@ and TLS with one, presenting a client certificate when given.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -45,12 +46,28 @@ def channel_credentials(ca_cert: str | Path, client_cert: str | Path | None = No
 
 
 def open_channel(address: str, ca_cert: str | Path | None = None, client_cert: str | Path | None = None,
-                 client_key: str | Path | None = None,
+                 client_key: str | Path | None = None, server_name: str | None = None,
                  options: Sequence[tuple[str, Any]] = ()) -> grpc.Channel:
-    """A blocking channel: plaintext without ca_cert, TLS (mutual with a client certificate) with it."""
+    """A blocking channel: plaintext without ca_cert, TLS (mutual with a client certificate) with it.
+    server_name: the name the server's certificate must carry when it differs from the address'
+    host (e.g. the health check connects to 127.0.0.1, the certificate names the service)."""
     if ca_cert is None:
         if client_cert is not None:
             raise ValueError("a client certificate needs TLS: give the CA certificate too")
         return grpc.insecure_channel(address, options=list(options))
     credentials = channel_credentials(ca_cert, client_cert, client_key)
+    if server_name:
+        options = [*options, ("grpc.ssl_target_name_override", server_name)]
     return grpc.secure_channel(address, credentials, options=list(options))
+
+
+def add_client_flags(parser: Any, env_prefix: str = "TRANSLATOR_") -> None:
+    """--ca-cert, --client-cert, --client-key and --server-name on an argparse parser, each defaulting
+    to an environment variable (TRANSLATOR_CA_CERT, ...)."""
+    flags = {"--ca-cert": "PEM CA certificate of the server: connect with TLS",
+             "--client-cert": "PEM client certificate (mutual TLS; needs --client-key)",
+             "--client-key": "PEM private key of --client-cert",
+             "--server-name": "name the server's certificate carries, if not the address' host"}
+    for flag, text in flags.items():
+        env = env_prefix + flag.lstrip("-").replace("-", "_").upper()
+        parser.add_argument(flag, default=os.environ.get(env) or None, help=f"{text} [{env}]")
