@@ -54,6 +54,7 @@ class Job:
     admitted: float = 0.0
     first_token: float | None = None
     admit_step: int = 0
+    joins_previous: bool = False  # a later text of the same request as the job queued before it
 
     @property
     def rows(self) -> int:

@@ -9,7 +9,10 @@ API (used by the gRPC servicers)::
     async for item in sched.stream(text, options, deadline): ...      # TokenEvent..., then Result
     await sched.drain(grace_s)                                        # idempotent
     sched.healthy, sched.state, sched.queue_depth, sched.active_sequences, sched.mode,
-    sched.max_batch_size, sched.max_queue_delay_ms, sched.queue_size, sched.watchdog_s
+    sched.max_batch_size, sched.max_queue_delay_ms, sched.queue_size, sched.watchdog_s,
+    sched.encoder_padding                   # make_scheduler(..., encoder_padding=x) overrides the mode's
+    sched.fail_if_stuck()                   # polled by the server: stuck worker -> callers get UNAVAILABLE
+    sched.limits                            # RequestLimits (service/limits.py): make_scheduler(..., limits=)
 
 `deadline` is an absolute `time.monotonic()` value or None. `submit` tokenizes and validates
 before queueing and raises InvalidInput (also for a beam wider than max_batch_size or more texts
@@ -27,7 +30,10 @@ when queued texts join the batch (FIFO in all of them, nobody overtakes the head
 - `dynamic`: when the batch is empty, wait until max_batch_size rows are queued or the oldest
   text waited max_queue_delay_ms, then encode and decode that batch to completion.
 - `continuous` (default): before every decoder step, queued texts join while rows are free
-  (one encoder run for the newcomers); finished ones have already left.
+  (one encoder run for the newcomers); finished ones have already left. The requests joining in
+  one step must pad well together (encoder_padding 0.5: padding at most half the real tokens or
+  32 tokens): a long source queued behind short ones joins one step later, in its own encoder
+  run. The texts of one request are never split for that.
 All modes return the same tokens as `runner.translate([text])`.
 """
 
@@ -36,12 +42,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from service.errors import DeadlineExceeded, NotReady, ShuttingDown
 from service.jobs import DONE, Job, Result, Timings
+from service.limits import RequestLimits
 from service.runner import Runner
 from service.search import DecodeOptions, InvalidInput, Request, TokenEvent
 from service.statistics import RequestTimer
@@ -57,17 +65,21 @@ class Scheduler:
     """Queue + one inference worker thread; subclasses only decide when queued texts join the batch."""
 
     mode = ""
+    default_encoder_padding = math.inf  # no limit: a batch is encoded together, however it pads
 
     def __init__(self, runner: Runner, *, max_batch_size: int = 32, max_queue_delay_ms: float = 5.0,
-                 queue_size: int = 256, watchdog_s: float = 30.0) -> None:
+                 queue_size: int = 256, watchdog_s: float = 30.0,
+                 encoder_padding: float | None = None, limits: RequestLimits | None = None) -> None:
         if max_batch_size < 1 or queue_size < 1:
             raise ValueError(f"max_batch_size and queue_size must be >= 1: {max_batch_size}, {queue_size}")
         if max_queue_delay_ms < 0 or watchdog_s <= 0:
             raise ValueError(f"bad max_queue_delay_ms {max_queue_delay_ms} or watchdog_s {watchdog_s}")
         self.runner = runner
+        self.limits = limits or RequestLimits.of(runner)  # source / output tokens per text
         self._max_batch_size, self._max_queue_delay_ms = int(max_batch_size), float(max_queue_delay_ms)
+        padding = self.default_encoder_padding if encoder_padding is None else float(encoder_padding)
         self._worker = Worker(runner, self._admission, self._max_batch_size, int(queue_size),
-                              float(watchdog_s))
+                              float(watchdog_s), padding)
         self._drain_task: asyncio.Future | None = None
 
     # ----- configuration and state ----------------------------------------------------------
@@ -80,6 +92,11 @@ class Scheduler:
     def max_queue_delay_ms(self) -> float:
         """Dynamic mode: how long the oldest queued text may wait for a batch to fill."""
         return self._max_queue_delay_ms
+
+    @property
+    def encoder_padding(self) -> float:
+        """Newcomers of one encoder run: most padding as a fraction of their real tokens (inf: no limit)."""
+        return self._worker.encoder_padding
 
     @property
     def queue_size(self) -> int:
@@ -112,6 +129,11 @@ class Scheduler:
     def queue_depth(self) -> int:
         """Texts waiting in the queue."""
         return self._worker.queue_depth
+
+    def fail_if_stuck(self) -> int:
+        """While a model run is stuck beyond watchdog_s, answer every queued and active caller with
+        UNAVAILABLE (NotReady) rather than let them hang; the number answered (the server polls this)."""
+        return self._worker.fail_if_stuck()
 
     @property
     def active_sequences(self) -> int:
@@ -167,15 +189,18 @@ class Scheduler:
         submitted = time.monotonic()
         if deadline is not None and deadline <= submitted:
             raise DeadlineExceeded("the deadline passed before the request was queued")
-        resolved = options.resolved(self.runner.max_len, self.runner.max_beam)
+        self.limits.check_texts(texts)  # before tokenizing: a huge text costs nothing
+        resolved = self.limits.outputs(options, options.resolved(self.runner.max_len, self.runner.max_beam))
         if resolved.beam_size > self.max_batch_size:
             raise InvalidInput(f"beam_size {resolved.beam_size} exceeds the batch size {self.max_batch_size}")
         loop = asyncio.get_running_loop()
         jobs = []
-        for ids in self.runner.encode_texts(texts):
+        sources = self.runner.encode_texts(texts)
+        self.limits.check_sources(sources)
+        for ids in sources:
             request = Request(ids, resolved)  # ids come from our tokenizer: in vocabulary, length checked
             sink: asyncio.Future | asyncio.Queue = asyncio.Queue() if stream else loop.create_future()
-            request.tag = Job(request, loop, sink, deadline, submitted)
+            request.tag = Job(request, loop, sink, deadline, submitted, joins_previous=bool(jobs))
             jobs.append(request.tag)
         return jobs
 
@@ -274,6 +299,7 @@ class ContinuousScheduler(Scheduler):
     """Iteration-level (Orca / vLLM-style) batching: join before any step while rows are free."""
 
     mode = "continuous"
+    default_encoder_padding = 0.5  # joining one step later costs less than a long pad
 
     def _admission(self, idle: bool, queued_rows: int, oldest_wait_s: float | None,
                    draining: bool) -> tuple[int, float | None]:

@@ -10,7 +10,13 @@ never waits on inference; the worker never touches asyncio objects.
 Each iteration of the worker: take the jobs whose callers gave up and ask the mode's admission
 policy (a callable of the Scheduler subclass) how many queued texts may join now; outside the
 lock, cancel given-up and expired jobs (`batch.cancel` frees their rows), encode the newcomers
-(`batch.add`, one encoder run), run one decoder step (`batch.step`), deliver. An exception in
+(`batch.add`, one encoder run), run one decoder step (`batch.step`), deliver. Newcomers join in
+FIFO order while their rows fit and, with an `encoder_padding` limit, while the encoder input
+(every newcomer right-padded to the longest) stays mostly real tokens: padding at most
+`encoder_padding` times the real tokens or PAD_SLACK_TOKENS, whichever is more. The first
+request that would break the limit waits for the next iteration, at the head of the queue (one
+long source padded with short ones costs several times their separate encoder runs); the texts
+of one request are not separated for it. An exception in
 add/step fails only the jobs of that batch with BatchFailed (`batch.clear()`), and the loop goes
 on. Idle waits use the condition with a timeout: no busy waiting.
 """
@@ -20,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -27,13 +34,14 @@ from collections.abc import Callable
 from typing import Any
 
 from service import metrics, statistics
-from service.errors import BatchFailed, DeadlineExceeded, QueueFull, ShuttingDown
+from service.errors import BatchFailed, DeadlineExceeded, NotReady, QueueFull, ShuttingDown, error_id
 from service.jobs import ACTIVE, DONE, QUEUED, Job, Mailbox, Result, Timings
 from service.search import Hypothesis, TokenEvent
 
 log = logging.getLogger(__name__)
 
 IDLE_WAIT_S = 0.5  # longest sleep of an idle worker between checks of its flags
+PAD_SLACK_TOKENS = 32  # padding always tolerated in one encoder run, whatever encoder_padding says
 
 # (batch idle, rows queued, seconds the oldest queued text waited or None, draining)
 #   -> (texts that may join now, seconds to wait before asking again or None)
@@ -44,9 +52,12 @@ class Worker:
     """The thread that owns a DecodeBatch and drives it with jobs taken from a bounded queue."""
 
     def __init__(self, runner: Any, admission: Admission, max_rows: int, queue_size: int,
-                 watchdog_s: float) -> None:
+                 watchdog_s: float, encoder_padding: float = math.inf) -> None:
+        if not encoder_padding >= 0:
+            raise ValueError(f"encoder_padding must be >= 0, got {encoder_padding}")
         self.runner, self.batch = runner, runner.new_batch(max_rows)
         self.queue_size, self.watchdog_s = queue_size, watchdog_s
+        self.encoder_padding = encoder_padding
         self._admission = admission
         self._cond = threading.Condition()
         self._queue: deque[Job] = deque()
@@ -59,6 +70,9 @@ class Worker:
         self._idle_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = []
         self._stop_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = []
         self.draining = self.stopping = self.stopped = False
+        self.crashed = False  # the thread died of an exception (see _run)
+        self._in_hand: list[Job] = []  # popped from the queue, not in the batch yet
+        self._stuck_failed = False  # fail_if_stuck() already answered the callers of this stuck run
         self._busy_since: float | None = None
         self._steps = 0
         self._gauges = (-1, -1)
@@ -79,6 +93,12 @@ class Worker:
         return busy is None or time.monotonic() - busy < self.watchdog_s
 
     @property
+    def stuck(self) -> bool:
+        """An encoder run or decoder step has been running for longer than the watchdog limit."""
+        busy = self._busy_since
+        return busy is not None and time.monotonic() - busy >= self.watchdog_s
+
+    @property
     def queue_depth(self) -> int:
         """Texts waiting in the queue."""
         return len(self._queue)
@@ -97,8 +117,13 @@ class Worker:
     def enqueue(self, jobs: list[Job]) -> None:
         """Queue jobs at the back, all or none; ShuttingDown when draining, QueueFull when full."""
         with self._cond:
+            if self.crashed:
+                raise NotReady("the inference worker stopped unexpectedly; this server cannot translate")
             if self.draining or self.stopping:
                 raise ShuttingDown("the server is shutting down and accepts no new requests")
+            if self.stuck:
+                raise NotReady(f"the inference worker is stuck (one model run has taken over "
+                               f"{self.watchdog_s:g} s); retry later or elsewhere")
             if len(self._queue) + len(jobs) > self.queue_size:
                 raise QueueFull(f"request queue is full ({len(self._queue)} of {self.queue_size} texts "
                                 f"queued, {len(jobs)} more requested); retry later")
@@ -151,6 +176,34 @@ class Worker:
             self._cond.notify()
         return fut
 
+    def fail_if_stuck(self) -> int:
+        """From the loop: while a model run is stuck beyond the watchdog limit, answer every queued and
+        active caller with UNAVAILABLE instead of letting them hang (once per stuck run); how many."""
+        if not self.stuck:
+            self._stuck_failed = False
+            return 0
+        if self._stuck_failed:
+            return 0
+        with self._cond:
+            queued = list(self._queue)
+            self._queue.clear()
+            self._queued_rows = 0
+            for j in queued:
+                j.state = DONE
+            # list() copies atomically; the stuck thread is not changing the batch meanwhile
+            active = [j for j in (*self._in_hand, *(r.tag for r in self.batch.requests)) if j.state == ACTIVE]
+            self._stuck_failed = True
+        message = (f"the inference worker is stuck (one model run has taken over {self.watchdog_s:g} s); "
+                   "this request was given up, retry later or elsewhere")
+        log.error("inference worker stuck for over %gs: failing %d queued and %d active text(s)",
+                  self.watchdog_s, len(queued), len(active))
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Job, Any]]] = {}
+        for j in [*queued, *active]:  # active ones stay ACTIVE: callers abandon them, the worker drops them
+            by_loop.setdefault(j.loop, []).append((j, NotReady(message)))
+        for loop, items in by_loop.items():
+            Mailbox(loop).post(items)
+        return len(queued) + len(active)
+
     def abort(self) -> None:
         """From the loop, when the thread is stuck: fail every job still waiting with ShuttingDown."""
         with self._cond:
@@ -165,6 +218,9 @@ class Worker:
         try:
             while self._iterate():
                 pass
+        except BaseException:  # noqa: BLE001 - a thread that dies must still answer its callers
+            self.crashed = True
+            log.critical("the inference worker crashed; failing its requests", exc_info=True)
         finally:
             self._shutdown()
 
@@ -175,6 +231,7 @@ class Worker:
             if newcomers is None:
                 return False
             dropped, self._dropped = self._dropped, []
+            self._in_hand = newcomers
         try:
             if dropped:
                 self._drop(dropped)
@@ -184,14 +241,14 @@ class Worker:
                 self._add(newcomers)
             if len(self.batch):
                 self._step()
-        except Exception as e:  # a bug of ours, not of a request: fail the batch, keep serving
-            log.exception("scheduler iteration failed")
-            what = f"scheduler error: {type(e).__name__}: {e}"
+        except Exception:  # a bug of ours, not of a request: fail the batch, keep serving
+            what = _logged_failure("scheduler error")
             for j in newcomers:  # popped from the queue but never added
                 if j.state == ACTIVE and not self.batch.rows_of(j.request):
                     j.state = DONE
                     self._outbox.append((j, BatchFailed(what)))
             self._fail_batch(what)
+        self._in_hand = []
         self._flush()
         return True
 
@@ -213,14 +270,19 @@ class Worker:
         return []
 
     def _pop(self, limit: int) -> list[Job]:
-        """Under the lock: up to `limit` queued jobs, FIFO, while their rows fit; fails expired ones."""
+        """Under the lock: up to `limit` queued jobs, FIFO, while their rows fit and they pad well
+        together (see the module docstring); fails expired ones."""
         out: list[Job] = []
         free, now = self.batch.free_rows, time.monotonic()
+        longest = real = 0  # source tokens of the jobs taken: the longest, and all of them
         while self._queue and len(out) < limit:
             job = self._queue[0]
             expired = job.deadline is not None and now >= job.deadline
-            if not expired and job.rows > free:
-                break  # FIFO: the head waits for rows, nobody overtakes it
+            n = len(job.request.source)
+            fits = job.rows <= free and (not out or job.joins_previous
+                                         or self._pads_well(len(out) + 1, max(longest, n), real + n))
+            if not expired and not fits:
+                break  # FIFO: the head waits for rows (or for the next encoder run), nobody overtakes it
             self._queue.popleft()
             self._queued_rows -= job.rows
             if expired:
@@ -229,8 +291,13 @@ class Worker:
                 continue
             job.state = ACTIVE
             free -= job.rows
+            longest, real = max(longest, n), real + n
             out.append(job)
         return out
+
+    def _pads_well(self, count: int, longest: int, real: int) -> bool:
+        """Whether `count` sources of `real` tokens in all, padded to `longest`, may share an encoder run."""
+        return count * longest - real <= max(self.encoder_padding * real, PAD_SLACK_TOKENS)
 
     def _drop(self, jobs: list[Job]) -> None:
         """Free the rows of active jobs whose callers gave up."""
@@ -262,9 +329,8 @@ class Worker:
         t0 = time.perf_counter()
         try:
             self.batch.add([j.request for j in jobs])
-        except Exception as e:
-            log.exception("encoder failed for %d new texts", len(jobs))
-            what = f"encoder failed for a batch of {len(jobs)} new text(s): {type(e).__name__}: {e}"
+        except Exception:
+            what = _logged_failure(f"encoder failed for a batch of {len(jobs)} new text(s)")
             for j in jobs:
                 j.state = DONE
                 self._outbox.append((j, BatchFailed(what)))
@@ -289,10 +355,9 @@ class Worker:
         t0 = time.perf_counter()
         try:
             events = self.batch.step()
-        except Exception as e:
-            log.exception("decoder step failed")
-            self._fail_batch(f"decoder step failed for a batch of {len(self.batch)} text(s) in {rows} rows: "
-                             f"{type(e).__name__}: {e}")
+        except Exception:
+            self._fail_batch(_logged_failure(f"decoder step failed for a batch of {len(self.batch)} text(s) "
+                                             f"in {rows} rows"))
             return
         finally:
             self._busy_since = None
@@ -374,18 +439,39 @@ class Worker:
             queued = list(self._queue)
             self._queue.clear()
             self._queued_rows = 0
+
+        def error(when: str) -> Exception:
+            """What a caller left behind hears."""
+            if self.crashed:
+                return NotReady("the inference worker stopped unexpectedly (error in the server log); "
+                                "this server cannot translate")
+            return ShuttingDown(f"the server shut down {when}")
+
         for j in queued:
             j.state = DONE
-            self._outbox.append((j, ShuttingDown("the server shut down before this text was decoded")))
-        for r in self.batch.clear():
-            r.tag.state = DONE
-            self._outbox.append((r.tag, ShuttingDown("the server shut down while this text was decoding")))
+            self._outbox.append((j, error("before this text was decoded")))
+        active = [*self._in_hand, *(r.tag for r in self.batch.requests)]
+        with contextlib.suppress(Exception):  # after a crash the batch may be beyond repair: drop it anyway
+            self.batch.clear()
+        for j in active:
+            if j.state != DONE:
+                j.state = DONE
+                self._outbox.append((j, error("while this text was decoding")))
+        self._in_hand = []
         self._timed.clear()
         self._flush()
         with self._cond:
             self.stopped = self.stopping = True
             self._signal(self._idle_waiters)
             self._signal(self._stop_waiters)
+
+
+def _logged_failure(what: str) -> str:
+    """Log the exception being handled under a new error id; the message for clients, with that id
+    and without the exception's text (it may hold internals: paths, class names)."""
+    eid = error_id()
+    log.exception("%s [error id %s]", what, eid)
+    return f"{what}; the server keeps serving (error id {eid}; details in the server log)"
 
 
 def _resolve(fut: asyncio.Future) -> None:

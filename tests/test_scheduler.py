@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 from service.errors import DeadlineExceeded, NotReady
 from service.runner import DecodeOptions, InvalidInput, TokenEvent
 from service.scheduler import MODES, Result, Scheduler, make_scheduler
+from tests.conftest import tiny_pairs
 from tests.scheduling import MAX_NEW, Gate, counts, delta, ref, run, sample_texts, toks, until
 
 
@@ -196,3 +198,45 @@ def test_stream_yields_tokens_then_the_result(runner, texts):
     assert isinstance(final, Result) and all(isinstance(e, TokenEvent) for e in events)
     assert [e.token for e in events] == final.hypotheses[0].tokens == want.tokens
     assert "".join(e.text for e in events) == final.hypotheses[0].text == want.text
+
+
+@pytest.mark.parametrize(("mode", "padding", "one_request", "split"), [
+    ("continuous", None, False, True), ("continuous", None, True, False),
+    ("continuous", math.inf, False, False), ("dynamic", None, False, False),
+])
+def test_continuous_encodes_a_long_newcomer_apart_from_short_ones(hooked, texts, mode, padding, one_request,
+                                                                   split):
+    opts = DecodeOptions(max_new_tokens=MAX_NEW)
+    queued = ["we 5", texts[4], " ".join(p[0] for p in tiny_pairs(6, 3))]  # short, short, long
+    lengths = [len(ids) for ids in hooked.encode_texts(queued)]
+    assert 2 * max(lengths[:2]) - sum(lengths[:2]) <= 32  # the short ones pad well together
+    assert 3 * max(lengths) - sum(lengths) > max(sum(lengths) / 2, 32)  # all three do not
+    gate = Gate("decoder", at=(1,))
+    hooked.fault_hook = gate
+    encoded: list[list[int]] = []  # source lengths of each encoder run
+
+    async def main() -> list[Result]:
+        s = make_scheduler(mode, hooked, max_batch_size=8, max_queue_delay_ms=0.0, encoder_padding=padding)
+        assert s.encoder_padding == (0.5 if mode == "continuous" and padding is None else math.inf)
+        add = s._worker.batch.add
+        s._worker.batch.add = lambda reqs: (encoded.append([len(r.source) for r in reqs]), add(reqs))[1]
+        await s.start()
+        a = asyncio.create_task(s.submit([texts[0]], opts))
+        await gate.wait()  # A is decoding; the other texts queue behind it, in order
+        if one_request:
+            rest = [asyncio.create_task(s.submit(queued, opts))]
+        else:
+            rest = []
+            for k, text in enumerate(queued):
+                rest.append(asyncio.create_task(s.submit([text], opts)))
+                await until(lambda k=k: s.queue_depth == k + 1, "queued")
+        await until(lambda: s.queue_depth == 3, "three texts queued")
+        gate.release()
+        got = await asyncio.gather(a, *rest)
+        await s.drain(5)
+        return [r for results in got for r in results]
+
+    results = run(main())
+    assert [toks(r) for r in results] == [ref(hooked, t, opts) for t in [texts[0], *queued]]
+    first = len(hooked.encode_texts([texts[0]])[0])
+    assert encoded == ([[first], lengths[:2], lengths[2:]] if split else [[first], lengths])
