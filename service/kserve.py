@@ -111,7 +111,8 @@ def model_config(runner: Runner, scheduler: Scheduler) -> config_pb.ModelConfig:
         "batching_mode": scheduler.mode, "max_batch_size": scheduler.max_batch_size,
         "max_texts_per_request": scheduler.max_batch_size, "max_queue_delay_ms": scheduler.max_queue_delay_ms,
         "queue_size": scheduler.queue_size, "max_beam_size": runner.max_beam,
-        "max_output_tokens": runner.max_len - 1, "max_source_tokens": runner.max_len,
+        "max_output_tokens": scheduler.limits.max_output_tokens,
+        "max_source_tokens": scheduler.limits.max_source_tokens,
         "execution_provider": runner.provider, "stream_parameter": kserve_codec.STREAM_KEY,
     }
     for key, value in parameters.items():

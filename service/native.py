@@ -92,7 +92,8 @@ def model_info(runner: Runner, scheduler: Scheduler) -> pb.GetModelInfoResponse:
     bundle = runner.bundle
     config: dict[str, Any] = {k: v for k, v in runner.config.items() if k in _CONFIG_FIELDS}
     files = bundle.manifest.get("files", {})
-    defaults = DecodeOptions().resolved(runner.max_len, runner.max_beam)
+    asked = DecodeOptions()
+    defaults = scheduler.limits.outputs(asked, asked.resolved(runner.max_len, runner.max_beam))
     return pb.GetModelInfoResponse(
         model_name=MODEL_NAME,
         config=pb.ModelConfig(**config),
@@ -103,8 +104,8 @@ def model_info(runner: Runner, scheduler: Scheduler) -> pb.GetModelInfoResponse:
         ),
         execution_providers=runner.providers,
         limits=pb.Limits(
-            max_batch_size=scheduler.max_batch_size, max_source_tokens=runner.max_len,
-            max_beam_size=runner.max_beam, max_output_tokens=runner.max_len - 1,
+            max_batch_size=scheduler.max_batch_size, max_source_tokens=scheduler.limits.max_source_tokens,
+            max_beam_size=runner.max_beam, max_output_tokens=scheduler.limits.max_output_tokens,
             batching_mode=BATCHING_MODES.get(scheduler.mode, pb.BATCHING_MODE_UNSPECIFIED),
         ),
         defaults=pb.TranslateOptions(

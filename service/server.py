@@ -34,6 +34,7 @@ from service.bundle import BundleError
 from service.config import ServerConfig, parse_config
 from service.interceptor import ErrorMappingInterceptor
 from service.kserve import InferenceServicer
+from service.limits import RequestLimits
 from service.native import TranslatorServicer
 from service.rpc import MODEL_NAME, Readiness
 from service.runner import Runner
@@ -183,9 +184,11 @@ async def serve(config: ServerConfig, runner: Runner | None = None) -> RunningSe
     """Load the model (unless `runner` is given), start every service in this event loop, warm up."""
     if runner is None:
         runner = await asyncio.to_thread(build_runner, config)
+    limits = RequestLimits.of(runner, config.max_source_tokens, config.max_output_tokens)
     scheduler = make_scheduler(config.batching, runner, max_batch_size=config.max_batch_size,
                                max_queue_delay_ms=config.max_queue_delay_ms, queue_size=config.queue_size,
-                               watchdog_s=config.watchdog_s)
+                               watchdog_s=config.watchdog_s,
+                               limits=limits)
     await scheduler.start()
     readiness = Readiness(scheduler_healthy=lambda: scheduler.healthy)
     server = aio.server(interceptors=[ErrorMappingInterceptor()], options=grpc_options(config))
