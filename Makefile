@@ -60,7 +60,8 @@ train-default: corpus
 	$(PY) -m model.train --train data/corpus/train.tsv data/corpus/numbers.tsv --valid data/corpus/valid.tsv \
 	  --out runs/default --vocab-size 2000 --d-model 192 --heads 3 --encoder-layers 2 \
 	  --decoder-layers 2 --d-ff 768 --dropout 0.0 --pre-ln --max-tokens 3000 --warmup 400 \
-	  --lr-scale 0.4 --eval-every 300 --eval-size 500 --max-minutes $(TRAIN_MINUTES) --target-em 100 --threads 2
+	  --lr-scale 0.4 --cooldown-from 9600 --cooldown-steps 4800 --max-steps 14400 \
+	  --eval-every 300 --eval-size 500 --max-minutes $(TRAIN_MINUTES) --target-em 100 --threads 2
 
 evaluate-default: corpus
 	$(PY) -m model.evaluate --checkpoint artifacts/default/model.pt --split data/corpus/test.tsv
