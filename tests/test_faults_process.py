@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -27,14 +28,16 @@ from tests.test_server import TEXTS, reference, wait_until
 REPO_ROOT = Path(__file__).resolve().parent.parent
 GRACE_S = 2.0
 CALLS = 24
-# The real entry point, every decoder step slowed down: the server is surely busy when SIGTERM comes.
+# The real entry point, every decoder step slowed down (by SLOW_STEP_S seconds): the server is
+# surely busy when SIGTERM comes.
 SLOW_SERVER = """
-import sys, time
+import os, sys, time
 from service.runner import Runner
 step = Runner.run_hook
+pause = float(os.environ.get("SLOW_STEP_S", "0.01"))
 def slow(self, stage):
     if stage == "decoder":
-        time.sleep(0.01)
+        time.sleep(pause)
     step(self, stage)
 Runner.run_hook = slow
 from service.server import main
@@ -42,13 +45,15 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-def start(bundle: Path, tmp_path: Path, *extra: str, code: str = SLOW_SERVER) -> tuple[subprocess.Popen, int]:
+def start(bundle: Path, tmp_path: Path, *extra: str, code: str = SLOW_SERVER,
+          step_s: float = 0.01) -> tuple[subprocess.Popen, int]:
     """A server subprocess on a free loopback port; (process, port) once it serves."""
     port_file = tmp_path / "port"
     args = ["--bundle", str(bundle), "--port", "0", "--port-file", str(port_file), "--metrics-port", "-1",
             "--providers", "CPUExecutionProvider", *extra]
     proc = subprocess.Popen([sys.executable, "-c", code, *args], cwd=REPO_ROOT, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "SLOW_STEP_S": str(step_s)})
     assert wait_until(lambda: port_file.exists() or proc.poll() is not None, timeout=120), "no port file"
     assert proc.poll() is None, proc.communicate()[1]
     return proc, int(port_file.read_text())
@@ -97,7 +102,13 @@ def test_sigterm_under_load_answers_every_call_and_exits_zero(tiny_bundle, tmp_p
     """Each call either completes with the right tokens or gets UNAVAILABLE with a clear message, all
     within the grace period (plus the server's margin); the process exits 0."""
     runner = Runner(tiny_bundle, providers=["CPUExecutionProvider"])
-    proc, port = start(tiny_bundle, tmp_path, "--max-batch-size", "4", "--drain-grace-s", str(GRACE_S))
+    # One text at a time, each decoder step slowed so that the longest text takes half the grace
+    # period: the first calls finish within it, while all CALLS together take several times longer.
+    steps = [len(reference(runner, t, DecodeOptions(max_new_tokens=60))[0]) + 1 for t in TEXTS]
+    step_s = GRACE_S / 2 / max(steps)
+    assert CALLS * min(steps) * step_s > 2 * GRACE_S
+    proc, port = start(tiny_bundle, tmp_path, "--max-batch-size", "1", "--drain-grace-s", str(GRACE_S),
+                       step_s=step_s)
     try:
         answers, seconds = asyncio.run(asyncio.wait_for(load_then_sigterm(port, proc), 120))
         out, err = proc.communicate(timeout=60)

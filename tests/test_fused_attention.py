@@ -12,7 +12,7 @@ from export import names
 from export.attention import get_lowering
 from export.export import export_graphs
 from export.fused import DOMAIN, MS_DOMAIN, fused_forward
-from export.verify import Case, compare_case, open_session
+from export.verify import Case, compare_case, cpu_session, open_session
 from model.checkpoint import load_checkpoint
 from model.transformer import MultiHeadAttention, subsequent_mask
 
@@ -109,8 +109,7 @@ def test_fused_decoder_output_equals_plain_decoder_output(tiny_bundle, plain_dir
             feeds[names.past_name(i, "encoder", kv)] = rng.standard_normal((b, h, s, dh), np.float32)
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
-    run = {d: ort.InferenceSession(str(d / names.DECODER_FILE), so, providers=["CPUExecutionProvider"])
-           for d in (tiny_bundle, plain_dir)}
+    run = {d: cpu_session(d / names.DECODER_FILE, so) for d in (tiny_bundle, plain_dir)}
     fused, plain = (run[d].run(None, feeds) for d in (tiny_bundle, plain_dir))
     for name, a, r in zip(names.decoder_outputs(cfg.n_decoder_layers), fused, plain, strict=True):
         np.testing.assert_allclose(a, r, atol=1e-4, err_msg=name)
