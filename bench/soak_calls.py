@@ -4,22 +4,19 @@ a clean message, the reference result, and no answer later than its deadline."""
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
 from grpc import aio
 
+from bench.clean_messages import internals_in
 from bench.soak_cases import INFER, STREAM, STREAM_INFER, TRANSLATE, Case
 from protos.inference import grpc_service_pb2_grpc as v2_grpc
 from protos.translator.v1 import translator_pb2_grpc as pb_grpc
 from service import kserve_codec
 
 LATE_SLACK_S = 3.0  # an answer this long after the client's deadline counts as hanging
-# What must never reach a client: tracebacks, source files, paths, exception class names, runtime internals.
-INTERNALS = re.compile(r"Traceback|File \"|\.py\b|(/usr|/home|/tmp|/opt|/work|site-packages)/|"
-                       r"\b[A-Za-z]+(Error|Exception)\b|onnxruntime|0x[0-9a-f]{8,}")
 
 
 @dataclass
@@ -176,7 +173,7 @@ def check(case: Case, record: Record, injected_faults: bool) -> None:
                 "INTERNAL": "error id"}.get(record.code, case.hint)
         if hint.lower() not in record.details.lower():
             record.problems.append(f"{record.code} message {record.details!r} lacks {hint!r}")
-    if INTERNALS.search(record.details):
+    if internals_in(record.details):
         record.problems.append(f"status message shows internals: {record.details[:200]!r}")
     if record.latency_s > case.deadline_s + LATE_SLACK_S:
         record.problems.append(f"answered {record.latency_s:.1f} s after a {case.deadline_s:.1f} s deadline")
