@@ -26,6 +26,7 @@ EMPTY_FINAL_KEY = "triton_enable_empty_final_response"  # set by tritonclient's 
 FINAL_RESPONSE_KEY = "triton_final_response"  # response parameter of every streamed response
 _LENGTH = struct.Struct("<I")
 SHOWN_CHARS = 80  # longest echo of a client-supplied value in an error message
+MAX_DIGITS = 20  # longest decimal string parameter (uint64's maximum), leading zeros aside
 
 
 class InvalidTensor(ValueError):
@@ -79,6 +80,8 @@ def _count_whole_elements(raw: memoryview) -> int | None:
 
 def deserialize_bytes(raw: bytes, count: int, field: str = "raw_input_contents") -> list[bytes]:
     """Split raw BYTES tensor contents into exactly `count` elements, strictly."""
+    if count < 0:
+        raise InvalidTensor(f"element count must be >= 0, got {count}")
     view = memoryview(raw)
     elements: list[bytes] = []
     offset = 0
@@ -207,7 +210,11 @@ def _int_parameter(key: str, value: Message) -> int:
         if not text.isdigit() or not text.isascii():
             got = shown(value.string_param)
             raise InvalidTensor(f"parameter {key} must be a whole number, got string {got}")
-        number = int(text)
+        digits = text.lstrip("0") or "0"  # int() refuses over 4300 digits: count them first
+        if len(digits) > MAX_DIGITS:
+            raise InvalidTensor(f"parameter {key} must be a whole number of at most {MAX_DIGITS} digits, "
+                                f"got a string of {len(digits)} digits")
+        number = int(digits)
     elif kind is None:
         raise InvalidTensor(f"parameter {key} has no value")
     else:

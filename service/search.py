@@ -43,20 +43,20 @@ class DecodeOptions:
         limit = max_len - 1
         for name in ("beam_size", "n_best"):
             if not _is_int(getattr(self, name)):
-                raise InvalidInput(f"{name} must be an integer, got {getattr(self, name)!r}")
+                raise InvalidInput(f"{name} must be an integer, got {_shown(getattr(self, name))}")
         if not 1 <= self.beam_size <= max_beam:
-            raise InvalidInput(f"beam_size must be between 1 and {max_beam}, got {self.beam_size}")
+            raise InvalidInput(f"beam_size must be between 1 and {max_beam}, got {_shown(self.beam_size)}")
         if not 1 <= self.n_best <= self.beam_size:
             raise InvalidInput(
-                f"n_best must be between 1 and beam_size ({self.beam_size}), got {self.n_best}"
+                f"n_best must be between 1 and beam_size ({self.beam_size}), got {_shown(self.n_best)}"
             )
-        if isinstance(self.alpha, bool) or not isinstance(self.alpha, int | float | np.number) or not (
-            math.isfinite(self.alpha) and self.alpha >= 0
-        ):
-            raise InvalidInput(f"alpha (length penalty) must be a finite number >= 0, got {self.alpha!r}")
+        if not _is_length_penalty(self.alpha):
+            raise InvalidInput(
+                f"alpha (length penalty) must be a finite number >= 0, got {_shown(self.alpha)}")
         steps = limit if self.max_new_tokens is None else self.max_new_tokens
         if not _is_int(steps) or not 1 <= steps <= limit:
-            raise InvalidInput(f"max_new_tokens must be between 1 and {limit}, got {self.max_new_tokens!r}")
+            raise InvalidInput(
+                f"max_new_tokens must be between 1 and {limit}, got {_shown(self.max_new_tokens)}")
         if self.stream and self.beam_size != 1:
             raise InvalidInput(f"streaming needs beam_size 1, got {self.beam_size}")
         return DecodeOptions(self.beam_size, self.n_best, float(self.alpha), int(steps),
@@ -66,6 +66,26 @@ class DecodeOptions:
 def _is_int(x: Any) -> bool:
     """True for ints (numpy included), False for bools and anything else."""
     return isinstance(x, int | np.integer) and not isinstance(x, bool)
+
+
+def _shown(x: Any, limit: int = 80) -> str:
+    """repr() of an option value for a message, cut to `limit` characters; a huge int by its size
+    (repr() refuses ints of over 4300 digits)."""
+    if isinstance(x, int) and x.bit_length() > 4 * limit:
+        return f"a {x.bit_length()}-bit integer"
+    text = repr(x)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _is_length_penalty(x: Any) -> bool:
+    """True for a finite real number >= 0 (numpy included); False for bools, ints too large for a
+    float, and anything else."""
+    if isinstance(x, bool) or not isinstance(x, int | float | np.integer | np.floating):
+        return False
+    try:
+        return math.isfinite(x) and x >= 0
+    except OverflowError:
+        return False
 
 
 @dataclass(eq=False)
