@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TRAIN_MINUTES ?= 300  # total training budget of the default model (resumes count what was spent)
 
-.PHONY: setup serve test lint protos bench bench-quick soak corpus train-default evaluate-default default-bundle clean
+.PHONY: setup serve test lint protos bench bench-quick soak fuzz corpus train-default evaluate-default default-bundle clean
 
 setup: $(STAMP)
 
@@ -41,6 +41,12 @@ bench-quick: $(STAMP) protos
 SOAK_ARGS ?= --requests 10000 --concurrency 32 --inject-every 2000
 soak: $(STAMP) protos
 	$(PY) -m bench.soak $(SOAK_ARGS)
+
+# Fuzz the KServe v2 BYTES decoder and request decoding with hypothesis (bench/fuzz.py,
+# docs/reliability.md); the last line printed is a JSON summary, exit code 1 on a failure.
+FUZZ_ARGS ?= --seconds 600
+fuzz: $(STAMP) protos
+	$(PY) -m bench.fuzz $(FUZZ_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
