@@ -31,7 +31,7 @@ import sys
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -41,7 +41,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench.serverproc import ServerProcess
 from bench.soak_calls import Record, Stubs, send
-from bench.soak_cases import MIX, VALID_KINDS, Case, Mix
+from bench.soak_cases import VALID_KINDS, Case, Mix
 from bench.workload import DEFAULT_BUNDLE, HELD_OUT, held_out_sources
 from service.runner import Runner
 
@@ -95,6 +95,7 @@ class Report:
     rss_warm_kib: int = 0
     rss_end_kib: int = 0
     rss_drift: float = 0.0
+    rss_curve_mib: list[float] = field(default_factory=list)  # RSS at each tenth of the soak
     metrics_mismatch: dict[str, list[float]] = field(default_factory=dict)  # "method code": [server, driver]
     not_counted: int = 0  # refused by gRPC before a handler: not in translator_requests_total
     raced: int = 0  # cancels / short deadlines the server counted under another code, or not at all
@@ -142,9 +143,11 @@ async def serving(address: str) -> bool:
 
 
 async def drive(address: str, cases: Sequence[Case], concurrency: int, burst: list[Case], burst_every: int,
-                injected: bool, limit_s: float) -> list[Record]:
-    """Closed loop: `concurrency` users take the next case; every burst_every-th case also fires the
-    burst all at once. Bounded by limit_s (unfinished requests are then lost, and reported)."""
+                injected: bool, limit_s: float,
+                progress: Callable[[int], None] | None = None) -> list[Record]:
+    """Closed loop: `concurrency` users take the next case (`progress(index)` is told); every
+    burst_every-th case also fires the burst all at once. Bounded by limit_s (unfinished requests
+    are then lost, and reported)."""
     channels = [aio.insecure_channel(address, options=CHANNEL_OPTIONS) for _ in range(CHANNELS)]
     stubs = [Stubs(c) for c in channels]
     records: list[Record] = []
@@ -153,6 +156,8 @@ async def drive(address: str, cases: Sequence[Case], concurrency: int, burst: li
     async def user(u: int) -> None:
         """Send cases back to back until none are left."""
         for i, case in pending:
+            if progress is not None:
+                progress(i)
             if burst and burst_every and i % burst_every == burst_every - 1:
                 fired = [send(-1, b, stubs[j % CHANNELS], injected) for j, b in enumerate(burst)]
                 records.extend(await asyncio.gather(*fired, send(i, case, stubs[u % CHANNELS], injected)))
@@ -167,6 +172,25 @@ async def drive(address: str, cases: Sequence[Case], concurrency: int, burst: li
         for channel in channels:
             await channel.close()
     return records
+
+
+class RssSampler:
+    """The server's RSS each time the soak reaches another tenth of its requests, and at the end."""
+
+    def __init__(self, server: ServerProcess, total: int) -> None:
+        self.server, self.total = server, total
+        self.curve_mib: list[float] = []
+
+    def progress(self, index: int) -> None:
+        """Called as case `index` is sent: sample at 10%, 20%, ... of the cases."""
+        if index * 10 >= self.total * (len(self.curve_mib) + 1) and len(self.curve_mib) < 9:
+            self.curve_mib.append(round(self.server.rss_kib() / 1024, 1))
+
+    def __enter__(self) -> RssSampler:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.curve_mib.append(round(self.server.rss_kib() / 1024, 1))
 
 
 def summarize(report: Report, records: Sequence[Record], sent: int) -> None:
@@ -223,7 +247,7 @@ def run(settings: Settings, log=print) -> Report:
               seed=settings.seed)
     warmup = settings.warmup or max(100, settings.requests // 20)
     log(f"references for {warmup + settings.requests} requests ...")
-    warm_cases = mix.cases(warmup, {k: MIX[k] for k in ("translate", "v2_infer", "stream")})
+    warm_cases = mix.cases(warmup)  # the soak's own mix: every path allocates its peak before the baseline
     cases = mix.cases(settings.requests)
     burst_size = settings.queue_size // settings.max_batch_size + 4  # more texts than the queue holds
     burst = [mix.burst_case() for _ in range(burst_size)]
@@ -236,8 +260,9 @@ def run(settings: Settings, log=print) -> Report:
     extra = {"inject_every": settings.inject_every} if settings.inject_every else {}
     injected = bool(settings.inject_every)
     with kind(settings.bundle, settings.batching, args, **extra) as server:
-        log(f"server {server.address} (pid {server.pid}); warm-up: {warmup} valid requests")
-        warm = asyncio.run(drive(server.address, warm_cases, settings.concurrency, [], 0, injected, 600))
+        log(f"server {server.address} (pid {server.pid}); warm-up: {warmup} requests of the mix, 2 bursts")
+        warm = asyncio.run(drive(server.address, warm_cases, settings.concurrency, burst,
+                                 max(1, warmup // 2), injected, 600))
         warm_problems = [f"warm-up #{r.index} {r.kind}: {p}" for r in warm for p in r.problems]
         time.sleep(1.0)
         report.rss_warm_kib = server.rss_kib()
@@ -245,9 +270,12 @@ def run(settings: Settings, log=print) -> Report:
         log(f"soak: {settings.requests} requests + {n_bursts} bursts of {burst_size}, "
             f"concurrency {settings.concurrency}; RSS after warm-up {report.rss_warm_kib / 1024:.0f} MiB")
         t0 = time.perf_counter()
-        records = asyncio.run(drive(server.address, cases, settings.concurrency, burst, settings.burst_every,
-                                    injected, settings.max_minutes * 60))
+        with RssSampler(server, settings.requests) as sampler:
+            records = asyncio.run(drive(server.address, cases, settings.concurrency, burst,
+                                        settings.burst_every, injected, settings.max_minutes * 60,
+                                        sampler.progress))
         report.elapsed_s = time.perf_counter() - t0
+        report.rss_curve_mib = sampler.curve_mib
         time.sleep(1.0)
         after = request_counts(server.metrics_port)
         report.rss_end_kib = server.rss_kib()
@@ -270,7 +298,8 @@ def print_report(report: Report, out=sys.stdout) -> None:
     out.write(f"faults by kind: {report.faults}\nstatus codes: {report.codes}\n")
     out.write(f"SERVING at the end: {report.serving_at_end}; "
               f"RSS {report.rss_warm_kib / 1024:.1f} MiB after warm-up, "
-              f"{report.rss_end_kib / 1024:.1f} MiB at the end ({100 * report.rss_drift:+.1f}%)\n")
+              f"{report.rss_end_kib / 1024:.1f} MiB at the end ({100 * report.rss_drift:+.1f}%); "
+              f"at each tenth of the soak: {report.rss_curve_mib} MiB\n")
     out.write(f"metrics vs driver: {'equal' if not report.metrics_mismatch else report.metrics_mismatch} "
               f"({report.not_counted} oversized calls refused by gRPC before any handler; "
               f"{report.raced} cancels or deadlines raced the server's answer)\n")
