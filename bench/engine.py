@@ -1,9 +1,10 @@
 """Engine benchmark: greedy decoding in PyTorch eager, the service's ONNX Runtime decoder, CTranslate2.
 
 Same checkpoint (the bundle is its export, CTranslate2 gets its weights), same held-out inputs,
-same thread count, static batches of b sentences, greedy to eos. Tokens are compared across
-engines (so every engine generates the same lengths); each (engine, batch size) is timed
-`repeats` times, interleaved, and the median is kept, so that ratios come from one run.
+same thread count, static batches of b sentences, greedy to eos, each engine in a process of its
+own (`EngineProcess`). Tokens are compared across engines (so every engine generates the same
+lengths); each (engine, batch size) is timed `repeats` times, interleaved, and the median is
+kept, so that ratios come from one run.
 
     python -m bench.engine [--quick] [--checkpoint ...] [--bundle ...]
 """
@@ -11,12 +12,15 @@ engines (so every engine generates the same lengths); each (engine, batch size) 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import multiprocessing as mp
 import statistics
 import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 import torch
@@ -26,8 +30,11 @@ from torch.nn.utils.rnn import pad_sequence
 from bench.ct2 import CT2Engine, checkpoint_vocab, convert
 from model.checkpoint import load_checkpoint, tokenizer_path
 from model.decoding import greedy_decode
+from service.bundle import load_bundle
 from service.runner import DecodeOptions, Runner
 
+VOCAB_FILE = "ids.json"  # our token strings by id, next to the converted CTranslate2 model
+PAUSE_S = 0.3  # between two engines' timed runs
 Decode = Callable[[list[list[int]]], list[list[int]]]  # a batch of source ids -> generated ids
 
 
@@ -58,30 +65,32 @@ def load_sources(tsv: Path, tok: Tokenizer, eos: int, n: int) -> list[list[int]]
     return [e.ids + [eos] for e in tok.encode_batch(lines[:n], add_special_tokens=False)]
 
 
-def engines(checkpoint: Path, bundle: Path, threads: int, work: Path) -> dict[str, Decode]:
-    """The three decoders, each taking a batch of source ids."""
-    torch.set_num_threads(threads)
-    model, _ = load_checkpoint(checkpoint)
-    cfg = model.cfg
-    limit = cfg.max_len - 1
+ENGINES = ("pytorch", "onnxruntime", "ctranslate2")
 
-    def torch_decode(batch: list[list[int]]) -> list[list[int]]:
-        src = pad_sequence([torch.tensor(s) for s in batch], batch_first=True, padding_value=cfg.pad_id)
-        return [h.tokens for h in greedy_decode(model, src, limit)]
 
-    runner = Runner(bundle, providers=["CPUExecutionProvider"], intra_op_threads=threads)
-    options = DecodeOptions(max_new_tokens=limit)
+def build(name: str, checkpoint: Path, bundle: Path, threads: int, ct2_model: Path) -> Decode:
+    """One decoder by name, taking a batch of source ids. Only PyTorch's touches torch: a
+    process that ran torch ops slows CTranslate2 down (see EngineProcess)."""
+    if name == "pytorch":
+        torch.set_num_threads(threads)
+        model, _ = load_checkpoint(checkpoint)
+        pad, limit = model.cfg.pad_id, model.cfg.max_len - 1
 
-    def ort_decode(batch: list[list[int]]) -> list[list[int]]:
-        return [h[0].tokens for h in runner.translate(batch, options, max_rows=len(batch))]
+        def torch_decode(batch: list[list[int]]) -> list[list[int]]:
+            src = pad_sequence([torch.tensor(s) for s in batch], batch_first=True, padding_value=pad)
+            return [h.tokens for h in greedy_decode(model, src, limit)]
 
-    vocab = checkpoint_vocab(checkpoint)
-    ct2 = CT2Engine(convert(checkpoint, work / "ct2", vocab), vocab, threads)
-    return {
-        "pytorch": torch_decode,
-        "onnxruntime": ort_decode,
-        "ctranslate2": lambda batch: ct2.greedy(batch, limit),
-    }
+        return torch_decode
+    if name == "onnxruntime":
+        runner = Runner(bundle, providers=["CPUExecutionProvider"], intra_op_threads=threads)
+        options = DecodeOptions(max_new_tokens=runner.max_len - 1)
+        return lambda batch: [h[0].tokens for h in runner.translate(batch, options, max_rows=len(batch))]
+    if name == "ctranslate2":
+        vocab = json.loads((ct2_model / VOCAB_FILE).read_text(encoding="utf-8"))
+        ct2 = CT2Engine(ct2_model, vocab, threads)
+        limit = load_bundle(bundle).max_len - 1
+        return lambda batch: ct2.greedy(batch, limit)
+    raise ValueError(f"unknown engine {name!r} (one of {', '.join(ENGINES)})")
 
 
 def time_engine(decode: Decode, sources: list[list[int]], batch: int) -> tuple[float, list[list[int]]]:
@@ -91,6 +100,50 @@ def time_engine(decode: Decode, sources: list[list[int]], batch: int) -> tuple[f
     for i in range(0, len(sources), batch):
         out += decode(sources[i : i + batch])
     return time.perf_counter() - start, out
+
+
+def _serve(conn: Connection, name: str, checkpoint: Path, bundle: Path, threads: int,
+           ct2_model: Path) -> None:
+    """Child process: build one engine, then answer (sources, batch) with (seconds, outputs)."""
+    decode = build(name, checkpoint, bundle, threads, ct2_model)
+    conn.send("ready")
+    while (job := conn.recv()) is not None:
+        conn.send(time_engine(decode, *job))
+
+
+class EngineProcess:
+    """One engine in a process of its own.
+
+    Engines that share a process slow each other down: PyTorch's and CTranslate2's OpenMP
+    runtimes fight over the cores (CTranslate2 ran 14x slower at batch 1 once PyTorch had run an
+    op in the same process), and ORT's spinning pool would do the same. The processes take turns:
+    only one decodes at a time.
+    """
+
+    def __init__(self, name: str, checkpoint: Path, bundle: Path, threads: int, ct2_model: Path) -> None:
+        ctx = mp.get_context("spawn")
+        self.name = name
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_serve, args=(child, name, checkpoint, bundle, threads, ct2_model),
+                                daemon=True)
+        self.proc.start()
+        child.close()
+        if not self.conn.poll(600) or self.conn.recv() != "ready":
+            self.close()
+            raise RuntimeError(f"engine {name} did not start")
+
+    def time(self, sources: list[list[int]], batch: int) -> tuple[float, list[list[int]]]:
+        """Seconds to decode sources in static batches in the child, and the outputs."""
+        self.conn.send((sources, batch))
+        return self.conn.recv()
+
+    def close(self) -> None:
+        """Stop the child."""
+        with contextlib.suppress(OSError):
+            self.conn.send(None)
+        self.proc.join(10)
+        if self.proc.is_alive():
+            self.proc.kill()
 
 
 DEFAULT = Path("artifacts/default")
@@ -107,18 +160,25 @@ def run(quick: bool = False, checkpoint: Path = DEFAULT / "model.pt", bundle: Pa
     eos = int(state["config"]["eos_id"])
     points: list[Point] = []
     mismatches: dict[str, int] = {}
-    with tempfile.TemporaryDirectory() as work:
-        decoders = engines(checkpoint, bundle, threads, Path(work))
+    with tempfile.TemporaryDirectory() as work, contextlib.ExitStack() as stack:
+        vocab = checkpoint_vocab(checkpoint)
+        ct2_model = convert(checkpoint, Path(work) / "ct2", vocab)
+        (ct2_model / VOCAB_FILE).write_text(json.dumps(vocab), encoding="utf-8")
+        decoders: dict[str, EngineProcess] = {}
+        for name in ENGINES:
+            decoders[name] = EngineProcess(name, checkpoint, bundle, threads, ct2_model)
+            stack.callback(decoders[name].close)
         for b in batches:
             n = max(b, (16 if quick else 32) if b == 1 else (2 if quick else 4) * b)
             sources = load_sources(split, tok, eos, n)
             for dec in decoders.values():  # warm-up: allocators, thread pools, caches
-                time_engine(dec, sources[: min(b, 4)], b)
+                dec.time(sources[: min(b, 4)], b)
             times: dict[str, list[float]] = {name: [] for name in decoders}
             outputs: dict[str, list[list[int]]] = {}
             for _ in range(repeats):
                 for name, dec in decoders.items():
-                    seconds, outputs[name] = time_engine(dec, sources, b)
+                    time.sleep(PAUSE_S)  # the previous engine's idle threads stop spinning
+                    seconds, outputs[name] = dec.time(sources, b)
                     times[name].append(seconds)
             ref = outputs["pytorch"]
             for name, out in outputs.items():
