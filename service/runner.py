@@ -48,8 +48,9 @@ class Runner:
     default); with shared_thread_pool the pool is process-wide and only the first Runner of
     the process sets its size. provider_options: {provider name: {option: value}}, e.g.
     {"CUDAExecutionProvider": {"device_id": 1}}. io_binding: None = only when CUDA is active.
-    variant: a bundle variant such as "fp16". Thread-safe for concurrent `translate` calls
-    (each uses its own DecodeBatch); `fault_hook` is for tests.
+    variant: a bundle variant such as "fp16". profile_prefix: turn on ORT's profiler (files
+    `<prefix>_encoder_*.json`, `<prefix>_decoder_*.json`; bench/profile.py). Thread-safe for
+    concurrent `translate` calls (each uses its own DecodeBatch); `fault_hook` is for tests.
     """
 
     def __init__(
@@ -62,6 +63,7 @@ class Runner:
         max_beam: int = MAX_BEAM,
         io_binding: bool | None = None,
         variant: str | None = None,
+        profile_prefix: str | None = None,
     ) -> None:
         self.bundle = bundle if isinstance(bundle, Bundle) else load_bundle(bundle)
         self.config = self.bundle.config
@@ -79,7 +81,7 @@ class Runner:
         self.variant = variant
         self.sessions = open_sessions(
             encoder, decoder, tuple(providers) if providers else None,
-            provider_options, intra_op_threads, shared_thread_pool,
+            provider_options, intra_op_threads, shared_thread_pool, profile_prefix,
         )
         self.fault_hook: Callable[[str], None] | None = None  # tests: called before each ORT run
         n_layers = self.bundle.n_decoder_layers

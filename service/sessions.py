@@ -57,10 +57,14 @@ def select_providers(requested: list[str] | tuple[str, ...] | None) -> list[str]
     return [*chosen, CPU]
 
 
-def session_options(intra_op_threads: int, shared_pool: bool) -> ort.SessionOptions:
-    """Options of one session: the global pool if shared, else its own pool of intra_op_threads."""
+def session_options(intra_op_threads: int, shared_pool: bool, profile_prefix: str | None = None
+                    ) -> ort.SessionOptions:
+    """Options of one session: the global pool if shared, else its own pool of intra_op_threads;
+    ORT's profiler writes `<profile_prefix>_<date>.json` when a prefix is given (bench/profile.py)."""
     so = ort.SessionOptions()
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    if profile_prefix:
+        so.enable_profiling, so.profile_file_prefix = True, profile_prefix
     if shared_pool:
         so.use_per_session_threads = False
     else:
@@ -96,14 +100,15 @@ def open_sessions(
     provider_options: dict[str, dict[str, Any]] | None = None,
     intra_op_threads: int = 0,
     shared_pool: bool = True,
+    profile_prefix: str | None = None,
 ) -> Sessions:
     """Create both sessions; report the providers in use (CUDA silently falls back to CPU)."""
     chosen = select_providers(providers)
     options = provider_options or {}
     shared = shared_pool and ensure_global_thread_pool(intra_op_threads)
     with_opts = [(p, {str(k): str(v) for k, v in options.get(p, {}).items()}) for p in chosen]
-    so = session_options(intra_op_threads, shared)
-    enc_so = session_options(intra_op_threads, shared)
+    so = session_options(intra_op_threads, shared, profile_prefix and f"{profile_prefix}_decoder")
+    enc_so = session_options(intra_op_threads, shared, profile_prefix and f"{profile_prefix}_encoder")
     if shared_pool and not shared:  # fallback: an idle spinning encoder pool would starve the decoder
         enc_so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     enc = ort.InferenceSession(str(encoder_path), enc_so, providers=with_opts)
