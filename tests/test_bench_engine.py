@@ -62,3 +62,38 @@ def test_converter_keeps_the_checkpoint_loadable(tiny_checkpoint, tmp_path):
     out = convert(tiny_checkpoint, tmp_path / "ct2")
     assert (out / "model.bin").stat().st_size > 0
     assert load_checkpoint(tiny_checkpoint)[0].cfg.vocab_size > 0
+
+
+def test_profile_summary_sums_kernel_events_per_run():
+    from bench.profile import count_runs, summarize
+
+    events = [
+        {"cat": "Session", "name": "model_run", "dur": 900},
+        {"cat": "Session", "name": "model_run", "dur": 800},
+        {"cat": "Node", "name": "mm_kernel_time", "dur": 30, "args": {"op_name": "MatMul"}},
+        {"cat": "Node", "name": "mm_kernel_time", "dur": 50, "args": {"op_name": "MatMul"}},
+        {"cat": "Node", "name": "mm_fence_before", "dur": 7, "args": {"op_name": "MatMul"}},
+        {"cat": "Node", "name": "add_kernel_time", "dur": 10, "args": {"op_name": "Add"}},
+    ]
+    p = summarize(events, count_runs(events))
+    assert p.runs == 2
+    assert p.by_op == {"MatMul": (1.0, 40.0), "Add": (0.5, 5.0)}
+    assert p.kernels_per_run == 1.5 and p.us_per_run == 45.0
+
+
+def test_profile_counts_one_decoder_run_per_step(tiny_bundle, tiny_corpus, tmp_path):
+    from bench.profile import profile_decoder
+    from service.runner import DecodeOptions, Runner
+
+    texts = [ln.split("\t")[0] for ln in tiny_corpus["valid"].read_text().splitlines()[:3]]
+    enc, dec = profile_decoder(tiny_bundle, texts, 1, 1, tmp_path)
+    runner = Runner(tiny_bundle, providers=["CPUExecutionProvider"], intra_op_threads=1)
+    steps = []
+    runner.fault_hook = steps.append
+    options = DecodeOptions(max_new_tokens=runner.max_len - 1)
+    for ids in runner.encode_texts(texts):
+        runner.translate([ids], options, max_rows=1)
+    assert enc.runs == steps.count("encoder") == 3
+    assert dec.runs == steps.count("decoder") > 3
+    assert dec.by_op["MatMul"][0] >= 1 and dec.us_per_run > 0
+    assert len(list(tmp_path.glob("b1_decoder_*.json"))) == 1
