@@ -35,6 +35,7 @@ from service.config import ServerConfig, parse_config
 from service.interceptor import ErrorMappingInterceptor
 from service.kserve import InferenceServicer
 from service.limits import RequestLimits
+from service.malloc import tune_malloc
 from service.native import TranslatorServicer
 from service.rpc import MODEL_NAME, Readiness
 from service.runner import Runner
@@ -251,6 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point."""
     config = parse_config(argv)
     logging.basicConfig(level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    tune_malloc()  # before the runner and gRPC allocate (service/malloc.py)
     try:
         return asyncio.run(run(config))
     except BundleError as exc:
