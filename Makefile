@@ -36,7 +36,7 @@ bench-quick: $(STAMP) protos
 	$(PY) -m bench --quick
 
 # Soak with faults (bench/soak.py, docs/reliability.md): 10,000 requests of every kind, valid and
-# hostile, against a server on the default bundle, every 2000th decoder step failing; about 45 min
+# hostile, against a server on the default bundle, every 2000th decoder step failing; about 10 min
 # on 2 cores. Exit code 0 when nothing was lost, duplicated, late or wrong.
 SOAK_ARGS ?= --requests 10000 --concurrency 32 --inject-every 2000
 soak: $(STAMP) protos
