@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TRAIN_MINUTES ?= 300  # total training budget of the default model (resumes count what was spent)
 
-.PHONY: setup serve test lint protos bench bench-quick soak fuzz corpus train-default evaluate-default default-bundle clean
+.PHONY: setup serve test prometheus-tools lint protos bench bench-quick soak fuzz corpus train-default evaluate-default default-bundle clean
 
 setup: $(STAMP)
 
@@ -24,7 +24,15 @@ serve: $(STAMP) protos
 protos: $(STAMP)
 	$(PY) -m protos.generate
 
-test: $(STAMP) protos
+# The monitoring test (tests/test_prometheus.py) runs a real Prometheus: Debian's package (the
+# server and promtool; installed once, not started as a service).
+prometheus-tools:
+	@command -v prometheus >/dev/null && command -v promtool >/dev/null || { \
+	  sudo=""; [ "$$(id -u)" -eq 0 ] || sudo="sudo"; \
+	  $$sudo apt-get update -q && \
+	  $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus; }
+
+test: $(STAMP) protos prometheus-tools
 	$(PY) -m pytest
 
 # Benchmarks (docs/performance.md): engines, server batching modes, scaling and memory; the last

@@ -83,13 +83,13 @@ def dashboard_queries() -> list[str]:
 
 
 def binary(name: str) -> str:
-    """Path of a Prometheus binary; skip locally without it, fail in CI (where .ci/run installs it)."""
+    """Path of a Prometheus binary; `make test` installs it: skip without it, fail in CI."""
     found = shutil.which(name)
     if found:
         return found
     if os.environ.get("CI"):
-        pytest.fail(f"{name} is missing: .ci/run installs the Debian package prometheus")
-    pytest.skip(f"{name} is not installed (apt-get install prometheus); CI installs it")
+        pytest.fail(f"{name} is missing: `make test` installs the Debian package prometheus")
+    pytest.skip(f"{name} is not installed (`make prometheus-tools` installs it)")
 
 
 def test_rule_expressions_parse_and_read_exported_metrics():
