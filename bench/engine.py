@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import Any
 
 import torch
 from tokenizers import Tokenizer
@@ -33,7 +34,6 @@ from model.decoding import greedy_decode
 from service.bundle import load_bundle
 from service.runner import DecodeOptions, Runner
 
-VOCAB_FILE = "ids.json"  # our token strings by id, next to the converted CTranslate2 model
 PAUSE_S = 0.3  # between two engines' timed runs
 Decode = Callable[[list[list[int]]], list[list[int]]]  # a batch of source ids -> generated ids
 
@@ -68,7 +68,8 @@ def load_sources(tsv: Path, tok: Tokenizer, eos: int, n: int) -> list[list[int]]
 ENGINES = ("pytorch", "onnxruntime", "ctranslate2")
 
 
-def build(name: str, checkpoint: Path, bundle: Path, threads: int, ct2_model: Path) -> Decode:
+def build(name: str, checkpoint: Path, bundle: Path, threads: int, ct2_model: Path,
+          vocab: list[str]) -> Decode:
     """One decoder by name, taking a batch of source ids. Only PyTorch's touches torch: a
     process that ran torch ops slows CTranslate2 down (see EngineProcess)."""
     if name == "pytorch":
@@ -86,7 +87,6 @@ def build(name: str, checkpoint: Path, bundle: Path, threads: int, ct2_model: Pa
         options = DecodeOptions(max_new_tokens=runner.max_len - 1)
         return lambda batch: [h[0].tokens for h in runner.translate(batch, options, max_rows=len(batch))]
     if name == "ctranslate2":
-        vocab = json.loads((ct2_model / VOCAB_FILE).read_text(encoding="utf-8"))
         ct2 = CT2Engine(ct2_model, vocab, threads)
         limit = load_bundle(bundle).max_len - 1
         return lambda batch: ct2.greedy(batch, limit)
@@ -102,10 +102,10 @@ def time_engine(decode: Decode, sources: list[list[int]], batch: int) -> tuple[f
     return time.perf_counter() - start, out
 
 
-def _serve(conn: Connection, name: str, checkpoint: Path, bundle: Path, threads: int,
-           ct2_model: Path) -> None:
-    """Child process: build one engine, then answer (sources, batch) with (seconds, outputs)."""
-    decode = build(name, checkpoint, bundle, threads, ct2_model)
+def _serve(conn: Connection, *engine: Any) -> None:
+    """Child process: build one engine (`build`'s arguments), then answer (sources, batch) with
+    (seconds, outputs)."""
+    decode = build(*engine)
     conn.send("ready")
     while (job := conn.recv()) is not None:
         conn.send(time_engine(decode, *job))
@@ -120,17 +120,16 @@ class EngineProcess:
     only one decodes at a time.
     """
 
-    def __init__(self, name: str, checkpoint: Path, bundle: Path, threads: int, ct2_model: Path) -> None:
+    def __init__(self, *engine: Any) -> None:
+        """Start the child for `build(*engine)` and wait until it is ready."""
         ctx = mp.get_context("spawn")
-        self.name = name
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_serve, args=(child, name, checkpoint, bundle, threads, ct2_model),
-                                daemon=True)
+        self.proc = ctx.Process(target=_serve, args=(child, *engine), daemon=True)
         self.proc.start()
         child.close()
         if not self.conn.poll(600) or self.conn.recv() != "ready":
             self.close()
-            raise RuntimeError(f"engine {name} did not start")
+            raise RuntimeError(f"engine {engine[0]} did not start")
 
     def time(self, sources: list[list[int]], batch: int) -> tuple[float, list[list[int]]]:
         """Seconds to decode sources in static batches in the child, and the outputs."""
@@ -162,11 +161,10 @@ def run(quick: bool = False, checkpoint: Path = DEFAULT / "model.pt", bundle: Pa
     mismatches: dict[str, int] = {}
     with tempfile.TemporaryDirectory() as work, contextlib.ExitStack() as stack:
         vocab = checkpoint_vocab(checkpoint)
-        ct2_model = convert(checkpoint, Path(work) / "ct2", vocab)
-        (ct2_model / VOCAB_FILE).write_text(json.dumps(vocab), encoding="utf-8")
+        ct2_model = convert(checkpoint, Path(work) / "ct2", vocab)  # here: torch stays out of its process
         decoders: dict[str, EngineProcess] = {}
         for name in ENGINES:
-            decoders[name] = EngineProcess(name, checkpoint, bundle, threads, ct2_model)
+            decoders[name] = EngineProcess(name, checkpoint, bundle, threads, ct2_model, vocab)
             stack.callback(decoders[name].close)
         for b in batches:
             n = max(b, (16 if quick else 32) if b == 1 else (2 if quick else 4) * b)

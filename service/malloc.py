@@ -13,7 +13,6 @@ win; elsewhere than glibc this does nothing.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import logging
 import os
 
@@ -27,13 +26,9 @@ MMAP_THRESHOLD = 128 * 1024
 
 def tune_malloc() -> dict[str, int]:
     """Apply the settings the environment does not already choose; returns what was applied."""
-    name = ctypes.util.find_library("c")
-    if not name:
-        return {}
     try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):  # not glibc
+        mallopt = ctypes.CDLL(None).mallopt  # the C library the process already runs on
+    except (OSError, AttributeError):  # no mallopt: not glibc
         return {}
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     applied: dict[str, int] = {}
