@@ -29,6 +29,7 @@ class AttentionLowering:
     """Base lowering: traces attention as written in the model (no swap, no table, no rewrite)."""
 
     name = "plain"
+    kv_cache = "concat"  # decoder interface: names.decoder_inputs(n, kv_cache)
     opset = 18  # standard-ONNX ops only; LayerNormalization needs >= 17
 
     @contextmanager

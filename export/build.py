@@ -18,6 +18,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 import export.fused  # noqa: F401  (registers the "fused" lowering)
+import export.inplace  # noqa: F401  (registers the "inplace" lowering)
 from export import names
 from export.attention import get_lowering
 from export.bundle import build_manifest, copy_tokenizer, write_manifest
@@ -46,7 +47,7 @@ class BuildOptions:
     test_split: Path | None = None
     eval_size: int = 500
     force: bool = False  # replace an existing bundle directory
-    attention: str = "fused"
+    attention: str = "inplace"
     verify_sources: int = 8  # sources decoded greedily by both runtimes
 
 
@@ -150,7 +151,8 @@ def build_bundle(
             log(f"evaluating {opts.test_split} (first {opts.eval_size} pairs, greedy)")
         metrics = bundle_metrics(model, tok, state, opts.test_split, opts.eval_size)
         onnx_info = {"opset": info.opset, "ir_version": info.ir_version, "exporter": info.exporter,
-                     "attention": info.attention, "dtype": "float32", "optimized": opts.optimize,
+                     "attention": info.attention, "kv_cache": info.kv_cache, "dtype": "float32",
+                     "optimized": opts.optimize,
                      "optimization_level": OFFLINE_LEVEL_NAME if opts.optimize else None}
         manifest = build_manifest(staging, model.cfg, file_sha256(checkpoint), int(state.get("step", 0)),
                                   onnx_info, metrics, variants, verification)

@@ -45,12 +45,13 @@ def file_entries(bundle_dir: Path) -> dict[str, dict[str, Any]]:
     }
 
 
-def io_spec(n_layers: int) -> dict[str, Any]:
+def io_spec(n_layers: int, kv_cache: str = "concat") -> dict[str, Any]:
     """Input/output names and dynamic axes of both graphs, as declared in export/names.py."""
     return {
         "encoder": {"inputs": names.encoder_inputs(), "outputs": names.encoder_outputs(n_layers)},
-        "decoder": {"inputs": names.decoder_inputs(n_layers), "outputs": names.decoder_outputs(n_layers)},
-        "dynamic_axes": names.dynamic_axes(n_layers),
+        "decoder": {"inputs": names.decoder_inputs(n_layers, kv_cache),
+                    "outputs": names.decoder_outputs(n_layers)},
+        "dynamic_axes": names.dynamic_axes(n_layers, kv_cache),
     }
 
 
@@ -74,7 +75,7 @@ def build_manifest(
         "model": cfg.to_dict(),
         "special_tokens": {"pad": cfg.pad_id, "bos": cfg.bos_id, "eos": cfg.eos_id, "unk": cfg.unk_id},
         "files": file_entries(bundle_dir),
-        "io": io_spec(cfg.n_decoder_layers),
+        "io": io_spec(cfg.n_decoder_layers, onnx_info.get("kv_cache", "concat")),
         "onnx": {**onnx_info, "versions": library_versions()},
         "checkpoint": {"sha256": checkpoint_sha256, "step": step},
         "metrics": metrics,

@@ -28,6 +28,7 @@ from torch import Tensor, nn
 
 from export import names
 from export.attention import AttentionLowering, PlainAttention
+from export.fused import CACHE_LENGTHS
 from model.transformer import Transformer
 
 IR_VERSION = 10  # the IR of opset <= 21; onnxruntime 1.31 loads up to 13
@@ -85,6 +86,38 @@ class DecoderGraph(nn.Module):
         return (logp, *flat, weights.mean(dim=1))  # (B, T, V), ..., (B, T, S)
 
 
+class InplaceDecoderGraph(DecoderGraph):
+    """DecoderGraph over a fixed-size self-attention cache that the step updates in place."""
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        position_ids: Tensor,
+        seqlens_k: Tensor,
+        total_sequence_length: Tensor,
+        encoder_attention_mask: Tensor,
+        *cache: Tensor,
+    ) -> tuple[Tensor, ...]:
+        """As DecoderGraph, with per-row cache lengths (B,) int32 instead of the self-attention mask.
+
+        The lengths reach each self-attention module through `CACHE_LENGTHS` for this call only
+        (the in-place lowering's fused_forward reads them); cache entries are (B, H, M, Dh).
+        """
+        modules = [layer.self_attn for layer in self.model.decoder.layers]
+        for m in modules:
+            setattr(m, CACHE_LENGTHS, (seqlens_k, total_sequence_length))
+        try:
+            n = self.n_layers
+            past = [(cache[2 * i], cache[2 * i + 1]) for i in range(n)]
+            cross = [(cache[2 * (n + i)], cache[2 * (n + i) + 1]) for i in range(n)]
+            src_mask = encoder_attention_mask.bool().unsqueeze(1)  # (B, 1, S)
+            logp, presents, weights = self.model.decode(input_ids, cross, src_mask, past, position_ids)
+        finally:
+            for m in modules:
+                delattr(m, CACHE_LENGTHS)
+        return (logp, *[t for kv in presents for t in kv], weights.mean(dim=1))
+
+
 @dataclass(frozen=True)
 class ExampleSizes:
     """Sizes of the tracing example: distinct, >= 2, and unlike any fixed model dimension."""
@@ -115,8 +148,11 @@ def example_sizes(model: Transformer) -> ExampleSizes:
     return ExampleSizes(batch, src_len, new_len, past_len)
 
 
-def example_inputs(model: Transformer, s: ExampleSizes) -> dict[str, tuple[Tensor, ...]]:
-    """Example tensors for both graphs, in the order of `export/names.py`."""
+def example_inputs(
+    model: Transformer, s: ExampleSizes, kv_cache: str = "concat"
+) -> dict[str, tuple[Tensor, ...]]:
+    """Example tensors for both graphs, in the order of `export/names.py` (past_len = max_cache
+    for an in-place cache, rows filled to different lengths)."""
     cfg = model.cfg
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(4, cfg.vocab_size, (s.batch, s.src_len), generator=g)
@@ -125,10 +161,16 @@ def example_inputs(model: Transformer, s: ExampleSizes) -> dict[str, tuple[Tenso
     past = [torch.randn(*kv, s.past_len, cfg.d_head, generator=g) for _ in range(2 * cfg.n_decoder_layers)]
     cross = [torch.randn(*kv, s.src_len, cfg.d_head, generator=g) for _ in range(2 * cfg.n_decoder_layers)]
     positions = torch.arange(s.past_len, s.past_len + s.new_len).expand(s.batch, s.new_len).contiguous()
+    if kv_cache == "inplace":
+        lengths = torch.arange(s.batch, dtype=torch.int32) % (s.past_len - s.new_len) + s.new_len - 1
+        masks: tuple[Tensor, ...] = (lengths, lengths.max() + 1)
+        positions = lengths.long()[:, None] - s.new_len + 1 + torch.arange(s.new_len)
+    else:
+        masks = (torch.ones(s.batch, s.past_len + s.new_len, dtype=torch.long),)
     decoder = (
         torch.randint(4, cfg.vocab_size, (s.batch, s.new_len), generator=g),
         positions,
-        torch.ones(s.batch, s.past_len + s.new_len, dtype=torch.long),
+        *masks,
         ones,
         *past,
         *cross,
@@ -184,9 +226,10 @@ def export_graph(
     graph: str,
 ) -> onnx.ModelProto:
     """Trace one wrapper with dynamic axes and return the finished ONNX model."""
-    dyn = [axes[n] for n in inputs]
+    dyn = [axes.get(n) for n in inputs]
     # the decoder's `*cache` is one positional pytree entry: its shapes go in a nested tuple
-    dynamic_shapes = tuple(dyn) if graph == "encoder" else (*dyn[:4], tuple(dyn[4:]))
+    n_flat = inputs.index(names.past_name(0, "decoder", "key")) if graph == "decoder" else len(inputs)
+    dynamic_shapes = tuple(dyn) if graph == "encoder" else (*dyn[:n_flat], tuple(dyn[n_flat:]))
     with lowering.applied(module), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r"# The axis name")  # shared axes are expected
         warnings.filterwarnings("ignore", category=FutureWarning)  # torch-internal pytree notices
@@ -218,6 +261,7 @@ class ExportInfo:
     ir_version: int
     exporter: str
     attention: str
+    kv_cache: str
     seconds: dict[str, float]
 
 
@@ -229,14 +273,16 @@ def export_graphs(
     logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
     model = model.eval()
     n = model.cfg.n_decoder_layers
-    axes = names.dynamic_axes(n)
-    example = example_inputs(model, example_sizes(model))
+    kv_cache = lowering.kv_cache
+    axes = names.dynamic_axes(n, kv_cache)
+    example = example_inputs(model, example_sizes(model), kv_cache)
+    decoder = InplaceDecoderGraph(model) if kv_cache == "inplace" else DecoderGraph(model)
     plan = {  # graph: (wrapper, inputs, outputs, file)
         "encoder": (
             EncoderGraph(model), names.encoder_inputs(), names.encoder_outputs(n), names.ENCODER_FILE
         ),
         "decoder": (
-            DecoderGraph(model), names.decoder_inputs(n), names.decoder_outputs(n), names.DECODER_FILE
+            decoder, names.decoder_inputs(n, kv_cache), names.decoder_outputs(n), names.DECODER_FILE
         ),
     }
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -247,4 +293,5 @@ def export_graphs(
         onnx.save_model(proto, out_dir / file, save_as_external_data=False)
         seconds[graph] = round(time.perf_counter() - start, 2)
         ir_version = proto.ir_version
-    return ExportInfo(lowering.opset, ir_version, "torch.onnx.export(dynamo=True)", lowering.name, seconds)
+    return ExportInfo(lowering.opset, ir_version, "torch.onnx.export(dynamo=True)", lowering.name, kv_cache,
+                      seconds)

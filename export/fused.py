@@ -34,11 +34,14 @@ from onnx.defs import OpSchema
 from torch import Tensor, nn
 
 from export.attention import LOWERINGS, AttentionLowering
+from export.fusions import fuse_skip_layer_norm
 from model.transformer import KV, MultiHeadAttention, Transformer, scaled_dot_product_attention
 
 DOMAIN = "translator.lowering"
 MS_DOMAIN = "com.microsoft"
+CACHE_LENGTHS = "_cache_lengths"  # (seqlens_k, total_sequence_length) of an in-place cache, while traced
 PACKED = "_packed_qkv"  # attribute holding ((W^Q; W^K; W^V)^T, (b^Q; b^K; b^V)) while traced
+WITH_WEIGHTS = "_with_weights"  # set on the one module whose attention weights are a graph output
 _FLOATS = ["tensor(float)", "tensor(float16)"]
 
 
@@ -47,6 +50,7 @@ def _register_schemas() -> None:
     param = OpSchema.FormalParameter
     specs = {
         "Attention": (("query", "key", "value", "attention_bias"), ("output",)),
+        "AttentionWeights": (("query", "key", "value", "attention_bias"), ("output", "weights")),
         "BiasedAttention": (("query", "key", "value", "bias", "attention_bias"), ("output",)),
         "SelfAttention": (("query", "key", "value", "bias", "past_key", "past_value", "attention_bias"),
                           ("output", "present_key", "present_value")),
@@ -66,7 +70,7 @@ _register_schemas()
 _lowering_ops = onnxscript.values.Opset(DOMAIN, 1)
 
 
-def _heads(x: Tensor, n_heads: int) -> Tensor:
+def split_heads(x: Tensor, n_heads: int) -> Tensor:
     """(B, L, D) -> (B, H, L, Dh); 4-D input is already split."""
     if x.dim() == 4:
         return x
@@ -74,13 +78,17 @@ def _heads(x: Tensor, n_heads: int) -> Tensor:
     return x.view(b, n, n_heads, d // n_heads).transpose(1, 2)
 
 
-def _attend(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, n_heads: int) -> Tensor:
-    """softmax(Q K^T / sqrt(d_k) + bias) V with heads merged back: (B, Tq, D)."""
-    qh = _heads(q, n_heads)
-    mask = bias == 0  # the bias is 0 where allowed, the dtype's minimum elsewhere
-    out, _ = scaled_dot_product_attention(qh, _heads(k, n_heads), _heads(v, n_heads), mask)
+def attend_heads(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+    """The model's attention over split heads (B, H, L, Dh), heads merged back: (B, Tq, D)."""
+    out, _ = scaled_dot_product_attention(q, k, v, mask)
     b, h, t, dh = out.shape
     return out.transpose(1, 2).reshape(b, t, h * dh)
+
+
+def _attend(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, n_heads: int) -> Tensor:
+    """softmax(Q K^T / sqrt(d_k) + bias) V with heads merged back: (B, Tq, D)."""
+    mask = bias == 0  # the bias is 0 where allowed, the dtype's minimum elsewhere
+    return attend_heads(*(split_heads(x, n_heads) for x in (q, k, v)), mask)
 
 
 @torch.library.custom_op("translator::attention", mutates_args=())
@@ -93,6 +101,24 @@ def attention(query: Tensor, key: Tensor, value: Tensor, bias: Tensor, num_heads
 def _attention_fake(query: Tensor, key: Tensor, value: Tensor, bias: Tensor, num_heads: int) -> Tensor:
     """Output shape for tracing."""
     return query.new_empty(query.shape)
+
+
+@torch.library.custom_op("translator::attention_weights", mutates_args=())
+def attention_weights(query: Tensor, key: Tensor, value: Tensor, bias: Tensor, num_heads: int
+                      ) -> tuple[Tensor, Tensor]:
+    """As `attention`, also returning the attention weights (B, H, Tq, Tk)."""
+    heads = [split_heads(x, num_heads) for x in (query, key, value)]
+    out, weights = scaled_dot_product_attention(*heads, bias == 0)
+    b, h, t, dh = out.shape
+    return out.transpose(1, 2).reshape(b, t, h * dh), weights
+
+
+@attention_weights.register_fake
+def _attention_weights_fake(query: Tensor, key: Tensor, value: Tensor, bias: Tensor, num_heads: int
+                            ) -> tuple[Tensor, Tensor]:
+    """Output shapes for tracing."""
+    b, t, _ = query.shape
+    return query.new_empty(query.shape), query.new_empty(b, num_heads, t, bias.shape[-1])
 
 
 @torch.library.custom_op("translator::biased_attention", mutates_args=())
@@ -120,8 +146,8 @@ def self_attention(
     Returns the output (B, T, D) and the present key and value (B, H, P+T, Dh).
     """
     q, k, v = (x + b for x, b in zip((query, key, value), bias.chunk(3), strict=True))
-    k = torch.cat([past_key, _heads(k, num_heads)], dim=2)
-    v = torch.cat([past_value, _heads(v, num_heads)], dim=2)
+    k = torch.cat([past_key, split_heads(k, num_heads)], dim=2)
+    v = torch.cat([past_value, split_heads(v, num_heads)], dim=2)
     return _attend(q, k, v, attention_bias, num_heads), k.contiguous(), v.contiguous()
 
 
@@ -139,6 +165,11 @@ def _self_attention_fake(
 def _attention_onnx(query, key, value, attention_bias, num_heads: int):
     """translator::attention -> one placeholder node."""
     return _lowering_ops.Attention(query, key, value, attention_bias, num_heads=num_heads)
+
+
+def _attention_weights_onnx(query, key, value, attention_bias, num_heads: int):
+    """translator::attention_weights -> one placeholder node with two outputs."""
+    return _lowering_ops.AttentionWeights(query, key, value, attention_bias, num_heads=num_heads)
 
 
 def _biased_attention_onnx(query, key, value, bias, attention_bias, num_heads: int):
@@ -178,20 +209,29 @@ def fused_forward(
     h = self.n_heads
     if kv is not None:  # precomputed cross-attention K/V (B, H, S, Dh)
         q = self.w_q(query)  # (B, Tq, D)
-        out = attention(q, kv[0], kv[1], _bias(mask, q, q.size(1), kv[0].size(2)), h)
-        return self.w_o(out), kv, None
+        bias = _bias(mask, q, q.size(1), kv[0].size(2))
+        if getattr(self, WITH_WEIGHTS, False):  # the weights are a graph output (alignment)
+            out, weights = attention_weights(q, kv[0], kv[1], bias, h)
+            return self.w_o(out), kv, weights
+        return self.w_o(attention(q, kv[0], kv[1], bias, h)), kv, None
     layers = (self.w_q, self.w_k, self.w_v)
     packed: tuple[Tensor, Tensor] | None = getattr(self, PACKED, None)
     bias = packed[1] if packed is not None else torch.cat([lin.bias for lin in layers])  # (3D,)
-    if packed is not None and (key_value is None or key_value is query):  # one packed projection
-        q, k, v = (query @ packed[0]).chunk(3, dim=-1)  # (B, T, D) each
+    w = packed[0] if packed is not None else torch.cat([lin.weight for lin in layers]).t()  # (D, 3D)
+    lengths = getattr(self, CACHE_LENGTHS, None)
+    if past is not None and lengths is not None:  # fixed-size cache updated in place (export/inplace.py)
+        qkv = query @ w + bias  # (B, T, 3D)
+        out, pk, pv = torch.ops.translator.cached_self_attention(qkv, past[0], past[1], *lengths, h)
+        return self.w_o(out), (pk, pv), None
+    if key_value is None or key_value is query:  # one packed projection
+        q, k, v = (query @ w).chunk(3, dim=-1)  # (B, T, D) each
     else:
         sources = (query, key_value, key_value)
         q, k, v = (F.linear(x, lin.weight) for x, lin in zip(sources, layers, strict=True))
     if past is None:
         out = biased_attention(q, k, v, bias, _bias(mask, q, q.size(1), k.size(1)), h)
         b_k, b_v = bias.chunk(3)[1:]
-        present = (_heads(k + b_k, h), _heads(v + b_v, h))
+        present = (split_heads(k + b_k, h), split_heads(v + b_v, h))
     else:
         total = past[0].size(2) + k.size(1)
         out, pk, pv = self_attention(q, k, v, bias, past[0], past[1], _bias(mask, q, q.size(1), total), h)
@@ -199,13 +239,12 @@ def fused_forward(
     return self.w_o(out), present, None
 
 
-def _fusable(model: nn.Module) -> list[MultiHeadAttention]:
-    """Every attention module except the last decoder layer's cross-attention (its weights are output)."""
-    keep: set[int] = set()
+def _weighted(model: nn.Module) -> MultiHeadAttention | None:
+    """The last decoder layer's cross-attention, whose weights are the `cross_attentions` output."""
     core = getattr(model, "model", model)  # the export wrappers hold the Transformer as .model
     if isinstance(core, Transformer) and len(core.decoder.layers):
-        keep.add(id(core.decoder.layers[-1].cross_attn))
-    return [m for m in model.modules() if isinstance(m, MultiHeadAttention) and id(m) not in keep]
+        return core.decoder.layers[-1].cross_attn
+    return None
 
 
 class FusedAttention(AttentionLowering):
@@ -216,7 +255,10 @@ class FusedAttention(AttentionLowering):
     @contextmanager
     def applied(self, model: nn.Module) -> Iterator[None]:
         """Route the attention modules through `fused_forward` while the model is traced."""
-        modules = _fusable(model)
+        modules = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+        weighted = _weighted(model)
+        if weighted is not None:
+            setattr(weighted, WITH_WEIGHTS, True)
         for m in modules:
             m.forward = types.MethodType(fused_forward, m)
             with torch.no_grad():  # constants of the graph (folded here, not by the exporter)
@@ -229,22 +271,36 @@ class FusedAttention(AttentionLowering):
             for m in modules:
                 del m.forward  # back to the class's forward
                 delattr(m, PACKED)
+            if weighted is not None:
+                delattr(weighted, WITH_WEIGHTS)
 
     def translation_table(self) -> dict[Callable, Callable]:
         """The custom ops -> placeholder nodes."""
         return {
             torch.ops.translator.attention.default: _attention_onnx,
+            torch.ops.translator.attention_weights.default: _attention_weights_onnx,
             torch.ops.translator.biased_attention.default: _biased_attention_onnx,
             torch.ops.translator.self_attention.default: _self_attention_onnx,
         }
 
     def rewrite(self, proto: onnx.ModelProto, graph: str) -> onnx.ModelProto:
         """Placeholder nodes -> com.microsoft.MultiHeadAttention; fix the opset imports."""
-        for node in proto.graph.node:
+        softmaxes = []  # (position, node) to insert after AttentionWeights nodes
+        for pos, node in enumerate(proto.graph.node):
             if node.domain != DOMAIN:
                 continue
             ins = list(node.input)
-            if node.op_type == "Attention":  # query, key, value, attention_bias
+            if node.op_type == "AttentionWeights":  # MHA's 4th output is Q K^T scaled + bias: softmax it
+                new_inputs = [*ins[:3], "", "", ins[3]]
+                scores = f"{node.output[1]}_scores"  # typed here: ORT cannot infer MHA's 4th output
+                typed = onnx.helper.make_tensor_value_info(scores, onnx.TensorProto.FLOAT, None)
+                proto.graph.value_info.append(typed)
+                softmaxes.append((pos + 1, onnx.helper.make_node(
+                    "Softmax", [scores], [node.output[1]], axis=-1, name=f"{node.name}_softmax")))
+                outs = [node.output[0], "", "", scores]
+                del node.output[:]
+                node.output.extend(outs)
+            elif node.op_type == "Attention":  # query, key, value, attention_bias
                 new_inputs = [*ins[:3], "", "", ins[3]]
             elif node.op_type == "BiasedAttention":  # query, key, value, bias, attention_bias
                 new_inputs = [*ins[:4], "", ins[4]]
@@ -253,6 +309,9 @@ class FusedAttention(AttentionLowering):
             del node.input[:]
             node.input.extend(new_inputs)
             node.op_type, node.domain = "MultiHeadAttention", MS_DOMAIN
+        for pos, softmax in reversed(softmaxes):
+            proto.graph.node.insert(pos, softmax)
+        fuse_skip_layer_norm(proto)
         imports = [op for op in proto.opset_import if op.domain not in (DOMAIN, MS_DOMAIN)]
         del proto.opset_import[:]
         proto.opset_import.extend([*imports, onnx.helper.make_opsetid(MS_DOMAIN, 1)])

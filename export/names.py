@@ -9,7 +9,7 @@ encoder.onnx
     attention_mask       int64  [batch, src_len]          1 = real token, 0 = padding
  -> present.{i}.encoder.key/value  float [batch, heads, src_len, head_dim]  per decoder layer
 
-decoder.onnx (one step, or several new tokens)
+decoder.onnx, kv_cache "concat" (one step, or several new tokens)
     input_ids            int64  [batch, new_len]
     position_ids         int64  [batch, new_len]          position of each new token
     attention_mask       int64  [batch, past_len + new_len]  1 = valid self-attention key
@@ -19,6 +19,13 @@ decoder.onnx (one step, or several new tokens)
  -> logprobs             float  [batch, new_len, vocab]   log-softmax over the vocabulary
     present.{i}.decoder.key/value  float [batch, heads, past_len + new_len, head_dim]
     cross_attentions     float  [batch, new_len, src_len]  last layer, mean over heads
+
+decoder.onnx, kv_cache "inplace" (export/inplace.py): the same but for the self-attention cache
+    seqlens_k            int32  [batch]                   per row: cache length after the step - 1
+    total_sequence_length int32 []                        max over rows of seqlens_k + 1
+    past_key_values.{i}.decoder.key/value  float [batch, heads, max_cache, head_dim]
+ -> present.{i}.decoder.key/value  float [batch, heads, max_cache, head_dim]  (bind to the past
+    buffer: updated in place); no attention_mask input.
 """
 
 from __future__ import annotations
@@ -29,6 +36,8 @@ ENCODER_FILE, DECODER_FILE, TOKENIZER_FILE, BUNDLE_FILE = (
 )
 
 INPUT_IDS, ATTENTION_MASK, POSITION_IDS = "input_ids", "attention_mask", "position_ids"
+SEQLENS_K, TOTAL_SEQUENCE_LENGTH = "seqlens_k", "total_sequence_length"  # in-place cache only
+KV_CACHES = ("concat", "inplace")
 ENCODER_ATTENTION_MASK = "encoder_attention_mask"
 LOGPROBS, CROSS_ATTENTIONS = "logprobs", "cross_attentions"
 
@@ -53,9 +62,12 @@ def encoder_outputs(n_layers: int) -> list[str]:
     return [present_name(i, "encoder", kv) for i in range(n_layers) for kv in ("key", "value")]
 
 
-def decoder_inputs(n_layers: int) -> list[str]:
-    """Decoder graph inputs, in order."""
-    names = [INPUT_IDS, POSITION_IDS, ATTENTION_MASK, ENCODER_ATTENTION_MASK]
+def decoder_inputs(n_layers: int, kv_cache: str = "concat") -> list[str]:
+    """Decoder graph inputs, in order; an in-place cache takes per-row lengths instead of a mask."""
+    if kv_cache not in KV_CACHES:
+        raise ValueError(f"unknown kv_cache {kv_cache!r}; known: {KV_CACHES}")
+    masks = [ATTENTION_MASK] if kv_cache == "concat" else [SEQLENS_K, TOTAL_SEQUENCE_LENGTH]
+    names = [INPUT_IDS, POSITION_IDS, *masks, ENCODER_ATTENTION_MASK]
     for i in range(n_layers):
         names += [past_name(i, "decoder", "key"), past_name(i, "decoder", "value")]
     for i in range(n_layers):
@@ -71,9 +83,10 @@ def decoder_outputs(n_layers: int) -> list[str]:
     return names + [CROSS_ATTENTIONS]
 
 
-def dynamic_axes(n_layers: int) -> dict[str, dict[str, dict[int, str]]]:
+def dynamic_axes(n_layers: int, kv_cache: str = "concat") -> dict[str, dict[str, dict[int, str]]]:
     """Symbolic axis names of every input and output of both graphs."""
-    kv_dec = {0: "batch", 2: "past_len"}
+    inplace = kv_cache == "inplace"
+    kv_dec = {0: "batch", 2: "max_cache" if inplace else "past_len"}
     kv_enc = {0: "batch", 2: "src_len"}
     enc = {INPUT_IDS: {0: "batch", 1: "src_len"}, ATTENTION_MASK: {0: "batch", 1: "src_len"}}
     enc |= {n: kv_enc for n in encoder_outputs(n_layers)}
@@ -89,5 +102,8 @@ def dynamic_axes(n_layers: int) -> dict[str, dict[str, dict[int, str]]]:
         for kv in ("key", "value"):
             dec[past_name(i, "decoder", kv)] = kv_dec
             dec[past_name(i, "encoder", kv)] = kv_enc
-            dec[present_name(i, "decoder", kv)] = {0: "batch", 2: "total_len"}
+            dec[present_name(i, "decoder", kv)] = kv_dec if inplace else {0: "batch", 2: "total_len"}
+    if inplace:
+        del dec[ATTENTION_MASK]
+        dec[SEQLENS_K] = {0: "batch"}
     return {"encoder": enc, "decoder": dec}

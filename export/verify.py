@@ -4,6 +4,11 @@ Checks: onnx.checker and IR version of both graphs; ONNX Runtime (CPU) vs PyTorc
 than the export example (batch, src_len, past_len incl. an empty cache, new_len), comparing
 log-probabilities, present K/V, cross-attention K/V and weights; full greedy decoding with ONNX
 Runtime token-identical to `model.decoding.greedy_decode`. Used by the export CLI and the tests.
+
+Both decoder interfaces of `export/names.py` are handled, told apart by the decoder's inputs
+(`kv_cache_of`). For an in-place cache (export/verify_inplace.py) the past buffers are larger than
+needed and hold garbage beyond each row's length, one-token cases give the rows different past
+lengths, and the PyTorch reference is `model.decode` per row over its own concatenated cache.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import onnxruntime as ort
 import torch
 
 from export import names
+from export.verify_inplace import BoundCache, garbage_cache, row_past_lens, row_references, run_shape
 from model.decoding import greedy_decode
 from model.transformer import Transformer, padding_mask
 
@@ -37,10 +43,11 @@ class Case:
     new_len: int
 
 
-# batch 1/3/5, src_len 1..64, empty and non-empty cache, one and several new tokens
+# batch 1/3/4/5, src_len 1..64, empty and non-empty cache, one and several new tokens
+# (an in-place decoder's one-token cases give the rows past lengths past_len, past_len-1, ...)
 DEFAULT_CASES = (
     Case(1, 1, 0, 1), Case(5, 64, 0, 3), Case(1, 17, 6, 1), Case(5, 9, 4, 3),
-    Case(3, 33, 0, 1), Case(3, 2, 12, 2), Case(5, 40, 1, 1),
+    Case(3, 33, 0, 1), Case(3, 2, 12, 2), Case(5, 40, 1, 1), Case(4, 11, 9, 1),
 )
 
 
@@ -52,7 +59,9 @@ class VerifyReport:
     logprobs_max_diff: float = 0.0
     present_max_diff: float = 0.0  # updated self-attention cache
     cross_attentions_max_diff: float = 0.0
-    cases: list[list[int]] = field(default_factory=list)  # [batch, src_len, past_len, new_len]
+    kv_cache: str = "concat"  # decoder interface, names.KV_CACHES
+    cases: list[list[int]] = field(default_factory=list)  # [batch, src_len, past_len, new_len] as run
+    row_past_lens: list[list[int]] = field(default_factory=list)  # per case: cached length of each row
     greedy_sources: int = 0
     greedy_identical: int = 0
 
@@ -99,6 +108,11 @@ def check_graphs(paths: list[Path]) -> None:
             raise ParityError(f"{path.name}: ir_version {ir} > {MAX_IR_VERSION} (onnxruntime 1.31 refuses)")
 
 
+def kv_cache_of(dec: ort.InferenceSession) -> str:
+    """The decoder's interface: "inplace" if it takes seqlens_k, else "concat"."""
+    return "inplace" if names.SEQLENS_K in [i.name for i in dec.get_inputs()] else "concat"
+
+
 def _diff(a: np.ndarray, b: torch.Tensor) -> float:
     """Max abs difference, failing on shape mismatch or non-finite values."""
     ref = b.detach().float().numpy()
@@ -138,13 +152,23 @@ def encoder_feeds(src: np.ndarray, pad_id: int) -> dict[str, np.ndarray]:
 
 
 def decoder_feeds(
-    tokens: np.ndarray, positions: np.ndarray, self_mask: np.ndarray, src_mask: np.ndarray,
-    past: list[np.ndarray], cross: list[np.ndarray],
+    tokens: np.ndarray, positions: np.ndarray, self_mask: np.ndarray | None, src_mask: np.ndarray,
+    past: list[np.ndarray], cross: list[np.ndarray], seqlens_k: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
-    """decoder.onnx inputs; past/cross are flat [k0, v0, k1, v1, ...] lists."""
+    """decoder.onnx inputs; past/cross are flat [k0, v0, k1, v1, ...] lists.
+
+    Concat interface: self_mask (B, P+T). In-place interface: seqlens_k (B,) = per row, cache length
+    after the step - 1 (self_mask None); total_sequence_length is derived as max(seqlens_k) + 1.
+    """
     n = len(cross) // 2
-    feeds = {names.INPUT_IDS: tokens, names.POSITION_IDS: positions, names.ATTENTION_MASK: self_mask,
-             names.ENCODER_ATTENTION_MASK: src_mask}
+    feeds = {names.INPUT_IDS: tokens, names.POSITION_IDS: positions}
+    if seqlens_k is None:
+        feeds[names.ATTENTION_MASK] = self_mask
+    else:
+        lens = np.asarray(seqlens_k, np.int32)
+        feeds[names.SEQLENS_K] = lens
+        feeds[names.TOTAL_SEQUENCE_LENGTH] = np.array(lens.max() + 1, np.int32)
+    feeds[names.ENCODER_ATTENTION_MASK] = src_mask
     for i in range(n):
         for j, kv in enumerate(("key", "value")):
             feeds[names.past_name(i, "decoder", kv)] = past[2 * i + j]
@@ -157,7 +181,12 @@ def compare_case(
     enc: ort.InferenceSession, dec: ort.InferenceSession, model: Transformer, case: Case,
     rng: np.random.Generator,
 ) -> dict[str, float]:
-    """Run one shape through both runtimes; return the max abs diff per output kind."""
+    """Run one shape through both runtimes; return the max abs diff per output kind.
+
+    An in-place decoder runs `run_shape(case)` (see there) and is compared row by row.
+    """
+    kv_cache = kv_cache_of(dec)
+    case = run_shape(case, kv_cache)
     cfg, n = model.cfg, model.cfg.n_decoder_layers
     src = random_source(model, case.batch, case.src_len, rng)
     src_t = torch.from_numpy(src)
@@ -165,6 +194,9 @@ def compare_case(
     cross_t = model.cross_kv(model.encode(src_t, src_mask))
     cross = enc.run(names.encoder_outputs(n), encoder_feeds(src, cfg.pad_id))
     diffs = {"encoder": _max_diff(cross, _flat(cross_t))}
+    if kv_cache == "inplace":
+        lens = row_past_lens(case, kv_cache)
+        return diffs | compare_inplace(dec, model, case.new_len, lens, src, cross_t, cross, rng)
 
     past_t = None
     if case.past_len:
@@ -191,25 +223,74 @@ def compare_case(
     return diffs
 
 
+@torch.inference_mode()
+def compare_inplace(
+    dec: ort.InferenceSession, model: Transformer, new_len: int, lens: list[int], src: np.ndarray,
+    cross_t: list[tuple[torch.Tensor, torch.Tensor]], cross: list[np.ndarray], rng: np.random.Generator,
+) -> dict[str, float]:
+    """One in-place decoder step, rows with past lengths `lens`, vs `model.decode` row by row."""
+    cfg, n, b = model.cfg, model.cfg.n_decoder_layers, len(lens)
+    capacity = max(lens) + new_len + int(rng.integers(1, 8))  # more columns than any row needs
+    past = garbage_cache(2 * n, (b, cfg.n_heads, capacity, cfg.d_head), rng)
+    tokens = rng.integers(4, cfg.vocab_size, (b, new_len))
+    src_mask = padding_mask(torch.from_numpy(src), cfg.pad_id)
+    refs = row_references(model, tokens, lens, src_mask, cross_t, past, rng)  # fills the rows' columns
+    positions = np.array([np.arange(p, p + new_len) for p in lens], np.int64)
+    seqlens_k, enc_mask = np.array(lens) + new_len - 1, (src != cfg.pad_id).astype(np.int64)
+    feeds = decoder_feeds(tokens, positions, None, enc_mask, past, cross, seqlens_k)
+    out = dec.run(names.decoder_outputs(n), feeds)
+    diffs = {"logprobs": 0.0, "present": 0.0, "cross_attentions": 0.0}
+    for r, (p, (logp_t, presents_t, weights_t)) in enumerate(zip(lens, refs, strict=True)):
+        valid = [o[r : r + 1, :, : p + new_len] for o in out[1:-1]]  # the row's columns only
+        got = {"logprobs": _diff(out[0][r : r + 1], logp_t), "present": _max_diff(valid, _flat(presents_t)),
+               "cross_attentions": _diff(out[-1][r : r + 1], weights_t.mean(dim=1))}
+        diffs = {k: max(v, got[k]) for k, v in diffs.items()}
+    return diffs
+
+
+def empty_cache(kv_cache: str, cross: list[np.ndarray], capacity: int) -> list[np.ndarray]:
+    """Self-attention cache of nobody yet: (B, H, 0, Dh) for concat, zeros (B, H, capacity, Dh) in place."""
+    cols = capacity if kv_cache == "inplace" else 0
+    return [np.zeros((*c.shape[:2], cols, c.shape[3]), c.dtype) for c in cross]
+
+
+def step_feeds(
+    kv_cache: str, tokens: np.ndarray, step: int, src_mask: np.ndarray, past: list[np.ndarray],
+    cross: list[np.ndarray],
+) -> dict[str, np.ndarray]:
+    """Decoder inputs of greedy step `step`: one new token per row, `step` cached ones before it."""
+    b = tokens.shape[0]
+    positions = np.full((b, 1), step, np.int64)
+    if kv_cache == "inplace":
+        return decoder_feeds(tokens, positions, None, src_mask, past, cross, np.full(b, step, np.int32))
+    return decoder_feeds(tokens, positions, np.ones((b, step + 1), np.int64), src_mask, past, cross)
+
+
 def greedy_onnx(
     enc: ort.InferenceSession, dec: ort.InferenceSession, src: np.ndarray, bos: int, eos: int, pad: int,
     max_new_tokens: int,
 ) -> list[list[int]]:
-    """Greedy decoding with ONNX Runtime, step by step like `greedy_decode` (empty cache first)."""
-    b = src.shape[0]
+    """Greedy decoding with ONNX Runtime, step by step like `greedy_decode` (empty cache first).
+
+    An in-place decoder gets buffers of max_new_tokens columns, bound as past and present (IO
+    binding, as served), so the steps really update them in place.
+    """
+    b, kv_cache = src.shape[0], kv_cache_of(dec)
     feeds = encoder_feeds(src, pad)
     cross = enc.run(None, feeds)
     n = len(cross) // 2
-    past = [np.zeros((*c.shape[:2], 0, c.shape[3]), c.dtype) for c in cross]
+    past = empty_cache(kv_cache, cross, max_new_tokens)
+    bound = BoundCache(dec, past) if kv_cache == "inplace" else None
     token = np.full((b, 1), bos, np.int64)
     out: list[list[int]] = [[] for _ in range(b)]
     done = np.zeros(b, bool)
     for step in range(max_new_tokens):
-        res = dec.run(names.decoder_outputs(n)[:-1], decoder_feeds(
-            token, np.full((b, 1), step, np.int64), np.ones((b, step + 1), np.int64),
-            feeds[names.ATTENTION_MASK], past, cross))
-        past = res[1:]
-        token = res[0][:, -1].argmax(-1).reshape(b, 1)
+        step_in = step_feeds(kv_cache, token, step, feeds[names.ATTENTION_MASK], past, cross)
+        if bound is not None:
+            logp = bound.run(step_in)
+        else:
+            logp, *past = dec.run(names.decoder_outputs(n)[:-1], step_in)
+        token = logp[:, -1].argmax(-1).reshape(b, 1)
         for i in np.flatnonzero(~done):
             if token[i, 0] != eos:
                 out[i].append(int(token[i, 0]))
@@ -249,15 +330,20 @@ def verify_bundle(
     atol: float = 1e-4,
     seed: int = 0,
 ) -> VerifyReport:
-    """Check encoder.onnx + decoder.onnx of bundle_dir against model; raise ParityError on failure."""
+    """Check encoder.onnx + decoder.onnx of bundle_dir against model; raise ParityError on failure.
+
+    report.cases lists the shapes as run (an in-place decoder may run a case with batch 1, see
+    `run_shape`), report.row_past_lens the cached length of each row in each case.
+    """
     model = model.eval()
     paths = [bundle_dir / names.ENCODER_FILE, bundle_dir / names.DECODER_FILE]
     check_graphs(paths)
     enc, dec = (open_session(p) for p in paths)
-    report, rng = VerifyReport(), np.random.default_rng(seed)
-    for case in (fit_case(c, model.cfg.max_len) for c in cases):
+    report, rng = VerifyReport(kv_cache=kv_cache_of(dec)), np.random.default_rng(seed)
+    for case in (run_shape(fit_case(c, model.cfg.max_len), report.kv_cache) for c in cases):
         d = compare_case(enc, dec, model, case, rng)
         report.cases.append([case.batch, case.src_len, case.past_len, case.new_len])
+        report.row_past_lens.append(row_past_lens(case, report.kv_cache))
         report.encoder_max_diff = max(report.encoder_max_diff, d["encoder"])
         report.logprobs_max_diff = max(report.logprobs_max_diff, d["logprobs"])
         report.present_max_diff = max(report.present_max_diff, d["present"])
@@ -289,11 +375,10 @@ def verify_fp16(
     cfg, rng = model.cfg, np.random.default_rng(1)
     src = random_source(model, 3, 12, rng)
     cross = enc.run(None, encoder_feeds(src, cfg.pad_id))
-    tokens = np.full((3, 1), cfg.bos_id, np.int64)
-    empty = [np.zeros((3, cfg.n_heads, 0, cfg.d_head), np.float16)] * len(cross)
-    logp = dec.run([names.LOGPROBS], decoder_feeds(
-        tokens, np.zeros((3, 1), np.int64), np.ones((3, 1), np.int64),
-        encoder_feeds(src, cfg.pad_id)[names.ATTENTION_MASK], empty, cross))[0]
+    tokens, kv_cache = np.full((3, 1), cfg.bos_id, np.int64), kv_cache_of(dec)
+    empty = empty_cache(kv_cache, cross, 4)  # fp16, like the encoder's outputs
+    src_mask = encoder_feeds(src, cfg.pad_id)[names.ATTENTION_MASK]
+    logp = dec.run([names.LOGPROBS], step_feeds(kv_cache, tokens, 0, src_mask, empty, cross))[0]
     with torch.inference_mode():
         src_t = torch.from_numpy(src)
         mask = padding_mask(src_t, cfg.pad_id)

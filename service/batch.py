@@ -12,13 +12,10 @@ rows become holes: still computed (masked, output ignored) until a new request r
 Holes at the end are trimmed (a view, no copy); when holes are at least half of the rows, the
 live rows are compacted with one gather. Other rows' caches are never copied when one leaves.
 
-Self-attention cache, per decoder layer key and value: (n_rows, H, L, Dh). Every run appends
-one column to every row (the decoder returns past ++ new as `present`, the next past). Row r
-owns columns [start[r], L); earlier columns (a former occupant, or time before r joined) are
-hidden by `attention_mask` (n_rows, L + 1) = (column >= start[r]), and its new token gets
-`position_ids` = L - start[r], so rows of different ages share one run. When every live row
-starts at column >= c and c >= L / 4, columns [0, c) are dropped (one copy). Beam search
-reorders a request's rows by copying parent rows in place.
+Self-attention cache: service/kvcache.py, in the layout of the bundle's decoder: `ConcatCache`
+(the decoder returns past ++ new; rows of different ages share columns, masked) or
+`InplaceCache` (fixed-length buffers the decoder writes in place; each row has its own length).
+Beam search reorders a request's rows by copying parent rows in place.
 
 Cross-attention K/V, per layer: (n_rows, H, S, Dh), computed once by the encoder when the
 request joins, repeated over its beam rows, zero-padded to S = the longest source present, with
@@ -39,13 +36,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 from tokenizers.decoders import DecodeStream
 
-from export.names import (
-    ATTENTION_MASK,
-    ENCODER_ATTENTION_MASK,
-    INPUT_IDS,
-    POSITION_IDS,
-    past_name,
-)
+from export.names import ATTENTION_MASK, ENCODER_ATTENTION_MASK, INPUT_IDS, past_name
+from service.kvcache import ConcatCache, InplaceCache
 from service.search import (
     BatchFull,
     BeamSearch,
@@ -90,8 +82,11 @@ class DecodeBatch:
         self._heads = int(runner.config["n_heads"])
         self._d_head = int(runner.config["d_model"]) // self._heads
         self._dtype = runner.sessions.cache_dtype
-        self._max_pos = runner.bundle.max_len - 1
         self._self_names = [past_name(i, "decoder", kv) for i in range(n) for kv in ("key", "value")]
+        layout = InplaceCache if runner.kv_cache == "inplace" else ConcatCache
+        self._cache: ConcatCache | InplaceCache = layout(
+            self._be, len(self._self_names), self._heads, self._d_head, self._dtype, runner.bundle.max_len
+        )
         self._cross_names = [past_name(i, "encoder", kv) for i in range(n) for kv in ("key", "value")]
         self._active: dict[Request, _Active] = {}
         self._reset()
@@ -119,7 +114,7 @@ class DecodeBatch:
     @property
     def shape(self) -> tuple[int, int, int]:
         """(rows incl. holes, self-attention cache length L, padded source length S)."""
-        return len(self._live), self._len, self._src
+        return len(self._live), self._cache.length, self._src
 
     def rows_of(self, request: Request) -> list[int]:
         """Row indices held by a request (empty if not active)."""
@@ -155,7 +150,8 @@ class DecodeBatch:
                 c[rr, :, :n] = e[i, :, :n]  # repeated over the request's beam rows
             self._enc_mask[rr] = 0
             self._enc_mask[rr, :n] = 1
-            self._start[rr], self._next[rr] = self._len, bos
+            self._cache.start(rr)
+            self._next[rr] = bos
             self._live[rr], self._row_src[rr] = True, n
             search = GreedySearch(o, n, eos) if o.beam_size == 1 else BeamSearch(o, n, eos, pad)
             stream = DecodeStream(skip_special_tokens=True) if o.stream else None
@@ -186,19 +182,14 @@ class DecodeBatch:
         """
         if not self._active:
             return []
-        length = self._len
-        feeds = {
-            INPUT_IDS: self._next[:, None],
-            POSITION_IDS: np.minimum(length - self._start, self._max_pos)[:, None],  # holes clamped
-            ATTENTION_MASK: (np.arange(length + 1)[None, :] >= self._start[:, None]).astype(np.int64),
-            ENCODER_ATTENTION_MASK: self._enc_mask,
-        }
-        past = dict(zip(self._self_names, self._self, strict=True))
+        feeds = {INPUT_IDS: self._next[:, None], **self._cache.feeds()}
+        feeds[ENCODER_ATTENTION_MASK] = self._enc_mask
+        past = dict(zip(self._self_names, self._cache.past(), strict=True))
         past.update(zip(self._cross_names, self._cross, strict=True))
         self.runner.run_hook("decoder")
-        logp, attn, present = self._be.decode(feeds, past)
+        logp, attn, present = self._be.decode(feeds, past, self._cache.inplace)
         logp, attn = logp[:, -1].astype(np.float32, copy=False), attn[:, -1]  # (n_rows, V), (n_rows, S)
-        self._self, self._len = list(present), length + 1
+        self._cache.advance(present, self._live)
         events: list[Event] = []
         greedy = [a for a in self._active.values() if isinstance(a.search, GreedySearch)]
         beams = [a for a in self._active.values() if isinstance(a.search, BeamSearch)]
@@ -239,7 +230,7 @@ class DecodeBatch:
                 src.append(a.rows[parent])
         if dst:
             d, s = np.concatenate(dst), np.concatenate(src)
-            self._self = [self._be.to_device(_copy_rows(self._be.to_host(x), d, s)) for x in self._self]
+            self._cache.reorder(d, s)
         return [a for a in beams if a.search.done]
 
     def _finish(self, act: _Active) -> FinishedEvent:
@@ -269,10 +260,9 @@ class DecodeBatch:
         h, dh = self._heads, self._d_head
         self._live = np.zeros(0, bool)  # row held by an active request (else a hole)
         self._row_src = np.zeros(0, np.int64)  # source length of the row's request
-        self._len = self._src = 0
-        self._self = [self._be.to_device(np.zeros((0, h, 0, dh), self._dtype)) for _ in self._self_names]
+        self._src = 0
+        self._cache.reset()
         self._cross = [self._be.to_device(np.zeros((0, h, 0, dh), self._dtype)) for _ in self._cross_names]
-        self._start = np.zeros(0, np.int64)
         self._next = np.zeros(0, np.int64)
         self._enc_mask = np.zeros((0, 0), np.int64)
 
@@ -290,10 +280,9 @@ class DecodeBatch:
     def _grow(self, k: int) -> None:
         """Append k empty rows to every row-indexed tensor (one copy)."""
         h, dh, dt = self._heads, self._d_head, self._dtype
-        zs, zc = np.zeros((k, h, self._len, dh), dt), np.zeros((k, h, self._src, dh), dt)
-        self._self = [self._be.to_device(np.concatenate([self._be.to_host(x), zs])) for x in self._self]
+        zc = np.zeros((k, h, self._src, dh), dt)
+        self._cache.grow(k)
         self._cross = [self._be.to_device(np.concatenate([self._be.to_host(x), zc])) for x in self._cross]
-        self._start = np.concatenate([self._start, np.full(k, self._len, np.int64)])
         self._next = np.concatenate([self._next, np.full(k, self.runner.special.pad, np.int64)])
         self._enc_mask = np.concatenate([self._enc_mask, np.zeros((k, self._src), np.int64)])
         self._live = np.concatenate([self._live, np.zeros(k, bool)])
@@ -313,7 +302,7 @@ class DecodeBatch:
     def _free(self, act: _Active) -> None:
         """Turn a request's rows into holes (their old columns are masked for any next owner)."""
         self._live[act.rows] = False
-        self._start[act.rows] = self._len
+        self._cache.free(act.rows)
         self._next[act.rows] = self.runner.special.pad
 
     def _tidy(self) -> None:
@@ -327,11 +316,7 @@ class DecodeBatch:
             self._keep_rows(live)
         elif n < len(self._live):
             self._keep_rows(slice(0, n))
-        first = int(self._start[self._live].min())
-        if first > 0 and 4 * first >= self._len:
-            self._self = [self._be.to_device(self._be.to_host(x)[:, :, first:]) for x in self._self]
-            self._start = np.maximum(self._start - first, 0)
-            self._len -= first
+        self._cache.tidy(self._live)
         longest = int(self._row_src[self._live].max())
         if 4 * (self._src - longest) >= self._src:
             self._fit_src(longest)
@@ -340,18 +325,12 @@ class DecodeBatch:
         """Keep only the given rows (a prefix slice is a view; an index array gathers)."""
         before = len(self._live)
         old = np.arange(before)[keep]
-        self._self = [self._be.to_device(self._be.to_host(x)[keep]) for x in self._self]
+        self._cache.keep(keep, self._live)
         self._cross = [self._be.to_device(self._be.to_host(x)[keep]) for x in self._cross]
-        self._start, self._next, self._enc_mask = self._start[keep], self._next[keep], self._enc_mask[keep]
+        self._next, self._enc_mask = self._next[keep], self._enc_mask[keep]
         self._live, self._row_src = self._live[keep], self._row_src[keep]
         new_index = np.full(before, -1, np.int64)
         new_index[old] = np.arange(len(old))
         for a in self._active.values():
             a.rows = new_index[a.rows]
-
-
-def _copy_rows(x: np.ndarray, dst: np.ndarray, src: np.ndarray) -> np.ndarray:
-    """x[dst] = x[src] in place (the right side is gathered first); returns x."""
-    x[dst] = x[src]
-    return x
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from export.names import CROSS_ATTENTIONS, LOGPROBS, decoder_outputs
+from export.names import CROSS_ATTENTIONS, LOGPROBS, decoder_outputs, past_name, present_name
 from service.sessions import Sessions
 
 
@@ -27,30 +27,39 @@ class IoBindingBackend:
     def __init__(self, sessions: Sessions, n_layers: int, device: str = "cuda", device_id: int = 0) -> None:
         self.sessions, self.device, self.device_id = sessions, device, device_id
         self.presents = decoder_outputs(n_layers)[1:-1]
+        self.in_place = {past_name(i, "decoder", kv): present_name(i, "decoder", kv)
+                         for i in range(n_layers) for kv in ("key", "value")}
 
     def encode(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         """Cross-attention K/V as host arrays (the batch places them, then uploads)."""
         return self.sessions.encoder.run(None, feeds)
 
     def decode(
-        self, feeds: dict[str, np.ndarray], past: dict[str, Any]
+        self, feeds: dict[str, np.ndarray], past: dict[str, Any], inplace: bool = False
     ) -> tuple[np.ndarray, np.ndarray, list[Any]]:
-        """One decoder run; presents stay on the device as OrtValues."""
+        """One decoder run; presents stay on the device as OrtValues.
+
+        inplace (export/inplace.py): each self-attention cache OrtValue is bound as its own
+        present too, so the decoder writes the new column into it; no presents returned.
+        """
         binding = self.sessions.decoder.io_binding()
+        binding.bind_output(LOGPROBS, "cpu")  # outputs come back in binding order
+        binding.bind_output(CROSS_ATTENTIONS, "cpu")
         for name, arr in feeds.items():
             binding.bind_cpu_input(name, arr)
         for name, value in past.items():
             if isinstance(value, ort.OrtValue):
                 binding.bind_ortvalue_input(name, value)
+                if inplace and name in self.in_place:
+                    binding.bind_ortvalue_output(self.in_place[name], value)
             else:  # empty cache at the first step: nothing worth uploading
                 binding.bind_cpu_input(name, np.ascontiguousarray(value))
-        binding.bind_output(LOGPROBS, "cpu")
-        for name in self.presents:
-            binding.bind_output(name, self.device, self.device_id)
-        binding.bind_output(CROSS_ATTENTIONS, "cpu")
+        if not inplace:
+            for name in self.presents:
+                binding.bind_output(name, self.device, self.device_id)
         self.sessions.decoder.run_with_iobinding(binding)
-        out = binding.get_outputs()  # in binding order
-        return self.to_host(out[0]), self.to_host(out[-1]), list(out[1:-1])
+        out = binding.get_outputs()
+        return self.to_host(out[0]), self.to_host(out[1]), [] if inplace else list(out[2:])
 
     def to_host(self, x: Any) -> np.ndarray:
         """Device cache tensor -> numpy array that owns its memory."""

@@ -83,6 +83,7 @@ class Runner:
             encoder, decoder, tuple(providers) if providers else None,
             provider_options, intra_op_threads, shared_thread_pool, profile_prefix,
         )
+        self.kv_cache = self.sessions.kv_cache  # "concat" or "inplace" (service/kvcache.py)
         self.fault_hook: Callable[[str], None] | None = None  # tests: called before each ORT run
         n_layers = self.bundle.n_decoder_layers
         if io_binding or (io_binding is None and self.provider == CUDA):

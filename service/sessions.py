@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from export.names import CROSS_ATTENTIONS, LOGPROBS, decoder_outputs, past_name
+from export.names import CROSS_ATTENTIONS, LOGPROBS, SEQLENS_K, decoder_outputs, past_name, present_name
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +87,11 @@ class Sessions:
         return self.providers[0]
 
     @property
+    def kv_cache(self) -> str:
+        """Self-attention cache layout of the decoder: "inplace" if it takes seqlens_k, else "concat"."""
+        return "inplace" if SEQLENS_K in {i.name for i in self.decoder.get_inputs()} else "concat"
+
+    @property
     def cache_dtype(self) -> type:
         """Element type of the KV cache inputs (float32, or float16 for an fp16 variant)."""
         by_name = {i.name: i.type for i in self.decoder.get_inputs()}
@@ -122,25 +127,70 @@ def open_sessions(
 
 
 class HostBackend:
-    """Runs both graphs on numpy arrays: the KV cache lives in host memory (CPU provider)."""
+    """Runs both graphs on numpy arrays: the KV cache lives in host memory (CPU provider).
+
+    A decoder with an in-place cache (export/inplace.py) runs through IO binding: each
+    self-attention cache array is bound as its past input and its present output (one OrtValue
+    over the same memory), so ONNX Runtime writes the new column into it and copies nothing.
+    """
 
     device = "cpu"
+    host_memory = True  # cache tensors are numpy arrays that may be edited in place
 
     def __init__(self, sessions: Sessions, n_layers: int) -> None:
         self.sessions = sessions
         self.outputs = decoder_outputs(n_layers)
         assert self.outputs[0] == LOGPROBS and self.outputs[-1] == CROSS_ATTENTIONS
+        self.in_place = {past_name(i, "decoder", kv): present_name(i, "decoder", kv)
+                         for i in range(n_layers) for kv in ("key", "value")}
+        self._local = threading.local()  # the thread's last in-place binding, its key and arrays
 
     def encode(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         """Cross-attention K/V of every decoder layer, each (B, H, S, Dh)."""
         return self.sessions.encoder.run(None, feeds)
 
     def decode(
-        self, feeds: dict[str, np.ndarray], past: dict[str, Any]
+        self, feeds: dict[str, np.ndarray], past: dict[str, Any], inplace: bool = False
     ) -> tuple[np.ndarray, np.ndarray, list[Any]]:
-        """One decoder run: log-probs (B, T, V), cross-attention (B, T, S), presents (B, H, P+T, Dh)."""
-        out = self.sessions.decoder.run(self.outputs, {**feeds, **past})
-        return out[0], out[-1], out[1:-1]
+        """One decoder run: log-probs (B, T, V), cross-attention (B, T, S), presents (B, H, P+T, Dh).
+
+        inplace: the self-attention arrays of `past` are updated in place; no presents returned.
+        """
+        if not inplace:
+            out = self.sessions.decoder.run(self.outputs, {**feeds, **past})
+            return out[0], out[-1], out[1:-1]
+        binding = self._binding(past)
+        for name, arr in feeds.items():
+            binding.bind_cpu_input(name, arr)
+        self.sessions.decoder.run_with_iobinding(binding)
+        logp, attn = binding.get_outputs()[:2]
+        # copies: numpy() of a CPU OrtValue may be a view of memory that the next run reuses
+        return np.array(logp.numpy(), copy=True), np.array(attn.numpy(), copy=True), []
+
+    def _binding(self, past: dict[str, np.ndarray]) -> ort.IOBinding:
+        """An IO binding of the cache arrays, reused while they are the same memory and shapes.
+
+        Binding shares the arrays' memory (no copy), so rows written in place between steps are
+        seen by the next run; a new binding is made when an array was replaced or resized.
+        """
+        local = self._local  # per thread: a binding is not safe to share between threads
+        key = tuple((name, a.__array_interface__["data"][0], a.shape) for name, a in past.items())
+        if key == getattr(local, "key", None):
+            return local.binding
+        binding = self.sessions.decoder.io_binding()
+        binding.bind_output(LOGPROBS, "cpu")  # outputs come back in binding order
+        binding.bind_output(CROSS_ATTENTIONS, "cpu")
+        for name, arr in past.items():
+            if name in self.in_place:
+                value = ort.OrtValue.ortvalue_from_numpy(arr)  # shares arr's memory
+                binding.bind_ortvalue_input(name, value)
+                binding.bind_ortvalue_output(self.in_place[name], value)
+            else:
+                binding.bind_cpu_input(name, arr)
+        contiguous = all(a.flags.c_contiguous for a in past.values())  # else ORT bound a copy
+        # keeping the arrays alive keeps their addresses from being reused by new arrays
+        local.binding, local.key, local.arrays = binding, key if contiguous else None, list(past.values())
+        return binding
 
     def to_host(self, x: Any) -> np.ndarray:
         """Cache tensor as numpy (already is)."""

@@ -80,6 +80,19 @@ def tiny_bundle(tmp_path_factory, tiny_checkpoint) -> Path:
     return out
 
 
+@pytest.fixture(scope="session")
+def tiny_concat_bundle(tmp_path_factory, tiny_checkpoint) -> Path:
+    """The tiny checkpoint exported with the "fused" lowering: a decoder with a concatenated cache."""
+    import torch
+
+    from export.build import BuildOptions, build_bundle
+
+    torch.set_num_threads(1)
+    out = tmp_path_factory.mktemp("bundle") / "tiny-concat"
+    build_bundle(tiny_checkpoint, out, BuildOptions(fp16=True, attention="fused", verify_sources=4))
+    return out
+
+
 @pytest.fixture(scope="module")
 def runner(tiny_bundle):
     """CPU runner of the tiny bundle (modules that serve it may override this fixture)."""

@@ -37,6 +37,13 @@ from model.tokenizer import load_tokenizer
 ATOL = 1e-4
 
 
+
+@pytest.fixture(scope="module")
+def tiny_bundle(tiny_concat_bundle):
+    """This module checks the concatenated-cache decoder interface (the "fused" lowering);
+    tests/test_inplace_attention.py the default "inplace" one."""
+    return tiny_concat_bundle
+
 @pytest.fixture(scope="module")
 def tiny_model(tiny_checkpoint):
     """The PyTorch model of the tiny checkpoint, in eval mode."""

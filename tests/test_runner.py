@@ -29,6 +29,15 @@ def model(tiny_checkpoint):
     return load_checkpoint(tiny_checkpoint)[0]
 
 
+@pytest.fixture(scope="module", params=["inplace", "concat"])
+def runner(request, tiny_bundle, tiny_concat_bundle):
+    """CPU runner of the tiny bundle, in both KV-cache layouts (service/kvcache.py)."""
+    bundle = tiny_bundle if request.param == "inplace" else tiny_concat_bundle
+    r = Runner(bundle, providers=["CPUExecutionProvider"])
+    assert r.kv_cache == request.param
+    return r
+
+
 @pytest.fixture(scope="module")
 def texts() -> list[str]:
     """Sources of clearly different lengths."""

@@ -1,0 +1,220 @@
+"""The decoder's self-attention KV cache, in the two layouts a bundle's decoder can take.
+
+Both are row-indexed like the rest of a DecodeBatch (service/batch.py): `grow` appends hole
+rows, `start` gives rows to new requests, `free` turns rows into holes, `keep` drops or gathers
+rows, `reorder` copies parent rows over child rows (beam search). `feeds` are the step's inputs
+that depend on the layout, `past` the cache tensors to bind, `advance` takes the step's result.
+
+`ConcatCache` (kv_cache "concat"): per layer K and V (n_rows, H, L, Dh). Every run returns
+past ++ one new column for every row. Row r owns columns [start[r], L); earlier columns (a former
+occupant, or time before r joined) are hidden by `attention_mask` (n_rows, L + 1), and its new
+token gets `position_ids` = L - start[r], so rows of different ages share one run. When every
+live row starts at column >= c and c >= L / 4, columns [0, c) are dropped (one copy).
+
+`InplaceCache` (kv_cache "inplace", export/inplace.py): per layer K and V in a host buffer
+(capacity, H, max_len, Dh) that the decoder updates in place (the same memory is bound as past
+and present, so no cache byte is copied per step). Row r holds its own `length[r]` tokens at
+columns [0, length[r]); the decoder reads `seqlens_k` = length (so the new token lands at column
+length[r]) and nothing beyond. A new occupant just starts at length 0: no mask, no copy.
+Rows are views of the first n_rows of the buffer, which doubles its capacity when it must grow.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from export.names import ATTENTION_MASK, POSITION_IDS, SEQLENS_K, TOTAL_SEQUENCE_LENGTH
+
+
+class ConcatCache:
+    """Cache that the decoder returns one column longer each step (past ++ new)."""
+
+    inplace = False
+
+    def __init__(self, backend: Any, n_tensors: int, heads: int, d_head: int, dtype: type, max_len: int
+                 ) -> None:
+        self._be, self._n, self._shape, self._dtype = backend, n_tensors, (heads, d_head), dtype
+        self._max_pos = max_len - 1
+        self.reset()
+
+    def reset(self) -> None:
+        """No rows, no columns."""
+        h, dh = self._shape
+        self.length = 0  # L: columns
+        self._kv = [self._be.to_device(np.zeros((0, h, 0, dh), self._dtype)) for _ in range(self._n)]
+        self._start = np.zeros(0, np.int64)
+
+    def grow(self, k: int) -> None:
+        """Append k hole rows (one copy)."""
+        h, dh = self._shape
+        zeros = np.zeros((k, h, self.length, dh), self._dtype)
+        self._kv = [self._be.to_device(np.concatenate([self._be.to_host(x), zeros])) for x in self._kv]
+        self._start = np.concatenate([self._start, np.full(k, self.length, np.int64)])
+
+    def start(self, rows: np.ndarray) -> None:
+        """Rows taken by a new request: their history begins now."""
+        self._start[rows] = self.length
+
+    free = start  # a hole's old columns are hidden from any next owner the same way
+
+    def keep(self, keep: np.ndarray | slice, live: np.ndarray) -> None:
+        """Keep only the given rows (a prefix slice is a view, an index array gathers)."""
+        self._kv = [self._be.to_device(self._be.to_host(x)[keep]) for x in self._kv]
+        self._start = self._start[keep]
+
+    def feeds(self) -> dict[str, np.ndarray]:
+        """position_ids (n_rows, 1) and attention_mask (n_rows, L + 1) of the next step."""
+        cols = np.arange(self.length + 1)
+        return {
+            POSITION_IDS: np.minimum(self.length - self._start, self._max_pos)[:, None],  # holes clamped
+            ATTENTION_MASK: (cols[None, :] >= self._start[:, None]).astype(np.int64),
+        }
+
+    def past(self) -> list[Any]:
+        """Cache tensors to feed, in the order of the decoder's past_key_values inputs."""
+        return self._kv
+
+    def advance(self, presents: list[Any], live: np.ndarray) -> None:
+        """Take the decoder's presents (one column longer) as the cache."""
+        self._kv, self.length = list(presents), self.length + 1
+
+    def reorder(self, dst: np.ndarray, src: np.ndarray) -> None:
+        """cache[dst] = cache[src] for every tensor."""
+        self._kv = [self._be.to_device(_copy_rows(self._be.to_host(x), dst, src, None)) for x in self._kv]
+
+    def tidy(self, live: np.ndarray) -> None:
+        """Drop the leading columns no live row can see, when they are >= 1/4 of the cache."""
+        first = int(self._start[live].min())
+        if first > 0 and 4 * first >= self.length:
+            self._kv = [self._be.to_device(self._be.to_host(x)[:, :, first:]) for x in self._kv]
+            self._start = np.maximum(self._start - first, 0)
+            self.length -= first
+
+
+class InplaceCache:
+    """Fixed-length cache updated in place by the decoder; each row has its own length.
+
+    On a host-memory backend the buffers have spare capacity and a step binds views of their
+    first n_rows (no copy when rows join or leave at the end). On a device backend (CUDA IO
+    binding) they hold exactly n_rows and restructuring goes through host memory, as for
+    ConcatCache; steady-state greedy steps move no cache byte at all.
+    """
+
+    inplace = True
+
+    def __init__(self, backend: Any, n_tensors: int, heads: int, d_head: int, dtype: type, max_len: int
+                 ) -> None:
+        self._be, self._n, self._shape, self._dtype = backend, n_tensors, (heads, d_head), dtype
+        self._max_len = max_len
+        self._host = bool(getattr(backend, "host_memory", False))
+        self._len = np.zeros(0, np.int64)  # per row (capacity long on the host)
+        self._buf: list[Any] = self._alloc(0)
+        self.reset()
+
+    def reset(self) -> None:
+        """No rows (host buffers are kept for the next requests)."""
+        if not self._host:
+            self._buf, self._len = self._alloc(0), np.zeros(0, np.int64)
+        self.rows = 0
+        self._len[:] = 0
+
+    @property
+    def length(self) -> int:
+        """Longest row's cache length (columns in use)."""
+        return int(self._len[: self.rows].max(initial=0))
+
+    def _alloc(self, rows: int) -> list[Any]:
+        """Zeroed buffers, so that what a hole reads is finite."""
+        h, dh = self._shape
+        shape = (rows, h, self._max_len, dh)
+        return [self._be.to_device(np.zeros(shape, self._dtype)) for _ in range(self._n)]
+
+    def _edit(self, fn: Any) -> None:
+        """Apply fn(host array) -> host array to every buffer, through host memory on a device."""
+        if self._host:
+            self._buf = [fn(b) for b in self._buf]
+        else:
+            self._buf = [self._be.to_device(fn(self._be.to_host(b))) for b in self._buf]
+
+    def grow(self, k: int) -> None:
+        """Append k empty rows; host buffers double their capacity (one copy) when full."""
+        need, capacity, cols = self.rows + k, len(self._len), self.length
+        if need > capacity:
+            new_cap = max(need, 2 * capacity) if self._host else need
+            h, dh = self._shape
+
+            def grown(old: np.ndarray) -> np.ndarray:
+                new = np.zeros((new_cap, h, self._max_len, dh), self._dtype)
+                new[: self.rows, :, :cols] = old[: self.rows, :, :cols]
+                return new
+
+            self._edit(grown)
+            self._len = np.concatenate([self._len, np.zeros(new_cap - capacity, np.int64)])
+        self._len[self.rows : need] = 0
+        self.rows = need
+
+    def start(self, rows: np.ndarray) -> None:
+        """Rows taken by a new request: empty."""
+        self._len[rows] = 0
+
+    free = start
+
+    def keep(self, keep: np.ndarray | slice, live: np.ndarray) -> None:
+        """Keep only the given rows: a prefix is a view on the host; an index array is gathered."""
+        index = np.arange(self.rows)[keep]
+        k, cols = len(index), int(self._len[index].max(initial=0))
+        if self._host and isinstance(keep, slice):
+            self.rows = k
+            return
+
+        def gathered(b: np.ndarray) -> np.ndarray:
+            if not self._host:
+                return b[index]
+            b[:k, :, :cols] = b[index, :, :cols]
+            return b
+
+        self._edit(gathered)
+        lens = self._len[index]
+        self._len = lens if not self._host else self._len
+        self._len[:k] = lens
+        self.rows = k
+
+    def feeds(self) -> dict[str, np.ndarray]:
+        """position_ids (n_rows, 1), seqlens_k (n_rows,), total_sequence_length () of the next step."""
+        lens = self._len[: self.rows]
+        return {
+            POSITION_IDS: lens[:, None].copy(),
+            SEQLENS_K: lens.astype(np.int32),
+            TOTAL_SEQUENCE_LENGTH: np.array(int(lens.max(initial=0)) + 1, np.int32),
+        }
+
+    def past(self) -> list[Any]:
+        """Cache tensors of the n_rows rows, bound as past and present (updated in place)."""
+        return [b[: self.rows] for b in self._buf] if self._host else self._buf
+
+    def advance(self, presents: list[Any], live: np.ndarray) -> None:
+        """Live rows grew by one token (holes stay empty); the buffers already hold it."""
+        if len(live) != self.rows:
+            raise ValueError(f"{len(live)} row flags for {self.rows} rows")
+        lens = self._len[: self.rows]
+        lens += live
+
+    def reorder(self, dst: np.ndarray, src: np.ndarray) -> None:
+        """cache[dst] = cache[src] for every buffer, over the columns in use."""
+        cols = self.length
+        self._edit(lambda b: _copy_rows(b, dst, src, cols))
+        self._len[dst] = self._len[src]
+
+    def tidy(self, live: np.ndarray) -> None:
+        """Nothing to drop: a row's columns are its own."""
+
+
+def _copy_rows(x: np.ndarray, dst: np.ndarray, src: np.ndarray, cols: int | None) -> np.ndarray:
+    """x[dst] = x[src] in place, over the first cols columns (all if None); returns x."""
+    if cols is None:
+        x[dst] = x[src]  # the right side is gathered first
+    else:
+        x[dst, :, :cols] = x[src, :, :cols]
+    return x
