@@ -6,7 +6,10 @@ device so ORT allocates it there; those OrtValues are fed back as `past_key_valu
 Only log-probs and cross-attention weights come back to the host. Restructuring the cache (rows
 joining or leaving, beam reordering, dropping columns) goes through host memory via
 `to_host`/`to_device`: free for greedy steady state, one round trip per step with beams.
-Selected by the Runner only when the CUDA provider is really active (or when asked to, which
+With an in-place decoder (export/inplace.py) each self-attention cache OrtValue is bound as its
+own `present.*` output as well, so steps write into it and nothing is reallocated
+(service/kvcache.py, InplaceCache in device mode). Selected by the Runner only when the CUDA
+provider is really active (or when asked to, which
 the tests do on the CPU device to exercise the binding logic).
 """
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from grpc import aio
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from protos.translator.v1 import translator_pb2 as pb
 from protos.translator.v1 import translator_pb2_grpc as pb_grpc
@@ -93,6 +94,15 @@ async def load_then_sigterm(port: int, proc: subprocess.Popen) -> tuple[list, fl
         await asyncio.sleep(0.3)  # every call has reached the server: some decoding, the rest queued
         proc.send_signal(signal.SIGTERM)
         signalled = time.monotonic()
+        health = health_pb2_grpc.HealthStub(channel)
+        for _ in range(500):  # bounded: the server turns NOT_SERVING once it has handled the signal
+            try:
+                reply = await health.Check(health_pb2.HealthCheckRequest(), timeout=5)
+            except aio.AioRpcError:
+                break
+            if reply.status == health_pb2.HealthCheckResponse.NOT_SERVING:
+                break
+            await asyncio.sleep(0.01)
         late = await unary(TEXTS[0])  # a call after SIGTERM is refused
         results = await asyncio.gather(*calls)
         return [*results, late], time.monotonic() - signalled

@@ -17,7 +17,7 @@ from export.attention import get_lowering
 from export.build import FP16_FILES
 from export.export import export_graphs
 from export.fused import CACHE_LENGTHS, DOMAIN, MS_DOMAIN, fused_forward
-from export.verify import ParityError, verify_bundle, verify_fp16
+from export.verify import ParityError, cpu_session, verify_bundle, verify_fp16
 from export.verify_inplace import BoundCache
 from model.checkpoint import load_checkpoint
 from model.transformer import MultiHeadAttention
@@ -145,7 +145,7 @@ def test_io_binding_updates_the_numpy_buffer_in_place(inplace_dir, tiny_model):
     n, h, dh = cfg.n_decoder_layers, cfg.n_heads, cfg.d_head
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
-    dec = ort.InferenceSession(str(inplace_dir / names.DECODER_FILE), so, providers=["CPUExecutionProvider"])
+    dec = cpu_session(inplace_dir / names.DECODER_FILE, so)  # joins a global pool if a Runner made one
     rng = np.random.default_rng(0)
     lens, s, capacity = np.array([3, 0, 5]), 4, 8
     b = len(lens)
