@@ -75,14 +75,19 @@ class DecoderGraph(nn.Module):
         input_ids, position_ids (B, T); attention_mask (B, P+T); encoder_attention_mask (B, S);
         cache = past decoder K/V of each layer (B, H, P, Dh), then encoder K/V (B, H, S, Dh).
         """
+        return self.step(input_ids, position_ids, attention_mask.bool(), encoder_attention_mask, cache)
+
+    def step(
+        self, input_ids: Tensor, position_ids: Tensor, self_mask: Tensor | None,
+        encoder_attention_mask: Tensor, cache: tuple[Tensor, ...],
+    ) -> tuple[Tensor, ...]:
+        """The model's decode() on flat caches; flat outputs."""
         n = self.n_layers
         past = [(cache[2 * i], cache[2 * i + 1]) for i in range(n)]
         cross = [(cache[2 * (n + i)], cache[2 * (n + i) + 1]) for i in range(n)]
         src_mask = encoder_attention_mask.bool().unsqueeze(1)  # (B, 1, S)
-        logp, presents, weights = self.model.decode(
-            input_ids, cross, src_mask, past, position_ids, attention_mask.bool()
-        )
-        flat = [t for kv in presents for t in kv]  # each (B, H, P+T, Dh)
+        logp, presents, weights = self.model.decode(input_ids, cross, src_mask, past, position_ids, self_mask)
+        flat = [t for kv in presents for t in kv]  # each (B, H, P+T or M, Dh)
         return (logp, *flat, weights.mean(dim=1))  # (B, T, V), ..., (B, T, S)
 
 
@@ -107,15 +112,10 @@ class InplaceDecoderGraph(DecoderGraph):
         for m in modules:
             setattr(m, CACHE_LENGTHS, (seqlens_k, total_sequence_length))
         try:
-            n = self.n_layers
-            past = [(cache[2 * i], cache[2 * i + 1]) for i in range(n)]
-            cross = [(cache[2 * (n + i)], cache[2 * (n + i) + 1]) for i in range(n)]
-            src_mask = encoder_attention_mask.bool().unsqueeze(1)  # (B, 1, S)
-            logp, presents, weights = self.model.decode(input_ids, cross, src_mask, past, position_ids)
+            return self.step(input_ids, position_ids, None, encoder_attention_mask, cache)
         finally:
             for m in modules:
                 delattr(m, CACHE_LENGTHS)
-        return (logp, *[t for kv in presents for t in kv], weights.mean(dim=1))
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,12 @@ def present_name(layer: int, kind: str, kv: str) -> str:
     return f"present.{layer}.{kind}.{kv}"
 
 
+def self_cache_io(n_layers: int) -> dict[str, str]:
+    """Self-attention cache input -> its output (an in-place cache binds both to one buffer)."""
+    return {past_name(i, "decoder", kv): present_name(i, "decoder", kv)
+            for i in range(n_layers) for kv in ("key", "value")}
+
+
 def encoder_inputs() -> list[str]:
     """Encoder graph inputs, in order."""
     return [INPUT_IDS, ATTENTION_MASK]

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from tokenizers.decoders import DecodeStream
 
-from export.names import ATTENTION_MASK, ENCODER_ATTENTION_MASK, INPUT_IDS, past_name
+from export.names import ATTENTION_MASK, ENCODER_ATTENTION_MASK, INPUT_IDS, past_name, self_cache_io
 from service.kvcache import ConcatCache, InplaceCache
 from service.search import (
     BatchFull,
@@ -82,7 +82,7 @@ class DecodeBatch:
         self._heads = int(runner.config["n_heads"])
         self._d_head = int(runner.config["d_model"]) // self._heads
         self._dtype = runner.sessions.cache_dtype
-        self._self_names = [past_name(i, "decoder", kv) for i in range(n) for kv in ("key", "value")]
+        self._self_names = list(self_cache_io(n))
         layout = InplaceCache if runner.kv_cache == "inplace" else ConcatCache
         self._cache: ConcatCache | InplaceCache = layout(
             self._be, len(self._self_names), self._heads, self._d_head, self._dtype, runner.bundle.max_len

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from export.names import CROSS_ATTENTIONS, LOGPROBS, decoder_outputs, past_name, present_name
+from export.names import CROSS_ATTENTIONS, LOGPROBS, decoder_outputs, self_cache_io
 from service.sessions import Sessions
 
 
@@ -30,8 +30,7 @@ class IoBindingBackend:
     def __init__(self, sessions: Sessions, n_layers: int, device: str = "cuda", device_id: int = 0) -> None:
         self.sessions, self.device, self.device_id = sessions, device, device_id
         self.presents = decoder_outputs(n_layers)[1:-1]
-        self.in_place = {past_name(i, "decoder", kv): present_name(i, "decoder", kv)
-                         for i in range(n_layers) for kv in ("key", "value")}
+        self.in_place = self_cache_io(n_layers)
 
     def encode(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         """Cross-attention K/V as host arrays (the batch places them, then uploads)."""

@@ -164,21 +164,13 @@ class InplaceCache:
     def keep(self, keep: np.ndarray | slice, live: np.ndarray) -> None:
         """Keep only the given rows: a prefix is a view on the host; an index array is gathered."""
         index = np.arange(self.rows)[keep]
-        k, cols = len(index), int(self._len[index].max(initial=0))
-        if self._host and isinstance(keep, slice):
-            self.rows = k
-            return
-
-        def gathered(b: np.ndarray) -> np.ndarray:
-            if not self._host:
-                return b[index]
-            b[:k, :, :cols] = b[index, :, :cols]
-            return b
-
-        self._edit(gathered)
-        lens = self._len[index]
-        self._len = lens if not self._host else self._len
-        self._len[:k] = lens
+        k, cols, lens = len(index), int(self._len[index].max(initial=0)), self._len[index]
+        if not self._host:  # exactly n_rows rows on the device
+            self._edit(lambda b: b[index])
+            self._len = lens
+        elif not isinstance(keep, slice):  # a prefix is already in place
+            self._edit(lambda b: _copy_rows(b, np.arange(k), index, cols))
+            self._len[:k] = lens
         self.rows = k
 
     def feeds(self) -> dict[str, np.ndarray]:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from export.names import CROSS_ATTENTIONS, LOGPROBS, SEQLENS_K, decoder_outputs, past_name, present_name
+from export.names import CROSS_ATTENTIONS, LOGPROBS, SEQLENS_K, decoder_outputs, past_name, self_cache_io
 
 log = logging.getLogger(__name__)
 
@@ -141,8 +141,7 @@ class HostBackend:
         self.sessions = sessions
         self.outputs = decoder_outputs(n_layers)
         assert self.outputs[0] == LOGPROBS and self.outputs[-1] == CROSS_ATTENTIONS
-        self.in_place = {past_name(i, "decoder", kv): present_name(i, "decoder", kv)
-                         for i in range(n_layers) for kv in ("key", "value")}
+        self.in_place = self_cache_io(n_layers)
         self._local = threading.local()  # the thread's last in-place binding, its key and arrays
 
     def encode(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:

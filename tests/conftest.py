@@ -81,6 +81,24 @@ def tiny_bundle(tmp_path_factory, tiny_checkpoint) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_model(tiny_checkpoint):
+    """The tiny checkpoint's PyTorch model."""
+    import torch
+
+    from model.checkpoint import load_checkpoint
+
+    torch.set_num_threads(1)
+    return load_checkpoint(tiny_checkpoint)[0]
+
+
+def graph_ops(path: Path) -> list[tuple[str, str]]:
+    """(domain, op_type) of every node of an ONNX graph file."""
+    import onnx
+
+    return [(n.domain, n.op_type) for n in onnx.load(str(path)).graph.node]
+
+
+@pytest.fixture(scope="session")
 def tiny_concat_bundle(tmp_path_factory, tiny_checkpoint) -> Path:
     """The tiny checkpoint exported with the "fused" lowering: a decoder with a concatenated cache."""
     import torch

@@ -29,7 +29,7 @@ from export.verify import (
     verify_bundle,
     verify_fp16,
 )
-from model.checkpoint import file_sha256, load_checkpoint, tokenizer_path
+from model.checkpoint import file_sha256, tokenizer_path
 from model.data import read_tsv
 from model.evaluate import evaluate
 from model.tokenizer import load_tokenizer
@@ -43,12 +43,6 @@ def tiny_bundle(tiny_concat_bundle):
     """This module checks the concatenated-cache decoder interface (the "fused" lowering);
     tests/test_inplace_attention.py the default "inplace" one."""
     return tiny_concat_bundle
-
-@pytest.fixture(scope="module")
-def tiny_model(tiny_checkpoint):
-    """The PyTorch model of the tiny checkpoint, in eval mode."""
-    torch.set_num_threads(1)
-    return load_checkpoint(tiny_checkpoint)[0]
 
 
 @pytest.fixture(scope="module")

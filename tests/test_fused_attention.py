@@ -13,8 +13,8 @@ from export.attention import get_lowering
 from export.export import export_graphs
 from export.fused import DOMAIN, MS_DOMAIN, fused_forward
 from export.verify import Case, compare_case, cpu_session, open_session
-from model.checkpoint import load_checkpoint
 from model.transformer import MultiHeadAttention, subsequent_mask
+from tests.conftest import graph_ops
 
 
 @pytest.fixture(scope="module")
@@ -24,23 +24,11 @@ def tiny_bundle(tiny_concat_bundle):
     return tiny_concat_bundle
 
 @pytest.fixture(scope="module")
-def tiny_model(tiny_checkpoint):
-    """The tiny checkpoint's PyTorch model."""
-    torch.set_num_threads(1)
-    return load_checkpoint(tiny_checkpoint)[0]
-
-
-@pytest.fixture(scope="module")
 def plain_dir(tiny_model, tmp_path_factory):
     """The tiny model exported with the plain lowering (standard ONNX attention)."""
     out = tmp_path_factory.mktemp("plain")
     export_graphs(tiny_model, out, get_lowering("plain"))
     return out
-
-
-def ops(path) -> list[tuple[str, str]]:
-    """(domain, op_type) of every node of a graph."""
-    return [(n.domain, n.op_type) for n in onnx.load(str(path)).graph.node]
 
 
 @torch.inference_mode()
@@ -73,10 +61,11 @@ def test_fused_forward_equals_the_modules_own_attention():
 def test_graphs_use_the_contrib_op_and_are_smaller(tiny_bundle, plain_dir, tiny_model):
     n_enc, n_dec = tiny_model.cfg.n_encoder_layers, tiny_model.cfg.n_decoder_layers
     mha = (MS_DOMAIN, "MultiHeadAttention")
-    fused_dec, plain_dec = ops(tiny_bundle / names.DECODER_FILE), ops(plain_dir / names.DECODER_FILE)
+    fused_dec = graph_ops(tiny_bundle / names.DECODER_FILE)
+    plain_dec = graph_ops(plain_dir / names.DECODER_FILE)
     # every self- and cross-attention (the last one's weights come from MHA's scores + Softmax)
     assert fused_dec.count(mha) == 2 * n_dec
-    assert ops(tiny_bundle / names.ENCODER_FILE).count(mha) == n_enc
+    assert graph_ops(tiny_bundle / names.ENCODER_FILE).count(mha) == n_enc
     assert mha not in plain_dec
     assert len(fused_dec) < len(plain_dec)
     for f in (names.ENCODER_FILE, names.DECODER_FILE):

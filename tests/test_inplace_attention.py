@@ -13,23 +13,14 @@ import torch
 import export.verify
 from export import names
 from export.__main__ import main as cli_main
-from export.attention import get_lowering
 from export.build import FP16_FILES
-from export.export import export_graphs
 from export.fused import CACHE_LENGTHS, DOMAIN, MS_DOMAIN, fused_forward
 from export.verify import ParityError, cpu_session, verify_bundle, verify_fp16
 from export.verify_inplace import BoundCache
-from model.checkpoint import load_checkpoint
 from model.transformer import MultiHeadAttention
+from tests.conftest import graph_ops
 
 GQA = (MS_DOMAIN, "GroupQueryAttention")
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tiny_checkpoint):
-    """The tiny checkpoint's PyTorch model."""
-    torch.set_num_threads(1)
-    return load_checkpoint(tiny_checkpoint)[0]
 
 
 @pytest.fixture(scope="module")
@@ -39,19 +30,6 @@ def inplace_dir(tiny_checkpoint, tmp_path_factory):
     assert cli_main(["--checkpoint", str(tiny_checkpoint), "--out", str(out), "--attention", "inplace",
                      "--fp16"]) == 0
     return out
-
-
-@pytest.fixture(scope="module")
-def fused_dir(tiny_model, tmp_path_factory):
-    """The tiny model exported with the "fused" lowering (concatenated cache), for comparison."""
-    out = tmp_path_factory.mktemp("fused")
-    export_graphs(tiny_model, out, get_lowering("fused"))
-    return out
-
-
-def ops(path) -> list[tuple[str, str]]:
-    """(domain, op_type) of every node of a graph."""
-    return [(n.domain, n.op_type) for n in onnx.load(str(path)).graph.node]
 
 
 def garbage(shape: tuple[int, ...], seed: int) -> torch.Tensor:
@@ -93,16 +71,18 @@ def test_cached_self_attention_equals_the_modules_attention_over_a_concatenated_
     torch.testing.assert_close(out2, out)
 
 
-def test_decoder_uses_group_query_attention_with_the_inplace_interface(inplace_dir, fused_dir, tiny_model):
+def test_decoder_uses_group_query_attention_with_the_inplace_interface(
+    inplace_dir, tiny_concat_bundle, tiny_model
+):
     cfg = tiny_model.cfg
     n = cfg.n_decoder_layers
     proto = onnx.load(str(inplace_dir / names.DECODER_FILE))
-    dec_ops = ops(inplace_dir / names.DECODER_FILE)
+    dec_ops = graph_ops(inplace_dir / names.DECODER_FILE)
     assert dec_ops.count(GQA) == n
     assert not any(domain == DOMAIN for domain, _ in dec_ops)
     assert [i.name for i in proto.graph.input] == names.decoder_inputs(n, "inplace")
     assert [o.name for o in proto.graph.output] == names.decoder_outputs(n)
-    assert len(dec_ops) < len(ops(fused_dir / names.DECODER_FILE))  # fewer than "fused"
+    assert len(dec_ops) < len(graph_ops(tiny_concat_bundle / names.DECODER_FILE))  # fewer than "fused"
     for node in proto.graph.node:
         if node.op_type == "GroupQueryAttention":
             attrs = {a.name: a.i for a in node.attribute}
@@ -204,6 +184,6 @@ def test_cli_writes_an_inplace_manifest_and_fp16_variant(inplace_dir, tiny_model
     types = {i.name: i.type.tensor_type.elem_type for i in fp16.graph.input}
     assert types[names.SEQLENS_K] == types[names.TOTAL_SEQUENCE_LENGTH] == onnx.TensorProto.INT32
     assert types[names.past_name(0, "decoder", "key")] == onnx.TensorProto.FLOAT16
-    assert ops(inplace_dir / FP16_FILES["decoder"]).count(GQA) == n
+    assert graph_ops(inplace_dir / FP16_FILES["decoder"]).count(GQA) == n
     result = verify_fp16(inplace_dir, tiny_model, [[5, 6, 2], [7, 2]], **FP16_FILES)
     assert result["prob_max_diff"] <= 1e-2 and result["greedy_sources"] == 2
