@@ -20,8 +20,9 @@ Beam search reorders a request's rows by copying parent rows in place.
 Cross-attention K/V, per layer: (n_rows, H, S, Dh), computed once by the encoder when the
 request joins, repeated over its beam rows, zero-padded to S = the longest source present, with
 `encoder_attention_mask` (n_rows, S). S grows when a longer source joins and shrinks (one copy)
-when it would drop by >= 1/4. Masked entries are always finite (zeros or a former row's
-values) and column 0 of every row's encoder mask is valid, so no NaN can leak through a mask.
+when it would drop by >= 1/4. Masked entries are always finite (zeros, a former row's values
+or the encoder's output at padding) and column 0 of every row's encoder mask is valid, so no
+NaN can leak through a mask.
 
 Tensors go through the backend's `to_host`/`to_device` when restructured: identity for the CPU
 backend, a device round trip for the CUDA IO-binding backend (service/cuda.py).
@@ -141,28 +142,33 @@ class DecodeBatch:
         enc = self._encode([r.source for r in reqs])  # may raise: nothing changed yet
         rows = self._allocate([o.beam_size for o in opts])
         self._fit_src(max(self._src, max(len(r.source) for r in reqs)))
+        owner = np.repeat(np.arange(len(reqs)), [len(rr) for rr in rows])  # request of each new row
+        new = np.concatenate(rows)
+        lengths = np.array([len(r.source) for r in reqs], np.int64)[owner]
+        width = enc[0].shape[2]  # <= self._src
         cross = [self._be.to_host(c) for c in self._cross]
-        bos, eos, pad = self.runner.special.bos, self.runner.special.eos, self.runner.special.pad
-        for i, (r, o, rr) in enumerate(zip(reqs, opts, rows, strict=True)):
+        for c, e in zip(cross, enc, strict=True):
+            c[new, :, width:] = 0.0
+            c[new, :, :width] = e[owner]  # a request's K/V repeated over its beam rows
+        self._enc_mask[new] = np.arange(self._src)[None, :] < lengths[:, None]
+        self._cross = [self._be.to_device(c) for c in cross]
+        self._cache.start(new)
+        self._next[new], self._score[new] = self.runner.special.bos, 0.0
+        self._live[new], self._row_src[new] = True, lengths
+        eos, pad = self.runner.special.eos, self.runner.special.pad
+        for r, o, rr in zip(reqs, opts, rows, strict=True):
             n = len(r.source)
-            for c, e in zip(cross, enc, strict=True):
-                c[rr] = 0.0
-                c[rr, :, :n] = e[i, :, :n]  # repeated over the request's beam rows
-            self._enc_mask[rr] = 0
-            self._enc_mask[rr, :n] = 1
-            self._cache.start(rr)
-            self._next[rr] = bos
-            self._live[rr], self._row_src[rr] = True, n
             search = GreedySearch(o, n, eos) if o.beam_size == 1 else BeamSearch(o, n, eos, pad)
             stream = DecodeStream(skip_special_tokens=True) if o.stream else None
             self._active[r] = _Active(r, o, rr, search, stream)
-        self._cross = [self._be.to_device(c) for c in cross]
+        self._groups = None
 
     def cancel(self, request: Request) -> bool:
         """Drop a request and free its rows; False if it was not in the batch."""
         act = self._active.pop(request, None)
         if act is None:
             return False
+        self._groups = None
         self._free(act)
         self._tidy()
         return True
@@ -182,7 +188,9 @@ class DecodeBatch:
         """
         if not self._active:
             return []
-        feeds = {INPUT_IDS: self._next[:, None], **self._cache.feeds()}
+        if self._ids_of is not self._next:  # the same (n_rows, 1) view while _next is the same array
+            self._ids, self._ids_of = self._next[:, None], self._next
+        feeds = {INPUT_IDS: self._ids, **self._cache.feeds()}
         feeds[ENCODER_ATTENTION_MASK] = self._enc_mask
         past = dict(zip(self._self_names, self._cache.past(), strict=True))
         past.update(zip(self._cross_names, self._cross, strict=True))
@@ -191,31 +199,40 @@ class DecodeBatch:
         logp, attn = logp[:, -1].astype(np.float32, copy=False), attn[:, -1]  # (n_rows, V), (n_rows, S)
         self._cache.advance(present, self._live)
         events: list[Event] = []
-        greedy = [a for a in self._active.values() if isinstance(a.search, GreedySearch)]
-        beams = [a for a in self._active.values() if isinstance(a.search, BeamSearch)]
-        done = self._advance_greedy(greedy, logp, attn, events) if greedy else []
+        greedy, greedy_rows, beams = self._searches()
+        done = self._advance_greedy(greedy, greedy_rows, logp, attn, events) if greedy else []
         done += self._advance_beams(beams, logp, attn) if beams else []
         events += [self._finish(a) for a in done]
         if done:  # holes, droppable columns and a shorter source axis only appear when rows leave
             self._tidy()
         return events
 
+    def _searches(self) -> tuple[list[_Active], np.ndarray, list[_Active]]:
+        """Greedy requests, their rows, and beam requests; cached until requests or rows change."""
+        if self._groups is None:
+            greedy = [a for a in self._active.values() if isinstance(a.search, GreedySearch)]
+            rows = np.array([a.rows[0] for a in greedy], np.int64)
+            beams = [a for a in self._active.values() if isinstance(a.search, BeamSearch)]
+            self._groups = greedy, rows, beams
+        return self._groups
+
     def _advance_greedy(
-        self, greedy: list[_Active], logp: np.ndarray, attn: np.ndarray, events: list[Event]
+        self, greedy: list[_Active], rows: np.ndarray, logp: np.ndarray, attn: np.ndarray, events: list[Event]
     ) -> list[_Active]:
-        """Argmax for all greedy rows at once, then each request's bookkeeping; returns the finished."""
-        rows = np.fromiter((a.rows[0] for a in greedy), np.int64, len(greedy))
+        """Argmax and float32 log-prob sums of all greedy rows at once, then each request's tokens;
+        returns the finished."""
         picked = logp[rows]  # (G, V)
         tokens = picked.argmax(axis=-1)
-        best = picked[np.arange(len(rows)), tokens].tolist()
+        self._score[rows] += picked[np.arange(len(rows)), tokens]
         self._next[rows] = tokens
         eos, tok, done = self.runner.special.eos, self.runner.tokenizer, []
-        for a, row, t, b in zip(greedy, rows.tolist(), tokens.tolist(), best, strict=True):
-            a.search.advance(t, b, attn[row] if a.options.with_alignment else None)
+        for a, t in zip(greedy, tokens.tolist(), strict=True):
+            search = a.search
+            if search.advance(t, None if search.attn is None else attn[a.rows[0]]):
+                search.log_prob = self._score[a.rows[0]]
+                done.append(a)
             if a.stream is not None and t != eos:
                 events.append(TokenEvent(a.request, t, a.stream.step(tok, t) or ""))
-            if a.search.done:
-                done.append(a)
         return done
 
     def _advance_beams(self, beams: list[_Active], logp: np.ndarray, attn: np.ndarray) -> list[_Active]:
@@ -236,6 +253,7 @@ class DecodeBatch:
     def _finish(self, act: _Active) -> FinishedEvent:
         """Remove a finished request and build its hypotheses."""
         del self._active[act.request]
+        self._groups = None
         self._free(act)
         hyps = [
             Hypothesis(h.tokens, self.runner.decode_tokens(h.tokens), h.log_prob, h.score, h.finish_reason,
@@ -264,6 +282,10 @@ class DecodeBatch:
         self._cache.reset()
         self._cross = [self._be.to_device(np.zeros((0, h, 0, dh), self._dtype)) for _ in self._cross_names]
         self._next = np.zeros(0, np.int64)
+        self._score = np.zeros(0, np.float32)  # greedy rows: sum of the chosen tokens' log-probs
+        self._groups: tuple[list[_Active], np.ndarray, list[_Active]] | None = None
+        self._ids_of: np.ndarray | None = None  # the _next that _ids views
+        self._ids = self._next[:, None]
         self._enc_mask = np.zeros((0, 0), np.int64)
 
     def _allocate(self, sizes: list[int]) -> list[np.ndarray]:
@@ -284,6 +306,7 @@ class DecodeBatch:
         self._cache.grow(k)
         self._cross = [self._be.to_device(np.concatenate([self._be.to_host(x), zc])) for x in self._cross]
         self._next = np.concatenate([self._next, np.full(k, self.runner.special.pad, np.int64)])
+        self._score = np.concatenate([self._score, np.zeros(k, np.float32)])
         self._enc_mask = np.concatenate([self._enc_mask, np.zeros((k, self._src), np.int64)])
         self._live = np.concatenate([self._live, np.zeros(k, bool)])
         self._row_src = np.concatenate([self._row_src, np.zeros(k, np.int64)])
@@ -327,10 +350,11 @@ class DecodeBatch:
         old = np.arange(before)[keep]
         self._cache.keep(keep, self._live)
         self._cross = [self._be.to_device(self._be.to_host(x)[keep]) for x in self._cross]
-        self._next, self._enc_mask = self._next[keep], self._enc_mask[keep]
+        self._next, self._enc_mask, self._score = self._next[keep], self._enc_mask[keep], self._score[keep]
         self._live, self._row_src = self._live[keep], self._row_src[keep]
         new_index = np.full(before, -1, np.int64)
         new_index[old] = np.arange(len(old))
         for a in self._active.values():
             a.rows = new_index[a.rows]
+        self._groups = None
 

@@ -111,6 +111,9 @@ class InplaceCache:
         self._host = bool(getattr(backend, "host_memory", False))
         self._len = np.zeros(0, np.int64)  # per row (capacity long on the host)
         self._buf: list[Any] = self._alloc(0)
+        self._feeds = _length_feeds(0)
+        self._views: list[Any] = []
+        self._views_key: tuple[int, ...] = ()
         self.reset()
 
     def reset(self) -> None:
@@ -174,17 +177,29 @@ class InplaceCache:
         self.rows = k
 
     def feeds(self) -> dict[str, np.ndarray]:
-        """position_ids (n_rows, 1), seqlens_k (n_rows,), total_sequence_length () of the next step."""
+        """position_ids (n_rows, 1), seqlens_k (n_rows,), total_sequence_length () of the next step.
+
+        The same arrays, rewritten in place, while n_rows stays the same: a binding that holds
+        them (service/sessions.py DecoderBinding) need not bind them again.
+        """
         lens = self._len[: self.rows]
-        return {
-            POSITION_IDS: lens[:, None].copy(),
-            SEQLENS_K: lens.astype(np.int32),
-            TOTAL_SEQUENCE_LENGTH: np.array(int(lens.max(initial=0)) + 1, np.int32),
-        }
+        if len(self._feeds[SEQLENS_K]) != self.rows:
+            self._feeds = _length_feeds(self.rows)
+        f = self._feeds
+        f[POSITION_IDS][:, 0] = lens
+        f[SEQLENS_K][:] = lens
+        f[TOTAL_SEQUENCE_LENGTH][...] = lens.max(initial=0) + 1
+        return f
 
     def past(self) -> list[Any]:
-        """Cache tensors of the n_rows rows, bound as past and present (updated in place)."""
-        return [b[: self.rows] for b in self._buf] if self._host else self._buf
+        """Cache tensors of the n_rows rows, bound as past and present (updated in place); the
+        same view objects while the rows and buffers stay the same."""
+        if not self._host:
+            return self._buf
+        key = (self.rows, *map(id, self._buf))
+        if key != self._views_key:
+            self._views, self._views_key = [b[: self.rows] for b in self._buf], key
+        return self._views
 
     def advance(self, presents: list[Any], live: np.ndarray) -> None:
         """Live rows grew by one token (holes stay empty); the buffers already hold it."""
@@ -201,6 +216,15 @@ class InplaceCache:
 
     def tidy(self, live: np.ndarray) -> None:
         """Nothing to drop: a row's columns are its own."""
+
+
+def _length_feeds(rows: int) -> dict[str, np.ndarray]:
+    """Zeroed position_ids (rows, 1), seqlens_k (rows,) and total_sequence_length () arrays."""
+    return {
+        POSITION_IDS: np.zeros((rows, 1), np.int64),
+        SEQLENS_K: np.zeros(rows, np.int32),
+        TOTAL_SEQUENCE_LENGTH: np.zeros((), np.int32),
+    }
 
 
 def _copy_rows(x: np.ndarray, dst: np.ndarray, src: np.ndarray, cols: int | None) -> np.ndarray:

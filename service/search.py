@@ -147,43 +147,47 @@ class RawHypothesis:
 
 
 class GreedySearch:
-    """Argmax decoding of one row; fed one token at a time (vectorized argmax is the batch's job)."""
+    """Argmax decoding of one request (one row).
+
+    The batch picks the tokens of all its greedy rows at once and sums each row's log-probs in
+    float32 (as PyTorch does), setting `log_prob` when the search ends; the search keeps the
+    tokens and the alignment, and builds the result.
+    """
 
     def __init__(self, options: DecodeOptions, src_len: int, eos: int) -> None:
-        self.options, self.eos, self.steps = options, eos, 0
-        self.tokens: list[int] = []
+        self.options, self.eos, self.src_len = options, eos, src_len
+        self.tokens: list[int] = []  # generated, the final eos included
         self.log_prob = np.float32(0.0)
-        self.finished = False
         self.attn: list[np.ndarray] | None = [] if options.with_alignment else None
-        self.src_len = src_len
+
+    @property
+    def finished(self) -> bool:
+        """Stopped at eos."""
+        return bool(self.tokens) and self.tokens[-1] == self.eos
 
     @property
     def done(self) -> bool:
         """Stopped at eos or at max_new_tokens."""
-        return self.finished or self.steps >= self.options.max_new_tokens
+        return self.finished or len(self.tokens) >= self.options.max_new_tokens
 
-    def advance(self, token: int, logp: float, attn: np.ndarray | None) -> int:
-        """Consume the chosen token and its (float32) log-prob; returns the next input token."""
-        self.steps += 1
-        self.log_prob = np.float32(self.log_prob + np.float32(logp))  # float32 sum, as in PyTorch
+    def advance(self, token: int, attn: np.ndarray | None = None) -> bool:
+        """Consume the chosen token (and its cross-attention row (S,)); True when the search is done."""
+        self.tokens.append(token)
         if self.attn is not None and attn is not None:
             self.attn.append(attn[: self.src_len].copy())
-        if token == self.eos:
-            self.finished = True
-        else:
-            self.tokens.append(token)
-        return token
+        return token == self.eos or len(self.tokens) >= self.options.max_new_tokens
 
     def results(self) -> list[RawHypothesis]:
         """The single hypothesis."""
-        n = len(self.tokens) + int(self.finished)
+        n = len(self.tokens)  # generated tokens including eos if finished
+        body = self.tokens[:-1] if self.finished else self.tokens
         lp = float(self.log_prob)
         align = None
         if self.attn is not None:
-            rows = self.attn[: len(self.tokens)]
+            rows = self.attn[: len(body)]
             align = np.stack(rows) if rows else np.zeros((0, self.src_len), np.float32)
         reason = "eos" if self.finished else "length"
-        return [RawHypothesis(self.tokens, lp, lp / length_penalty(n, self.options.alpha), reason, align)]
+        return [RawHypothesis(body, lp, lp / length_penalty(n, self.options.alpha), reason, align)]
 
 
 class BeamSearch:

@@ -16,7 +16,16 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from export.names import CROSS_ATTENTIONS, LOGPROBS, SEQLENS_K, decoder_outputs, past_name, self_cache_io
+from export.names import (
+    CROSS_ATTENTIONS,
+    ENCODER_ATTENTION_MASK,
+    INPUT_IDS,
+    LOGPROBS,
+    SEQLENS_K,
+    decoder_outputs,
+    past_name,
+    self_cache_io,
+)
 
 log = logging.getLogger(__name__)
 
@@ -126,12 +135,69 @@ def open_sessions(
     return Sessions(enc, dec, list(in_use), shared)
 
 
+class DecoderBinding:
+    """A decoder IO binding that rebinds only what changed since the last run.
+
+    Arrays are bound through OrtValues over their own memory, so the caller may edit them in
+    place between runs (next tokens, lengths, cache rows) and the next run sees the edits; an
+    array is rebound only when a different object comes under its name. The bound arrays are
+    kept alive, so an identity check is enough. Self-attention caches of an in-place decoder
+    are bound as their present outputs too; log-probs and cross-attention go to output buffers
+    reused while their shapes stay the same.
+    """
+
+    def __init__(self, session: ort.InferenceSession, in_place: dict[str, str]) -> None:
+        self.session, self.in_place = session, in_place
+        self.io = session.io_binding()
+        types = {o.name: o.type for o in session.get_outputs()}
+        self._out_dtypes = (ORT_DTYPES[types[LOGPROBS]], ORT_DTYPES[types[CROSS_ATTENTIONS]])
+        self._bound: dict[str, np.ndarray | None] = {}
+        self._out: tuple[np.ndarray, np.ndarray] | None = None
+        self._vocab = int(session.get_outputs()[0].shape[-1])
+
+    def bind(self, name: str, arr: np.ndarray) -> None:
+        """Bind arr under name unless it is already the bound object."""
+        if self._bound.get(name) is arr:
+            return
+        if not arr.flags.c_contiguous:  # bound as a copy: rebound at every run
+            self.io.bind_cpu_input(name, np.ascontiguousarray(arr))
+            self._bound[name] = None
+            return
+        value = ort.OrtValue.ortvalue_from_numpy(arr)  # shares arr's memory
+        self.io.bind_ortvalue_input(name, value)
+        if name in self.in_place:
+            self.io.bind_ortvalue_output(self.in_place[name], value)
+        self._bound[name] = arr
+
+    def outputs(self, rows: int, steps: int, src: int) -> tuple[np.ndarray, np.ndarray]:
+        """Output buffers (rows, steps, V) and (rows, steps, S), bound; reused while shapes match."""
+        if self._out is None or self._out[1].shape != (rows, steps, src):
+            logp = np.empty((rows, steps, self._vocab), self._out_dtypes[0])
+            attn = np.empty((rows, steps, src), self._out_dtypes[1])
+            self.io.bind_ortvalue_output(LOGPROBS, ort.OrtValue.ortvalue_from_numpy(logp))
+            self.io.bind_ortvalue_output(CROSS_ATTENTIONS, ort.OrtValue.ortvalue_from_numpy(attn))
+            self._out = (logp, attn)
+        return self._out
+
+    def run(self, feeds: dict[str, np.ndarray], past: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """One run; log-probs and cross-attention are views of buffers the next run overwrites."""
+        for name, arr in feeds.items():
+            self.bind(name, arr)
+        for name, arr in past.items():
+            self.bind(name, arr)
+        rows, steps = feeds[INPUT_IDS].shape
+        out = self.outputs(rows, steps, feeds[ENCODER_ATTENTION_MASK].shape[1])
+        self.session.run_with_iobinding(self.io)
+        return out
+
+
 class HostBackend:
     """Runs both graphs on numpy arrays: the KV cache lives in host memory (CPU provider).
 
-    A decoder with an in-place cache (export/inplace.py) runs through IO binding: each
-    self-attention cache array is bound as its past input and its present output (one OrtValue
-    over the same memory), so ONNX Runtime writes the new column into it and copies nothing.
+    A decoder with an in-place cache (export/inplace.py) runs through a `DecoderBinding` per
+    thread: each self-attention cache array is bound as its past input and its present output
+    (one OrtValue over the same memory), so ONNX Runtime writes the new column into it and
+    copies nothing; inputs that did not change object since the last run are not rebound.
     """
 
     device = "cpu"
@@ -142,7 +208,7 @@ class HostBackend:
         self.outputs = decoder_outputs(n_layers)
         assert self.outputs[0] == LOGPROBS and self.outputs[-1] == CROSS_ATTENTIONS
         self.in_place = self_cache_io(n_layers)
-        self._local = threading.local()  # the thread's last in-place binding, its key and arrays
+        self._local = threading.local()  # the thread's DecoderBinding (a binding is not thread-safe)
 
     def encode(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         """Cross-attention K/V of every decoder layer, each (B, H, S, Dh)."""
@@ -153,43 +219,17 @@ class HostBackend:
     ) -> tuple[np.ndarray, np.ndarray, list[Any]]:
         """One decoder run: log-probs (B, T, V), cross-attention (B, T, S), presents (B, H, P+T, Dh).
 
-        inplace: the self-attention arrays of `past` are updated in place; no presents returned.
+        inplace: the self-attention arrays of `past` are updated in place; no presents returned,
+        and the log-probs / cross-attention are buffers that this thread's next run overwrites.
         """
         if not inplace:
             out = self.sessions.decoder.run(self.outputs, {**feeds, **past})
             return out[0], out[-1], out[1:-1]
-        binding = self._binding(past)
-        for name, arr in feeds.items():
-            binding.bind_cpu_input(name, arr)
-        self.sessions.decoder.run_with_iobinding(binding)
-        logp, attn = binding.get_outputs()[:2]
-        # copies: numpy() of a CPU OrtValue may be a view of memory that the next run reuses
-        return np.array(logp.numpy(), copy=True), np.array(attn.numpy(), copy=True), []
-
-    def _binding(self, past: dict[str, np.ndarray]) -> ort.IOBinding:
-        """An IO binding of the cache arrays, reused while they are the same memory and shapes.
-
-        Binding shares the arrays' memory (no copy), so rows written in place between steps are
-        seen by the next run; a new binding is made when an array was replaced or resized.
-        """
-        local = self._local  # per thread: a binding is not safe to share between threads
-        key = tuple((name, a.__array_interface__["data"][0], a.shape) for name, a in past.items())
-        if key == getattr(local, "key", None):
-            return local.binding
-        binding = self.sessions.decoder.io_binding()
-        binding.bind_output(LOGPROBS, "cpu")  # outputs come back in binding order
-        binding.bind_output(CROSS_ATTENTIONS, "cpu")
-        for name, arr in past.items():
-            if name in self.in_place:
-                value = ort.OrtValue.ortvalue_from_numpy(arr)  # shares arr's memory
-                binding.bind_ortvalue_input(name, value)
-                binding.bind_ortvalue_output(self.in_place[name], value)
-            else:
-                binding.bind_cpu_input(name, arr)
-        contiguous = all(a.flags.c_contiguous for a in past.values())  # else ORT bound a copy
-        # keeping the arrays alive keeps their addresses from being reused by new arrays
-        local.binding, local.key, local.arrays = binding, key if contiguous else None, list(past.values())
-        return binding
+        binding = getattr(self._local, "binding", None)
+        if binding is None:
+            binding = self._local.binding = DecoderBinding(self.sessions.decoder, self.in_place)
+        logp, attn = binding.run(feeds, past)
+        return logp, attn, []
 
     def to_host(self, x: Any) -> np.ndarray:
         """Cache tensor as numpy (already is)."""
