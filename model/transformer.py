@@ -122,7 +122,8 @@ class PositionalEncoding(nn.Module):
 
     def forward(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
         """x (B, L, D); positions (B, L) or None for 0..L-1."""
-        pe = self.pe[: x.size(1)].unsqueeze(0) if positions is None else self.pe[positions]
+        # (L, D) broadcast over the batch, or a table lookup per position (B, L, D)
+        pe = self.pe[: x.size(1)] if positions is None else F.embedding(positions, self.pe)
         return self.dropout(x + pe)
 
 
