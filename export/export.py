@@ -19,6 +19,8 @@ from __future__ import annotations
 import logging
 import time
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +30,7 @@ from torch import Tensor, nn
 
 from export import names
 from export.attention import AttentionLowering, PlainAttention
-from export.fused import CACHE_LENGTHS
+from export.fused import CACHE_LENGTHS, KEY_PADDING
 from model.transformer import Transformer
 
 IR_VERSION = 10  # the IR of opset <= 21; onnxruntime 1.31 loads up to 13
@@ -36,6 +38,28 @@ IR_VERSION = 10  # the IR of opset <= 21; onnxruntime 1.31 loads up to 13
 
 class ExportError(RuntimeError):
     """The exporter produced a graph that does not honour the declared interface."""
+
+
+@contextmanager
+def attached(modules: list[nn.Module], name: str, value: object) -> Iterator[None]:
+    """Set attribute `name` = value on every module for the duration of one traced call.
+
+    How the wrappers hand graph inputs in the form a fused kernel takes them (an in-place cache's
+    lengths, the int32 source padding mask) to the attention modules; a lowering that does not
+    read them leaves them unused, and the exporter drops what computed them.
+    """
+    for m in modules:
+        setattr(m, name, value)
+    try:
+        yield
+    finally:
+        for m in modules:
+            delattr(m, name)
+
+
+def source_padding(mask: Tensor) -> Tensor:
+    """A source mask input (B, S), 1 = real token, as the fused kernels' int32 key padding mask."""
+    return mask.to(torch.int32)
 
 
 class EncoderGraph(nn.Module):
@@ -49,7 +73,9 @@ class EncoderGraph(nn.Module):
     def forward(self, input_ids: Tensor, attention_mask: Tensor) -> tuple[Tensor, ...]:
         """(B, S), (B, S) -> (key, value) per decoder layer, each (B, H, S, Dh)."""
         src_mask = attention_mask.bool().unsqueeze(1)  # (B, 1, S)
-        cross = self.model.cross_kv(self.model.encode(input_ids, src_mask))
+        modules = [layer.self_attn for layer in self.model.encoder.layers]
+        with attached(modules, KEY_PADDING, source_padding(attention_mask)):
+            cross = self.model.cross_kv(self.model.encode(input_ids, src_mask))
         return tuple(t for kv in cross for t in kv)
 
 
@@ -86,7 +112,10 @@ class DecoderGraph(nn.Module):
         past = [(cache[2 * i], cache[2 * i + 1]) for i in range(n)]
         cross = [(cache[2 * (n + i)], cache[2 * (n + i) + 1]) for i in range(n)]
         src_mask = encoder_attention_mask.bool().unsqueeze(1)  # (B, 1, S)
-        logp, presents, weights = self.model.decode(input_ids, cross, src_mask, past, position_ids, self_mask)
+        modules = [layer.cross_attn for layer in self.model.decoder.layers]
+        with attached(modules, KEY_PADDING, source_padding(encoder_attention_mask)):
+            logp, presents, weights = self.model.decode(
+                input_ids, cross, src_mask, past, position_ids, self_mask)
         flat = [t for kv in presents for t in kv]  # each (B, H, P+T or M, Dh)
         return (logp, *flat, weights.mean(dim=1))  # (B, T, V), ..., (B, T, S)
 
@@ -109,13 +138,8 @@ class InplaceDecoderGraph(DecoderGraph):
         (the in-place lowering's fused_forward reads them); cache entries are (B, H, M, Dh).
         """
         modules = [layer.self_attn for layer in self.model.decoder.layers]
-        for m in modules:
-            setattr(m, CACHE_LENGTHS, (seqlens_k, total_sequence_length))
-        try:
+        with attached(modules, CACHE_LENGTHS, (seqlens_k, total_sequence_length)):
             return self.step(input_ids, position_ids, None, encoder_attention_mask, cache)
-        finally:
-            for m in modules:
-                delattr(m, CACHE_LENGTHS)
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import onnx
 import onnxruntime as ort
 from onnx import numpy_helper
@@ -28,12 +29,18 @@ def to_fp16(src: Path, dst: Path) -> None:
     """Write an fp16 copy of src (fp16 weights, activations and float I/O) for the CUDA provider.
 
     keep_io_types=False: the K/V caches and log-probs are fp16 too, which halves cache traffic.
-    Constants outside the fp16 range (the -3.4e38 attention mask fill) are clipped to +-65504.
+    Constants outside the fp16 range are clipped to +-65504, and so is the attention kernels'
+    `mask_filter_value` (float32's minimum, which is -inf in fp16: a fully masked row would be NaN).
     """
     proto = convert_float_to_float16(onnx.load(src), keep_io_types=False)
     for init in proto.graph.initializer:  # the converter stores fp16 as int32_data (~2x the bytes)
         if init.data_type == onnx.TensorProto.FLOAT16 and not init.raw_data:
             init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init), init.name))
+    fp16_min = float(np.finfo(np.float16).min)
+    for node in proto.graph.node:
+        for attr in node.attribute:
+            if attr.name == "mask_filter_value" and attr.f < fp16_min:
+                attr.f = fp16_min
     pin_ir_version(proto)
     onnx.checker.check_model(proto, full_check=True)
     onnx.save_model(proto, dst, save_as_external_data=False)

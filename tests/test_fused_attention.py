@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from contextlib import ExitStack
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -10,8 +12,8 @@ import torch
 
 from export import names
 from export.attention import get_lowering
-from export.export import export_graphs
-from export.fused import DOMAIN, MS_DOMAIN, fused_forward
+from export.export import attached, export_graphs
+from export.fused import DOMAIN, KEY_PADDING, MS_DOMAIN, WITH_WEIGHTS, fused_forward, packed_cross_kv
 from export.verify import Case, compare_case, cpu_session, open_session
 from model.transformer import MultiHeadAttention, subsequent_mask
 from tests.conftest import graph_ops
@@ -58,6 +60,42 @@ def test_fused_forward_equals_the_modules_own_attention():
             torch.testing.assert_close(a, r, msg=what)
 
 
+@torch.inference_mode()
+def test_fused_forward_masks_padded_and_fully_masked_rows_like_the_model():
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(d_model=12, n_heads=3).eval()
+    b, t, s = 3, 2, 5
+    x, memory = torch.randn(b, t, 12), torch.randn(b, s, 12)
+    padding = torch.tensor([[1] * s, [1, 1, 0, 0, 0], [0] * s], dtype=torch.int32)  # row 2: nothing to attend
+    src_mask = padding.bool().unsqueeze(1)  # the model's (B, 1, S)
+    calls = {
+        "cross, precomputed K/V": dict(query=x, mask=src_mask, kv=mha.project_kv(memory)),
+        "encoder self": dict(query=memory, key_value=memory, mask=src_mask),
+    }
+    for what, kwargs in calls.items():
+        ref_out, _, ref_weights = mha(**kwargs)
+        # from the boolean mask; from the export's int32 mask; with the weights as in the last layer
+        for attrs in ({}, {KEY_PADDING: padding}, {KEY_PADDING: padding, WITH_WEIGHTS: True}):
+            with ExitStack() as stack:
+                for name, value in attrs.items():
+                    stack.enter_context(attached([mha], name, value))
+                out, _, weights = fused_forward(mha, **kwargs)
+            torch.testing.assert_close(out, ref_out, atol=1e-6, rtol=1e-5, msg=f"{what} {list(attrs)}")
+            if weights is not None:
+                torch.testing.assert_close(weights, ref_weights, msg=what)
+        assert torch.isfinite(ref_out).all()
+    # the model's fully masked row attends uniformly (masked_fill with the dtype's minimum)
+    torch.testing.assert_close(ref_weights[2], torch.full_like(ref_weights[2], 1 / s))
+
+
+@torch.inference_mode()
+def test_packed_cross_kv_equals_the_models_cross_kv(tiny_model):
+    memory = torch.randn(3, 7, tiny_model.cfg.d_model)
+    for got, ref in zip(packed_cross_kv(tiny_model, memory), tiny_model.cross_kv(memory), strict=True):
+        for a, r in zip(got, ref, strict=True):
+            torch.testing.assert_close(a, r, atol=1e-6, rtol=1e-5)
+
+
 def test_graphs_use_the_contrib_op_and_are_smaller(tiny_bundle, plain_dir, tiny_model):
     n_enc, n_dec = tiny_model.cfg.n_encoder_layers, tiny_model.cfg.n_decoder_layers
     mha = (MS_DOMAIN, "MultiHeadAttention")
@@ -65,7 +103,8 @@ def test_graphs_use_the_contrib_op_and_are_smaller(tiny_bundle, plain_dir, tiny_
     plain_dec = graph_ops(plain_dir / names.DECODER_FILE)
     # every self- and cross-attention (the last one's weights come from MHA's scores + Softmax)
     assert fused_dec.count(mha) == 2 * n_dec
-    assert graph_ops(tiny_bundle / names.ENCODER_FILE).count(mha) == n_enc
+    # the encoder's self-attention: com.microsoft.Attention (packed Q/K/V projection inside)
+    assert graph_ops(tiny_bundle / names.ENCODER_FILE).count((MS_DOMAIN, "Attention")) == n_enc
     assert mha not in plain_dec
     assert len(fused_dec) < len(plain_dec)
     for f in (names.ENCODER_FILE, names.DECODER_FILE):
@@ -73,8 +112,8 @@ def test_graphs_use_the_contrib_op_and_are_smaller(tiny_bundle, plain_dir, tiny_
         assert not any(n.domain == DOMAIN for n in proto.graph.node)  # placeholders rewritten
         imports = {o.domain: o.version for o in proto.opset_import}
         assert imports.get(MS_DOMAIN) == 1 and DOMAIN not in imports
-        heads = [a.i for n in proto.graph.node if n.op_type == "MultiHeadAttention" for a in n.attribute
-                 if a.name == "num_heads"]
+        heads = [a.i for n in proto.graph.node if n.op_type in ("MultiHeadAttention", "Attention")
+                 for a in n.attribute if a.name == "num_heads"]
         assert heads and set(heads) == {tiny_model.cfg.n_heads}
 
 

@@ -1,0 +1,102 @@
+"""What ONNX Runtime runs of the default ("inplace") bundle: kernels per run, masks, padded rows."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+
+from export import names
+from export.build import FP16_FILES
+from export.verify import cpu_session, decoder_feeds, encoder_feeds, open_session
+from model.transformer import padding_mask
+
+F32_MIN = float(np.finfo(np.float32).min)
+
+
+def optimized_nodes(path, tmp_path) -> list[onnx.NodeProto]:
+    """The nodes (kernels) of a graph after ONNX Runtime's own CPU optimizations."""
+    so = ort.SessionOptions()
+    so.optimized_model_filepath = str(tmp_path / f"optimized.{path.name}")
+    so.log_severity_level = 3  # no warning about the saved graph's NCHWc layouts
+    cpu_session(path, so)
+    return list(onnx.load(so.optimized_model_filepath).graph.node)
+
+
+def attr(node: onnx.NodeProto, name: str) -> float | int | None:
+    """A node attribute's value, or None."""
+    return next((onnx.helper.get_attribute_value(a) for a in node.attribute if a.name == name), None)
+
+
+def test_decoder_step_prepares_the_source_mask_with_one_cast(tiny_bundle, tiny_model, tmp_path):
+    n = tiny_model.cfg.n_decoder_layers
+    nodes = optimized_nodes(tiny_bundle / names.DECODER_FILE, tmp_path)
+    ops = [node.op_type for node in nodes]
+    # no additive-bias mask (Where, Expand and their shape arithmetic), no GatherND position lookup
+    assert not {"Where", "Expand", "Shape", "Concat", "Unsqueeze", "GatherND"} & set(ops)
+    (cast,) = [node for node in nodes if node.op_type == "Cast"]
+    assert list(cast.input) == [names.ENCODER_ATTENTION_MASK] and attr(cast, "to") == onnx.TensorProto.INT32
+    cross = [node for node in nodes if node.op_type == "MultiHeadAttention"]
+    assert len(cross) == n
+    for node in cross:  # query bias in the kernel, int32 key padding mask shared by every layer
+        assert node.input[3] and node.input[4] == cast.output[0]
+        assert attr(node, "mask_filter_value") == F32_MIN
+    # per layer: packed QKV MatMul + bias Add, GroupQueryAttention, MatMul, SkipLayerNormalization;
+    # Q MatMul, MultiHeadAttention, MatMul, SkipLayerNormalization; MatMul, Add, Relu, MatMul,
+    # SkipLayerNormalization. Then 2 Gather + Mul + SkipLayerNormalization (embedding), Cast,
+    # Softmax + ReduceMean (cross_attentions), MatMul + Add + LogSoftmax (generator).
+    assert len(nodes) == 14 * n + 10, ops  # 38 for the default model (49 before)
+    fp16 = onnx.load(str(tiny_bundle / FP16_FILES["decoder"]))
+    fills = {attr(node, "mask_filter_value") for node in fp16.graph.node
+             if node.op_type in ("MultiHeadAttention", "Attention")}
+    assert fills == {float(np.finfo(np.float16).min)}  # float32's minimum would be -inf in fp16
+
+
+def test_encoder_prepares_the_source_mask_with_one_cast(tiny_bundle, tiny_model, tmp_path):
+    n = tiny_model.cfg.n_encoder_layers
+    nodes = optimized_nodes(tiny_bundle / names.ENCODER_FILE, tmp_path)
+    ops = [node.op_type for node in nodes]
+    assert not {"Where", "Expand", "Unsqueeze", "MultiHeadAttention"} & set(ops)
+    (cast,) = [node for node in nodes if node.op_type == "Cast"]
+    assert list(cast.input) == [names.ATTENTION_MASK]
+    attention = [node for node in nodes if node.op_type == "Attention"]  # packed QKV projection inside
+    assert len(attention) == n and all(node.input[3] == cast.output[0] for node in attention)
+    assert all(attr(node, "mask_filter_value") == F32_MIN for node in attention)
+    assert ops.count("Split") == 1  # every decoder layer's cross K/V from one MatMul
+    # per layer: Attention, MatMul, SkipLayerNormalization, MatMul, Add, Relu, MatMul,
+    # SkipLayerNormalization; embedding and positions (Gather, Mul, 2 Shape, Slice,
+    # SkipLayerNormalization), Cast; cross K/V (MatMul, Add, Concat, Reshape, Transpose, Split)
+    assert len(nodes) == 8 * n + 13, ops  # 29 for the default model (50 before)
+
+
+@pytest.mark.parametrize("bundle", ["tiny_bundle", "tiny_concat_bundle"])
+@torch.inference_mode()
+def test_padded_and_fully_padded_source_rows_match_pytorch(bundle, tiny_model, request):
+    directory = request.getfixturevalue(bundle)
+    cfg = tiny_model.cfg
+    n, h, dh = cfg.n_decoder_layers, cfg.n_heads, cfg.d_head
+    enc, dec = open_session(directory / names.ENCODER_FILE), open_session(directory / names.DECODER_FILE)
+    src = np.array([[5, 6, 7, 2], [8, 2, 0, 0], [0, 0, 0, 0]])  # row 2: every position is padding
+    src_t = torch.from_numpy(src)
+    src_mask = padding_mask(src_t, cfg.pad_id)
+    cross_t = tiny_model.cross_kv(tiny_model.encode(src_t, src_mask))
+    cross = enc.run(names.encoder_outputs(n), encoder_feeds(src, cfg.pad_id))
+    for a, (k, v) in zip(zip(cross[::2], cross[1::2], strict=True), cross_t, strict=True):
+        np.testing.assert_allclose(a[0], k.numpy(), atol=1e-4)
+        np.testing.assert_allclose(a[1], v.numpy(), atol=1e-4)
+    tokens, b = np.array([[cfg.bos_id]] * 3), len(src)
+    inplace = names.SEQLENS_K in {i.name for i in dec.get_inputs()}
+    rng = np.random.default_rng(0)
+    past = [rng.standard_normal((b, h, 5 if inplace else 0, dh)).astype(np.float32) for _ in range(2 * n)]
+    feeds = decoder_feeds(tokens, np.zeros((b, 1), np.int64), None if inplace else np.ones((b, 1), np.int64),
+                          (src != cfg.pad_id).astype(np.int64), past, cross,
+                          seqlens_k=np.zeros(b, np.int32) if inplace else None)
+    out = dec.run(None, feeds)
+    logp, _, weights = tiny_model.decode(torch.from_numpy(tokens), cross_t, src_mask)
+    assert all(np.isfinite(o).all() for o in out)
+    np.testing.assert_allclose(out[0], logp.numpy(), atol=1e-4)
+    np.testing.assert_allclose(out[-1], weights.mean(dim=1).numpy(), atol=1e-5)
+    np.testing.assert_allclose(out[-1][1, 0, 2:], 0.0, atol=1e-7)  # padding gets no weight
+    np.testing.assert_allclose(out[-1][2], 1 / src.shape[1], atol=1e-6)  # like the model: uniform
