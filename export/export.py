@@ -16,6 +16,7 @@ onnxruntime 1.31 refuses).
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import warnings
@@ -26,6 +27,7 @@ from pathlib import Path
 
 import onnx
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from export import names
@@ -55,6 +57,25 @@ def attached(modules: list[nn.Module], name: str, value: object) -> Iterator[Non
     finally:
         for m in modules:
             delattr(m, name)
+
+
+@contextmanager
+def prescaled_embeddings(model: Transformer) -> Iterator[None]:
+    """Trace each token embedding as one lookup into its table times sqrt(d_model) (no Mul kernel).
+
+    The same float32 products, computed once here instead of for every looked-up row at run
+    time; the unscaled table stays in a graph only if something else (the tied generator) uses it.
+    """
+    embeddings = [model.src_embed, model.tgt_embed]
+    for e in embeddings:
+        with torch.no_grad():
+            table = e.lut.weight * e.scale
+        e.forward = functools.partial(F.embedding, weight=table)
+    try:
+        yield
+    finally:
+        for e in embeddings:
+            del e.forward  # back to the class's forward
 
 
 def source_padding(mask: Tensor) -> Tensor:
@@ -254,7 +275,7 @@ def export_graph(
     # the decoder's `*cache` is one positional pytree entry: its shapes go in a nested tuple
     n_flat = inputs.index(names.past_name(0, "decoder", "key")) if graph == "decoder" else len(inputs)
     dynamic_shapes = tuple(dyn) if graph == "encoder" else (*dyn[:n_flat], tuple(dyn[n_flat:]))
-    with lowering.applied(module), warnings.catch_warnings():
+    with lowering.applied(module), prescaled_embeddings(module.model), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r"# The axis name")  # shared axes are expected
         warnings.filterwarnings("ignore", category=FutureWarning)  # torch-internal pytree notices
         program = torch.onnx.export(

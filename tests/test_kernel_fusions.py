@@ -10,6 +10,7 @@ import torch
 
 from export import names
 from export.build import FP16_FILES
+from export.export import prescaled_embeddings
 from export.verify import cpu_session, decoder_feeds, encoder_feeds, open_session
 from model.transformer import padding_mask
 
@@ -30,12 +31,23 @@ def attr(node: onnx.NodeProto, name: str) -> float | int | None:
     return next((onnx.helper.get_attribute_value(a) for a in node.attribute if a.name == name), None)
 
 
+@torch.inference_mode()
+def test_prescaled_embedding_tables_give_the_models_values_exactly(tiny_model):
+    tokens = torch.arange(tiny_model.cfg.vocab_size)[None]
+    embeddings = (tiny_model.src_embed, tiny_model.tgt_embed)
+    ref = [e(tokens) for e in embeddings]
+    with prescaled_embeddings(tiny_model):
+        got = [e(tokens) for e in embeddings]
+    assert all(torch.equal(a, r) for a, r in zip(got, ref, strict=True))
+    assert all("forward" not in vars(e) for e in embeddings)  # the class's forward again
+
+
 def test_decoder_step_prepares_the_source_mask_with_one_cast(tiny_bundle, tiny_model, tmp_path):
     n = tiny_model.cfg.n_decoder_layers
     nodes = optimized_nodes(tiny_bundle / names.DECODER_FILE, tmp_path)
     ops = [node.op_type for node in nodes]
     # no additive-bias mask (Where, Expand and their shape arithmetic), no GatherND position lookup
-    assert not {"Where", "Expand", "Shape", "Concat", "Unsqueeze", "GatherND"} & set(ops)
+    assert not {"Where", "Expand", "Shape", "Concat", "Unsqueeze", "GatherND", "Mul"} & set(ops)
     (cast,) = [node for node in nodes if node.op_type == "Cast"]
     assert list(cast.input) == [names.ENCODER_ATTENTION_MASK] and attr(cast, "to") == onnx.TensorProto.INT32
     cross = [node for node in nodes if node.op_type == "MultiHeadAttention"]
@@ -45,9 +57,9 @@ def test_decoder_step_prepares_the_source_mask_with_one_cast(tiny_bundle, tiny_m
         assert attr(node, "mask_filter_value") == F32_MIN
     # per layer: packed QKV MatMul + bias Add, GroupQueryAttention, MatMul, SkipLayerNormalization;
     # Q MatMul, MultiHeadAttention, MatMul, SkipLayerNormalization; MatMul, Add, Relu, MatMul,
-    # SkipLayerNormalization. Then 2 Gather + Mul + SkipLayerNormalization (embedding), Cast,
+    # SkipLayerNormalization. Then 2 Gather + SkipLayerNormalization (embedding, positions), Cast,
     # Softmax + ReduceMean (cross_attentions), MatMul + Add + LogSoftmax (generator).
-    assert len(nodes) == 14 * n + 10, ops  # 38 for the default model (49 before)
+    assert len(nodes) == 14 * n + 9, ops  # 37 for the default model (49 before)
     fp16 = onnx.load(str(tiny_bundle / FP16_FILES["decoder"]))
     fills = {attr(node, "mask_filter_value") for node in fp16.graph.node
              if node.op_type in ("MultiHeadAttention", "Attention")}
@@ -58,7 +70,7 @@ def test_encoder_prepares_the_source_mask_with_one_cast(tiny_bundle, tiny_model,
     n = tiny_model.cfg.n_encoder_layers
     nodes = optimized_nodes(tiny_bundle / names.ENCODER_FILE, tmp_path)
     ops = [node.op_type for node in nodes]
-    assert not {"Where", "Expand", "Unsqueeze", "MultiHeadAttention"} & set(ops)
+    assert not {"Where", "Expand", "Unsqueeze", "Mul", "MultiHeadAttention"} & set(ops)
     (cast,) = [node for node in nodes if node.op_type == "Cast"]
     assert list(cast.input) == [names.ATTENTION_MASK]
     attention = [node for node in nodes if node.op_type == "Attention"]  # packed QKV projection inside
@@ -66,9 +78,9 @@ def test_encoder_prepares_the_source_mask_with_one_cast(tiny_bundle, tiny_model,
     assert all(attr(node, "mask_filter_value") == F32_MIN for node in attention)
     assert ops.count("Split") == 1  # every decoder layer's cross K/V from one MatMul
     # per layer: Attention, MatMul, SkipLayerNormalization, MatMul, Add, Relu, MatMul,
-    # SkipLayerNormalization; embedding and positions (Gather, Mul, 2 Shape, Slice,
+    # SkipLayerNormalization; embedding and positions (Gather, 2 Shape, Slice,
     # SkipLayerNormalization), Cast; cross K/V (MatMul, Add, Concat, Reshape, Transpose, Split)
-    assert len(nodes) == 8 * n + 13, ops  # 29 for the default model (50 before)
+    assert len(nodes) == 8 * n + 12, ops  # 28 for the default model (50 before)
 
 
 @pytest.mark.parametrize("bundle", ["tiny_bundle", "tiny_concat_bundle"])
