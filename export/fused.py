@@ -69,16 +69,15 @@ def pack(m: MultiHeadAttention) -> tuple[Tensor, Tensor, Tensor]:
 
 
 def kernel_mask(m: MultiHeadAttention, mask: Tensor | None, b: int, tq: int, tk: int) -> Tensor:
-    """The kernel's int32 mask (1 = attend): `KEY_PADDING` if set, else the model's boolean mask
-    (B|1, Tq|1, Tk) as (B, Tk) when it is the same for every query, or (B, Tq, Tk)."""
+    """The kernel's int32 mask (1 = attend): `KEY_PADDING` if set, else the model's mask cast."""
     padding = getattr(m, KEY_PADDING, None)
     if padding is not None:
         return padding
     if mask is None:
         return torch.ones(b, tk, dtype=torch.int32)
-    if mask.size(-2) == 1:
+    if mask.size(-2) == 1:  # (B|1, 1, Tk): the same for every query, a key padding mask (B, Tk)
         return mask[:, 0].expand(b, tk).to(torch.int32)
-    return mask.expand(b, tq, tk).to(torch.int32)
+    return mask.expand(b, tq, tk).to(torch.int32)  # (B|1, Tq, Tk) -> (B, Tq, Tk)
 
 
 def fused_forward(
