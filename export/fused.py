@@ -47,7 +47,6 @@ from export.fused_ops import (
     self_attention,
     split_heads,
 )
-from export.fusions import fuse_skip_layer_norm
 from model.transformer import KV, MultiHeadAttention, Transformer
 
 __all__ = ["CACHE_LENGTHS", "DOMAIN", "KEY_PADDING", "MS_DOMAIN", "FusedAttention", "attend_heads",
@@ -215,7 +214,6 @@ class FusedAttention(AttentionLowering):
             node.op_type, node.domain = op, MS_DOMAIN
         for pos, softmax in reversed(softmaxes):
             proto.graph.node.insert(pos, softmax)
-        fuse_skip_layer_norm(proto)
         imports = [op for op in proto.opset_import if op.domain not in (DOMAIN, MS_DOMAIN)]
         del proto.opset_import[:]
         proto.opset_import.extend([*imports, onnx.helper.make_opsetid(MS_DOMAIN, 1)])
