@@ -58,8 +58,8 @@ def test_decoder_step_prepares_the_source_mask_with_one_cast(tiny_bundle, tiny_m
     # per layer: 3 LayerNormalization; packed QKV MatMul + bias Add, GroupQueryAttention, MatMul +
     # bias Add, residual Add; Q MatMul, MultiHeadAttention, MatMul + bias Add, residual Add; MatMul,
     # Add, Relu, MatMul, bias Add, residual Add. ORT fuses the last bias Add, residual Add and the
-    # final LayerNormalization into one SkipLayerNormalization. Then 2 Gather + Add (embedding, positions), Cast,
-    # Softmax + ReduceMean (cross_attentions), MatMul + Add + LogSoftmax (generator).
+    # final LayerNormalization into one SkipLayerNormalization. Then 2 Gather + Add (embedding,
+    # positions), Cast, Softmax + ReduceMean (cross_attentions), MatMul + Add + LogSoftmax (generator).
     assert len(nodes) == 20 * n + 8, ops  # 48 for the default model
     assert ops.count("SkipLayerNormalization") == 1  # only ORT's own: faster than ours for many rows
     fp16 = onnx.load(str(tiny_bundle / FP16_FILES["decoder"]))
