@@ -30,6 +30,9 @@ from export.names import (
 log = logging.getLogger(__name__)
 
 CPU, CUDA = "CPUExecutionProvider", "CUDAExecutionProvider"
+# ONNX Runtime's CPU SkipLayerNormalization is several times slower than Add + LayerNormalization
+# once there are more than a few rows (docs/performance.md): on the CPU, keep them unfused.
+CPU_DISABLED_OPTIMIZERS = ("SkipLayerNormFusion",)
 DEFAULT_PROVIDERS = (CUDA, CPU)
 ORT_DTYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
 
@@ -125,9 +128,10 @@ def open_sessions(
     enc_so = session_options(intra_op_threads, shared, profile_prefix and f"{profile_prefix}_encoder")
     if shared_pool and not shared:  # fallback: an idle spinning encoder pool would starve the decoder
         enc_so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    enc = ort.InferenceSession(str(encoder_path), enc_so, providers=with_opts)
+    disabled = list(CPU_DISABLED_OPTIMIZERS) if chosen == [CPU] else []
+    enc = ort.InferenceSession(str(encoder_path), enc_so, providers=with_opts, disabled_optimizers=disabled)
     working = [(p, o) for p, o in with_opts if p in enc.get_providers()]  # don't retry a failed provider
-    dec = ort.InferenceSession(str(decoder_path), so, providers=working)
+    dec = ort.InferenceSession(str(decoder_path), so, providers=working, disabled_optimizers=disabled)
     in_use = dec.get_providers()
     if chosen[0] not in in_use:
         log.warning("requested %s but ONNX Runtime uses %s (missing libraries?)", chosen[0], in_use)

@@ -1,6 +1,8 @@
-"""DecoderBinding: the service's reusable IO binding of an in-place decoder (service/sessions.py)."""
+"""service/sessions.py: CPU sessions, and DecoderBinding (the reusable IO binding of an in-place decoder)."""
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import onnxruntime as ort
@@ -8,6 +10,7 @@ import pytest
 
 from export import names
 from export.verify import cpu_session
+from service.runner import Runner
 from service.sessions import DecoderBinding
 
 
@@ -104,3 +107,15 @@ def test_non_contiguous_inputs_are_bound_as_copies(decoder):
     changed, past2 = dict(feeds), {k: v for k, v in past.items()}
     expected = plain_logprobs(decoder, {**changed, names.INPUT_IDS: wide[:, 1:2].copy()}, past2)
     np.testing.assert_allclose(binding.run(feeds, past)[0], expected, atol=1e-5)
+
+
+def test_cpu_sessions_leave_residual_add_and_layer_norm_unfused(tiny_bundle, tmp_path):
+    runner = Runner(tiny_bundle, providers=["CPUExecutionProvider"], profile_prefix=str(tmp_path / "prof"))
+    runner.translate([[5, 6, 7, 2]])
+    ops = set()
+    for session in (runner.sessions.encoder, runner.sessions.decoder):
+        with open(session.end_profiling(), encoding="utf-8") as f:
+            events = json.load(f)
+        ops |= {e["args"]["op_name"] for e in events if e.get("cat") == "Node" and "op_name" in e["args"]}
+    assert "LayerNormalization" in ops and "GroupQueryAttention" in ops  # the profile saw the kernels
+    assert "SkipLayerNormalization" not in ops  # slower than Add + LayerNormalization on the CPU
