@@ -17,12 +17,12 @@ Self-attention cache: service/kvcache.py, in the layout of the bundle's decoder:
 `InplaceCache` (fixed-length buffers the decoder writes in place; each row has its own length).
 Beam search reorders a request's rows by copying parent rows in place.
 
-Cross-attention K/V, per layer: (n_rows, H, S, Dh), computed once by the encoder when the
-request joins, repeated over its beam rows, zero-padded to S = the longest source present, with
-`encoder_attention_mask` (n_rows, S). S grows when a longer source joins and shrinks (one copy)
-when it would drop by >= 1/4. Masked entries are always finite (zeros, a former row's values
-or the encoder's output at padding) and column 0 of every row's encoder mask is valid, so no
-NaN can leak through a mask.
+Cross-attention K/V, per layer: (n_rows, H, S, Dh) (service/kvcache.py `CrossCache`), computed
+once by the encoder when the request joins, repeated over its beam rows, zero-padded to S = the
+longest source present, with `encoder_attention_mask` (n_rows, S). S grows when a longer source
+joins and shrinks (one copy) when it would drop by >= 1/4. Masked entries are always finite
+(zeros, a former row's values or the encoder's output at padding) and column 0 of every row's
+encoder mask is valid, so no NaN can leak through a mask.
 
 Tensors go through the backend's `to_host`/`to_device` when restructured: identity for the CPU
 backend, a device round trip for the CUDA IO-binding backend (service/cuda.py).
@@ -38,7 +38,7 @@ import numpy as np
 from tokenizers.decoders import DecodeStream
 
 from export.names import ATTENTION_MASK, ENCODER_ATTENTION_MASK, INPUT_IDS, past_name, self_cache_io
-from service.kvcache import ConcatCache, InplaceCache
+from service.kvcache import ConcatCache, CrossCache, InplaceCache
 from service.search import (
     BatchFull,
     BeamSearch,
@@ -89,6 +89,7 @@ class DecodeBatch:
             self._be, len(self._self_names), self._heads, self._d_head, self._dtype, runner.bundle.max_len
         )
         self._cross_names = [past_name(i, "encoder", kv) for i in range(n) for kv in ("key", "value")]
+        self._cross = CrossCache(self._be, len(self._cross_names), self._heads, self._d_head, self._dtype)
         self._active: dict[Request, _Active] = {}
         self._reset()
 
@@ -115,7 +116,7 @@ class DecodeBatch:
     @property
     def shape(self) -> tuple[int, int, int]:
         """(rows incl. holes, self-attention cache length L, padded source length S)."""
-        return len(self._live), self._cache.length, self._src
+        return len(self._live), self._cache.length, self._cross.src
 
     def rows_of(self, request: Request) -> list[int]:
         """Row indices held by a request (empty if not active)."""
@@ -141,17 +142,12 @@ class DecodeBatch:
             raise BatchFull(f"{need} rows needed, {self.free_rows} free of {self.max_rows}")
         enc = self._encode([r.source for r in reqs])  # may raise: nothing changed yet
         rows = self._allocate([o.beam_size for o in opts])
-        self._fit_src(max(self._src, max(len(r.source) for r in reqs)))
+        self._fit_src(max(self._cross.src, max(len(r.source) for r in reqs)))
         owner = np.repeat(np.arange(len(reqs)), [len(rr) for rr in rows])  # request of each new row
         new = np.concatenate(rows)
         lengths = np.array([len(r.source) for r in reqs], np.int64)[owner]
-        width = enc[0].shape[2]  # <= self._src
-        cross = [self._be.to_host(c) for c in self._cross]
-        for c, e in zip(cross, enc, strict=True):
-            c[new, :, width:] = 0.0
-            c[new, :, :width] = e[owner]  # a request's K/V repeated over its beam rows
-        self._enc_mask[new] = np.arange(self._src)[None, :] < lengths[:, None]
-        self._cross = [self._be.to_device(c) for c in cross]
+        self._cross.write(new, enc, owner)  # a request's K/V repeated over its beam rows
+        self._enc_mask[new] = np.arange(self._cross.src)[None, :] < lengths[:, None]
         self._cache.start(new)
         self._next[new], self._score[new] = self.runner.special.bos, 0.0
         self._live[new], self._row_src[new] = True, lengths
@@ -193,7 +189,7 @@ class DecodeBatch:
         feeds = {INPUT_IDS: self._ids, **self._cache.feeds()}
         feeds[ENCODER_ATTENTION_MASK] = self._enc_mask
         past = dict(zip(self._self_names, self._cache.past(), strict=True))
-        past.update(zip(self._cross_names, self._cross, strict=True))
+        past.update(zip(self._cross_names, self._cross.tensors(), strict=True))
         self.runner.run_hook("decoder")
         logp, attn, present = self._be.decode(feeds, past, self._cache.inplace)
         logp, attn = logp[:, -1].astype(np.float32, copy=False), attn[:, -1]  # (n_rows, V), (n_rows, S)
@@ -275,12 +271,10 @@ class DecodeBatch:
 
     def _reset(self) -> None:
         """Empty cache: no rows, L = 0, S = 0."""
-        h, dh = self._heads, self._d_head
         self._live = np.zeros(0, bool)  # row held by an active request (else a hole)
         self._row_src = np.zeros(0, np.int64)  # source length of the row's request
-        self._src = 0
         self._cache.reset()
-        self._cross = [self._be.to_device(np.zeros((0, h, 0, dh), self._dtype)) for _ in self._cross_names]
+        self._cross.reset()
         self._next = np.zeros(0, np.int64)
         self._score = np.zeros(0, np.float32)  # greedy rows: sum of the chosen tokens' log-probs
         self._groups: tuple[list[_Active], np.ndarray, list[_Active]] | None = None
@@ -300,27 +294,22 @@ class DecodeBatch:
         return [np.array([next(pool) for _ in range(k)], np.int64) for k in sizes]
 
     def _grow(self, k: int) -> None:
-        """Append k empty rows to every row-indexed tensor (one copy)."""
-        h, dh, dt = self._heads, self._d_head, self._dtype
-        zc = np.zeros((k, h, self._src, dh), dt)
+        """Append k empty rows to every row-indexed tensor (the caches copy only when full)."""
         self._cache.grow(k)
-        self._cross = [self._be.to_device(np.concatenate([self._be.to_host(x), zc])) for x in self._cross]
+        self._cross.grow(k)
         self._next = np.concatenate([self._next, np.full(k, self.runner.special.pad, np.int64)])
         self._score = np.concatenate([self._score, np.zeros(k, np.float32)])
-        self._enc_mask = np.concatenate([self._enc_mask, np.zeros((k, self._src), np.int64)])
+        self._enc_mask = np.concatenate([self._enc_mask, np.zeros((k, self._cross.src), np.int64)])
         self._live = np.concatenate([self._live, np.zeros(k, bool)])
         self._row_src = np.concatenate([self._row_src, np.zeros(k, np.int64)])
 
     def _fit_src(self, s: int) -> None:
         """Zero-pad (s > S) or cut (s < S) the source axis of the cross K/V and its mask."""
-        if s == self._src:
+        if s == self._cross.src:
             return
-        cut = min(s, self._src)
-        width = ((0, 0), (0, 0), (0, s - cut), (0, 0))
-        host = [self._be.to_host(x)[:, :, :cut] for x in self._cross]
-        self._cross = [self._be.to_device(np.pad(x, width)) for x in host]
+        cut = min(s, self._cross.src)
+        self._cross.fit_src(s)
         self._enc_mask = np.pad(self._enc_mask[:, :cut], ((0, 0), (0, s - cut)))
-        self._src = s
 
     def _free(self, act: _Active) -> None:
         """Turn a request's rows into holes (their old columns are masked for any next owner)."""
@@ -341,7 +330,7 @@ class DecodeBatch:
             self._keep_rows(slice(0, n))
         self._cache.tidy(self._live)
         longest = int(self._row_src[self._live].max())
-        if 4 * (self._src - longest) >= self._src:
+        if 4 * (self._cross.src - longest) >= self._cross.src:
             self._fit_src(longest)
 
     def _keep_rows(self, keep: np.ndarray | slice) -> None:
@@ -349,7 +338,7 @@ class DecodeBatch:
         before = len(self._live)
         old = np.arange(before)[keep]
         self._cache.keep(keep, self._live)
-        self._cross = [self._be.to_device(self._be.to_host(x)[keep]) for x in self._cross]
+        self._cross.keep(keep)
         self._next, self._enc_mask, self._score = self._next[keep], self._enc_mask[keep], self._score[keep]
         self._live, self._row_src = self._live[keep], self._row_src[keep]
         new_index = np.full(before, -1, np.int64)

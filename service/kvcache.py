@@ -17,6 +17,10 @@ and present, so no cache byte is copied per step). Row r holds its own `length[r
 columns [0, length[r]); the decoder reads `seqlens_k` = length (so the new token lands at column
 length[r]) and nothing beyond. A new occupant just starts at length 0: no mask, no copy.
 Rows are views of the first n_rows of the buffer, which doubles its capacity when it must grow.
+
+`CrossCache`: the cross-attention K/V that the encoder computed for each row's request, kept
+the same way (views of buffers with spare rows on the host), so that requests joining and
+leaving at the end of the batch copy nothing.
 """
 
 from __future__ import annotations
@@ -216,6 +220,86 @@ class InplaceCache:
 
     def tidy(self, live: np.ndarray) -> None:
         """Nothing to drop: a row's columns are its own."""
+
+
+class CrossCache:
+    """Cross-attention K/V of every decoder layer, each (n_rows, H, S, Dh); S = the longest source.
+
+    Written once per request by `write` (the encoder's output, repeated over its beam rows). On
+    a host-memory backend the tensors are views of the first n_rows of buffers with spare rows
+    (capacity doubles when full), so rows joining or leaving at the end copy nothing; only a
+    change of S copies. On a device backend they hold exactly n_rows, restructured through host
+    memory.
+    """
+
+    def __init__(self, backend: Any, n_tensors: int, heads: int, d_head: int, dtype: type) -> None:
+        self._be, self._n, self._shape, self._dtype = backend, n_tensors, (heads, d_head), dtype
+        self._host = bool(getattr(backend, "host_memory", False))
+        self.reset()
+
+    def reset(self) -> None:
+        """No rows, S = 0."""
+        self.rows, self.src = 0, 0
+        self._buf = self._alloc(0, 0)
+        self._views: list[Any] | None = None
+
+    def _alloc(self, rows: int, src: int) -> list[Any]:
+        """Zeroed buffers of `rows` rows."""
+        h, dh = self._shape
+        return [self._be.to_device(np.zeros((rows, h, src, dh), self._dtype)) for _ in range(self._n)]
+
+    def _capacity(self) -> int:
+        """Rows the buffers hold."""
+        return int(self._buf[0].shape[0]) if self._host else self.rows
+
+    def tensors(self) -> list[Any]:
+        """The n_rows tensors to bind (the same view objects until rows or S change)."""
+        if not self._host:
+            return self._buf
+        if self._views is None:
+            self._views = [b[: self.rows] for b in self._buf]
+        return self._views
+
+    def _rebuild(self, rows: int, src: int) -> None:
+        """New buffers of `rows` rows and S = src, holding the current rows' first min(S, src) columns."""
+        (h, dh), keep, cut = self._shape, self.rows, min(self.src, src)
+        new = [np.zeros((rows, h, src, dh), self._dtype) for _ in range(self._n)]
+        for n, old in zip(new, self._buf, strict=True):
+            n[:keep, :, :cut] = self._be.to_host(old)[:keep, :, :cut]
+        self._buf = [self._be.to_device(b) for b in new]
+        self.src, self._views = src, None
+
+    def grow(self, k: int) -> None:
+        """Append k rows (zeros); host buffers double their capacity when full."""
+        need = self.rows + k
+        if need > self._capacity():
+            self._rebuild(max(need, 2 * self._capacity()) if self._host else need, self.src)
+        self.rows, self._views = need, None
+
+    def fit_src(self, s: int) -> None:
+        """Zero-pad (s > S) or cut (s < S) the source axis (one copy)."""
+        if s != self.src:
+            self._rebuild(self._capacity(), s)
+
+    def write(self, rows: np.ndarray, encoded: list[np.ndarray], owner: np.ndarray) -> None:
+        """rows[i] gets encoded[:][owner[i]] (each (B_new, H, S_new, Dh), S_new <= S), zero-padded."""
+        width = encoded[0].shape[2]
+        host = self._buf if self._host else [self._be.to_host(b) for b in self._buf]
+        for c, e in zip(host, encoded, strict=True):
+            c[rows, :, width:] = 0.0
+            c[rows, :, :width] = e[owner]
+        if not self._host:
+            self._buf = [self._be.to_device(b) for b in host]
+
+    def keep(self, keep: np.ndarray | slice) -> None:
+        """Keep only the given rows (a prefix is a view on the host; an index array gathers)."""
+        index = np.arange(self.rows)[keep]
+        if not self._host:
+            self._buf = [self._be.to_device(self._be.to_host(b)[keep]) for b in self._buf]
+        elif not isinstance(keep, slice):
+            for b in self._buf:
+                b[: len(index)] = b[index]
+        self.rows, self._views = len(index), None
 
 
 def _length_feeds(rows: int) -> dict[str, np.ndarray]:
