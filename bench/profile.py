@@ -4,8 +4,9 @@
 
 For each batch size b, a Runner with ORT profiling on decodes b held-out sentences at a time
 (greedy, static batches) after a warm-up; the profile's kernel events are summed by operator
-type, per decoder run. Prints a table per b (kernels per step, microseconds per step, share of
-kernel time) and, with --json, writes the figures. docs/performance.md keeps what it showed.
+type, per decoder run (and per encoder run). Prints a table per b and graph (kernels per run,
+microseconds per run, share of kernel time) and, with --json, writes the figures.
+docs/performance.md keeps what it showed.
 """
 
 from __future__ import annotations
@@ -109,8 +110,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\n## Decoder, batch {b}: {dec.runs} runs, {dec.kernels_per_run:.0f} kernels and "
                   f"{dec.us_per_run:.0f} us of kernel time per step; encoder {enc.us_per_run:.0f} us per run")
             print(table(dec), flush=True)
-            figures[f"b{b}"] = {"decoder": dec.by_op, "decoder_runs": dec.runs,
-                                "encoder_us_per_run": enc.us_per_run}
+            print(f"\n### Encoder, batch {b}: {enc.runs} runs, {enc.kernels_per_run:.0f} kernels per run")
+            print(table(enc, top=6), flush=True)
+            figures[f"b{b}"] = {"decoder": dec.by_op, "decoder_runs": dec.runs, "encoder": enc.by_op,
+                                "encoder_runs": enc.runs, "encoder_us_per_run": enc.us_per_run}
     if a.json:
         a.json.write_text(json.dumps(figures, indent=1))
     return 0
