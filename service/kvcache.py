@@ -97,7 +97,77 @@ class ConcatCache:
             self.length -= first
 
 
-class InplaceCache:
+class _RowBuffers:
+    """Per-tensor buffers (rows, H, cols, Dh) on a backend, handed out as their first `rows` rows.
+
+    On a host-memory backend they have spare rows (capacity doubles when full), are edited in
+    place, and `tensors()` returns the same view objects until rows or buffers change (a binding
+    that holds them need not bind them again). On a device backend they hold exactly `rows` rows
+    and every edit goes through host memory.
+    """
+
+    def __init__(self, backend: Any, n_tensors: int, heads: int, d_head: int, dtype: type) -> None:
+        self._be, self._n, self._shape, self._dtype = backend, n_tensors, (heads, d_head), dtype
+        self._host = bool(getattr(backend, "host_memory", False))
+        self.rows = 0
+        self._buf = self._alloc(0, 0)
+        self._views: list[Any] = []
+
+    def _alloc(self, rows: int, cols: int) -> list[Any]:
+        """Zeroed buffers, so that what a hole reads is finite."""
+        h, dh = self._shape
+        return [self._be.to_device(np.zeros((rows, h, cols, dh), self._dtype)) for _ in range(self._n)]
+
+    def _capacity(self) -> int:
+        """Rows the buffers hold."""
+        return int(self._buf[0].shape[0]) if self._host else self.rows
+
+    def _edit(self, fn: Any, *per_tensor: list[Any]) -> None:
+        """buffer = fn(buffer as a host array, *its items of per_tensor), for every buffer."""
+        items = zip(self._buf, *per_tensor, strict=True) if per_tensor else ((b,) for b in self._buf)
+        if self._host:
+            self._buf = [fn(*it) for it in items]
+        else:
+            self._buf = [self._be.to_device(fn(self._be.to_host(b), *rest)) for b, *rest in items]
+        self._views = []
+
+    def _grown(self, need: int) -> int:
+        """Rows to allocate for `need` rows: double the capacity on the host, exactly need on a device."""
+        return max(need, 2 * self._capacity()) if self._host else need
+
+    def _resize(self, rows: int, cols: int, kept_cols: int) -> None:
+        """New buffers of `rows` rows and `cols` columns; the current rows keep their first
+        kept_cols columns."""
+        h, dh = self._shape
+
+        def resized(old: np.ndarray) -> np.ndarray:
+            new = np.zeros((rows, h, cols, dh), self._dtype)
+            new[: self.rows, :, :kept_cols] = old[: self.rows, :, :kept_cols]
+            return new
+
+        self._edit(resized)
+
+    def _keep(self, keep: np.ndarray | slice, cols: int | None) -> np.ndarray:
+        """Keep only the given rows (over their first cols columns; all if None); returns their
+        old indices. A prefix is already in place on the host; an index array is gathered."""
+        index = np.arange(self.rows)[keep]
+        if not self._host:
+            self._edit(lambda b: b[index])
+        elif not isinstance(keep, slice):
+            self._edit(lambda b: _copy_rows(b, np.arange(len(index)), index, cols))
+        self.rows = len(index)
+        return index
+
+    def tensors(self) -> list[Any]:
+        """The n_rows tensors to bind (on the host, the same view objects until something changes)."""
+        if not self._host:
+            return self._buf
+        if not self._views or len(self._views[0]) != self.rows:
+            self._views = [b[: self.rows] for b in self._buf]
+        return self._views
+
+
+class InplaceCache(_RowBuffers):
     """Fixed-length cache updated in place by the decoder; each row has its own length.
 
     On a host-memory backend the buffers have spare capacity and a step binds views of their
@@ -110,20 +180,16 @@ class InplaceCache:
 
     def __init__(self, backend: Any, n_tensors: int, heads: int, d_head: int, dtype: type, max_len: int
                  ) -> None:
-        self._be, self._n, self._shape, self._dtype = backend, n_tensors, (heads, d_head), dtype
+        super().__init__(backend, n_tensors, heads, d_head, dtype)
         self._max_len = max_len
-        self._host = bool(getattr(backend, "host_memory", False))
+        self._buf = self._alloc(0, max_len)
         self._len = np.zeros(0, np.int64)  # per row (capacity long on the host)
-        self._buf: list[Any] = self._alloc(0)
         self._feeds = _length_feeds(0)
-        self._views: list[Any] = []
-        self._views_key: tuple[int, ...] = ()
-        self.reset()
 
     def reset(self) -> None:
         """No rows (host buffers are kept for the next requests)."""
         if not self._host:
-            self._buf, self._len = self._alloc(0), np.zeros(0, np.int64)
+            self._buf, self._len = self._alloc(0, self._max_len), np.zeros(0, np.int64)
         self.rows = 0
         self._len[:] = 0
 
@@ -132,33 +198,13 @@ class InplaceCache:
         """Longest row's cache length (columns in use)."""
         return int(self._len[: self.rows].max(initial=0))
 
-    def _alloc(self, rows: int) -> list[Any]:
-        """Zeroed buffers, so that what a hole reads is finite."""
-        h, dh = self._shape
-        shape = (rows, h, self._max_len, dh)
-        return [self._be.to_device(np.zeros(shape, self._dtype)) for _ in range(self._n)]
-
-    def _edit(self, fn: Any) -> None:
-        """Apply fn(host array) -> host array to every buffer, through host memory on a device."""
-        if self._host:
-            self._buf = [fn(b) for b in self._buf]
-        else:
-            self._buf = [self._be.to_device(fn(self._be.to_host(b))) for b in self._buf]
-
     def grow(self, k: int) -> None:
         """Append k empty rows; host buffers double their capacity (one copy) when full."""
-        need, capacity, cols = self.rows + k, len(self._len), self.length
-        if need > capacity:
-            new_cap = max(need, 2 * capacity) if self._host else need
-            h, dh = self._shape
-
-            def grown(old: np.ndarray) -> np.ndarray:
-                new = np.zeros((new_cap, h, self._max_len, dh), self._dtype)
-                new[: self.rows, :, :cols] = old[: self.rows, :, :cols]
-                return new
-
-            self._edit(grown)
-            self._len = np.concatenate([self._len, np.zeros(new_cap - capacity, np.int64)])
+        need = self.rows + k
+        if need > self._capacity():
+            rows = self._grown(need)
+            self._resize(rows, self._max_len, self.length)
+            self._len = np.concatenate([self._len[: self.rows], np.zeros(rows - self.rows, np.int64)])
         self._len[self.rows : need] = 0
         self.rows = need
 
@@ -170,15 +216,12 @@ class InplaceCache:
 
     def keep(self, keep: np.ndarray | slice, live: np.ndarray) -> None:
         """Keep only the given rows: a prefix is a view on the host; an index array is gathered."""
-        index = np.arange(self.rows)[keep]
-        k, cols, lens = len(index), int(self._len[index].max(initial=0)), self._len[index]
-        if not self._host:  # exactly n_rows rows on the device
-            self._edit(lambda b: b[index])
+        lens = self._len[np.arange(self.rows)[keep]]
+        index = self._keep(keep, int(lens.max(initial=0)))
+        if self._host:
+            self._len[: len(index)] = lens
+        else:
             self._len = lens
-        elif not isinstance(keep, slice):  # a prefix is already in place
-            self._edit(lambda b: _copy_rows(b, np.arange(k), index, cols))
-            self._len[:k] = lens
-        self.rows = k
 
     def feeds(self) -> dict[str, np.ndarray]:
         """position_ids (n_rows, 1), seqlens_k (n_rows,), total_sequence_length () of the next step.
@@ -196,14 +239,8 @@ class InplaceCache:
         return f
 
     def past(self) -> list[Any]:
-        """Cache tensors of the n_rows rows, bound as past and present (updated in place); the
-        same view objects while the rows and buffers stay the same."""
-        if not self._host:
-            return self._buf
-        key = (self.rows, *map(id, self._buf))
-        if key != self._views_key:
-            self._views, self._views_key = [b[: self.rows] for b in self._buf], key
-        return self._views
+        """Cache tensors of the n_rows rows, bound as past and present (updated in place)."""
+        return self.tensors()
 
     def advance(self, presents: list[Any], live: np.ndarray) -> None:
         """Live rows grew by one token (holes stay empty); the buffers already hold it."""
@@ -222,84 +259,49 @@ class InplaceCache:
         """Nothing to drop: a row's columns are its own."""
 
 
-class CrossCache:
+class CrossCache(_RowBuffers):
     """Cross-attention K/V of every decoder layer, each (n_rows, H, S, Dh); S = the longest source.
 
-    Written once per request by `write` (the encoder's output, repeated over its beam rows). On
-    a host-memory backend the tensors are views of the first n_rows of buffers with spare rows
-    (capacity doubles when full), so rows joining or leaving at the end copy nothing; only a
-    change of S copies. On a device backend they hold exactly n_rows, restructured through host
-    memory.
+    Written once per request by `write` (the encoder's output, repeated over its beam rows).
+    Rows joining or leaving at the end copy nothing on the host (spare rows, as InplaceCache);
+    a change of S copies.
     """
 
     def __init__(self, backend: Any, n_tensors: int, heads: int, d_head: int, dtype: type) -> None:
-        self._be, self._n, self._shape, self._dtype = backend, n_tensors, (heads, d_head), dtype
-        self._host = bool(getattr(backend, "host_memory", False))
-        self.reset()
+        super().__init__(backend, n_tensors, heads, d_head, dtype)
+        self.src = 0
 
     def reset(self) -> None:
         """No rows, S = 0."""
         self.rows, self.src = 0, 0
-        self._buf = self._alloc(0, 0)
-        self._views: list[Any] | None = None
-
-    def _alloc(self, rows: int, src: int) -> list[Any]:
-        """Zeroed buffers of `rows` rows."""
-        h, dh = self._shape
-        return [self._be.to_device(np.zeros((rows, h, src, dh), self._dtype)) for _ in range(self._n)]
-
-    def _capacity(self) -> int:
-        """Rows the buffers hold."""
-        return int(self._buf[0].shape[0]) if self._host else self.rows
-
-    def tensors(self) -> list[Any]:
-        """The n_rows tensors to bind (the same view objects until rows or S change)."""
-        if not self._host:
-            return self._buf
-        if self._views is None:
-            self._views = [b[: self.rows] for b in self._buf]
-        return self._views
-
-    def _rebuild(self, rows: int, src: int) -> None:
-        """New buffers of `rows` rows and S = src, holding the current rows' first min(S, src) columns."""
-        (h, dh), keep, cut = self._shape, self.rows, min(self.src, src)
-        new = [np.zeros((rows, h, src, dh), self._dtype) for _ in range(self._n)]
-        for n, old in zip(new, self._buf, strict=True):
-            n[:keep, :, :cut] = self._be.to_host(old)[:keep, :, :cut]
-        self._buf = [self._be.to_device(b) for b in new]
-        self.src, self._views = src, None
+        self._buf, self._views = self._alloc(0, 0), []
 
     def grow(self, k: int) -> None:
         """Append k rows (zeros); host buffers double their capacity when full."""
-        need = self.rows + k
-        if need > self._capacity():
-            self._rebuild(max(need, 2 * self._capacity()) if self._host else need, self.src)
-        self.rows, self._views = need, None
+        if self.rows + k > self._capacity():
+            self._resize(self._grown(self.rows + k), self.src, self.src)
+        self.rows += k
 
     def fit_src(self, s: int) -> None:
         """Zero-pad (s > S) or cut (s < S) the source axis (one copy)."""
         if s != self.src:
-            self._rebuild(self._capacity(), s)
+            self._resize(self._capacity(), s, min(s, self.src))
+            self.src = s
 
     def write(self, rows: np.ndarray, encoded: list[np.ndarray], owner: np.ndarray) -> None:
         """rows[i] gets encoded[:][owner[i]] (each (B_new, H, S_new, Dh), S_new <= S), zero-padded."""
         width = encoded[0].shape[2]
-        host = self._buf if self._host else [self._be.to_host(b) for b in self._buf]
-        for c, e in zip(host, encoded, strict=True):
+
+        def written(c: np.ndarray, e: np.ndarray) -> np.ndarray:
             c[rows, :, width:] = 0.0
             c[rows, :, :width] = e[owner]
-        if not self._host:
-            self._buf = [self._be.to_device(b) for b in host]
+            return c
+
+        self._edit(written, encoded)
 
     def keep(self, keep: np.ndarray | slice) -> None:
         """Keep only the given rows (a prefix is a view on the host; an index array gathers)."""
-        index = np.arange(self.rows)[keep]
-        if not self._host:
-            self._buf = [self._be.to_device(self._be.to_host(b)[keep]) for b in self._buf]
-        elif not isinstance(keep, slice):
-            for b in self._buf:
-                b[: len(index)] = b[index]
-        self.rows, self._views = len(index), None
+        self._keep(keep, None)
 
 
 def _length_feeds(rows: int) -> dict[str, np.ndarray]:

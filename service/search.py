@@ -175,7 +175,7 @@ class GreedySearch:
         self.tokens.append(token)
         if self.attn is not None and attn is not None:
             self.attn.append(attn[: self.src_len].copy())
-        return token == self.eos or len(self.tokens) >= self.options.max_new_tokens
+        return self.done
 
     def results(self) -> list[RawHypothesis]:
         """The single hypothesis."""

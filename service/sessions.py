@@ -153,11 +153,11 @@ class DecoderBinding:
     def __init__(self, session: ort.InferenceSession, in_place: dict[str, str]) -> None:
         self.session, self.in_place = session, in_place
         self.io = session.io_binding()
-        types = {o.name: o.type for o in session.get_outputs()}
-        self._out_dtypes = (ORT_DTYPES[types[LOGPROBS]], ORT_DTYPES[types[CROSS_ATTENTIONS]])
+        outputs = {o.name: o for o in session.get_outputs()}
+        self._out_dtypes = (ORT_DTYPES[outputs[LOGPROBS].type], ORT_DTYPES[outputs[CROSS_ATTENTIONS].type])
+        self._vocab = int(outputs[LOGPROBS].shape[-1])
         self._bound: dict[str, np.ndarray | None] = {}
         self._out: tuple[np.ndarray, np.ndarray] | None = None
-        self._vocab = int(session.get_outputs()[0].shape[-1])
 
     def bind(self, name: str, arr: np.ndarray) -> None:
         """Bind arr under name unless it is already the bound object."""
