@@ -32,7 +32,7 @@ from torch import Tensor, nn
 
 from export import names
 from export.attention import AttentionLowering, PlainAttention
-from export.fused import CACHE_LENGTHS, KEY_PADDING
+from export.fused import CACHE_LENGTHS, CROSS_LENGTHS, KEY_PADDING
 from model.transformer import Transformer
 
 IR_VERSION = 10  # the IR of opset <= 21; onnxruntime 1.31 loads up to 13
@@ -150,17 +150,25 @@ class InplaceDecoderGraph(DecoderGraph):
         position_ids: Tensor,
         seqlens_k: Tensor,
         total_sequence_length: Tensor,
-        encoder_attention_mask: Tensor,
+        encoder_seqlens_k: Tensor,
+        encoder_total_sequence_length: Tensor,
         *cache: Tensor,
     ) -> tuple[Tensor, ...]:
-        """As DecoderGraph, with per-row cache lengths (B,) int32 instead of the self-attention mask.
+        """As DecoderGraph, with per-row lengths (B,) int32 instead of the self-attention mask and
+        the source mask (row b's source: its first encoder_seqlens_k[b] + 1 positions).
 
-        The lengths reach each self-attention module through `CACHE_LENGTHS` for this call only
-        (the in-place lowering's fused_forward reads them); cache entries are (B, H, M, Dh).
+        The lengths reach each self- and cross-attention module through `CACHE_LENGTHS` /
+        `CROSS_LENGTHS` for this call only (the in-place lowering's fused_forward reads them);
+        cache entries are (B, H, M, Dh).
         """
-        modules = [layer.self_attn for layer in self.model.decoder.layers]
-        with attached(modules, CACHE_LENGTHS, (seqlens_k, total_sequence_length)):
-            return self.step(input_ids, position_ids, None, encoder_attention_mask, cache)
+        layers = self.model.decoder.layers
+        src = cache[2 * self.n_layers].size(2)
+        source_mask = (torch.arange(src)[None, :] <= encoder_seqlens_k.long()[:, None]).long()  # (B, S)
+        cross = (encoder_seqlens_k, encoder_total_sequence_length)
+        lengths = (seqlens_k, total_sequence_length)
+        with (attached([layer.self_attn for layer in layers], CACHE_LENGTHS, lengths),
+              attached([layer.cross_attn for layer in layers], CROSS_LENGTHS, cross)):
+            return self.step(input_ids, position_ids, None, source_mask, cache)
 
 
 @dataclass(frozen=True)
@@ -208,15 +216,16 @@ def example_inputs(
     positions = torch.arange(s.past_len, s.past_len + s.new_len).expand(s.batch, s.new_len).contiguous()
     if kv_cache == "inplace":
         lengths = torch.arange(s.batch, dtype=torch.int32) % (s.past_len - s.new_len) + s.new_len - 1
-        masks: tuple[Tensor, ...] = (lengths, lengths.max() + 1)
+        src_lengths = torch.arange(s.batch, dtype=torch.int32) % s.src_len  # per row: length - 1
+        src_total = torch.tensor(s.src_len, dtype=torch.int32)
+        masks: tuple[Tensor, ...] = (lengths, lengths.max() + 1, src_lengths, src_total)
         positions = lengths.long()[:, None] - s.new_len + 1 + torch.arange(s.new_len)
     else:
-        masks = (torch.ones(s.batch, s.past_len + s.new_len, dtype=torch.long),)
+        masks = (torch.ones(s.batch, s.past_len + s.new_len, dtype=torch.long), ones)
     decoder = (
         torch.randint(4, cfg.vocab_size, (s.batch, s.new_len), generator=g),
         positions,
         *masks,
-        ones,
         *past,
         *cross,
     )

@@ -49,11 +49,12 @@ from export.fused_ops import (
 )
 from model.transformer import KV, MultiHeadAttention, Transformer
 
-__all__ = ["CACHE_LENGTHS", "DOMAIN", "KEY_PADDING", "MS_DOMAIN", "FusedAttention", "attend_heads",
-           "fused_forward", "split_heads"]
+__all__ = ["CACHE_LENGTHS", "CROSS_LENGTHS", "DOMAIN", "KEY_PADDING", "MS_DOMAIN", "FusedAttention",
+           "attend_heads", "fused_forward", "split_heads"]
 
 MS_DOMAIN = "com.microsoft"
 CACHE_LENGTHS = "_cache_lengths"  # (seqlens_k, total_sequence_length) of an in-place cache, while traced
+CROSS_LENGTHS = "_cross_lengths"  # (encoder_seqlens_k, encoder_total_sequence_length), while traced
 KEY_PADDING = "_key_padding"  # int32 (B, S) source mask (1 = real token), while traced
 PACKED = "_packed_qkv"  # ((W^Q; W^K; W^V)^T, (b^Q; b^K; b^V), (b^Q; 0; 0)) while traced
 WITH_WEIGHTS = "_with_weights"  # set on the one module whose attention weights are a graph output
@@ -94,6 +95,11 @@ def fused_forward(
     """
     h = self.n_heads
     w, bias, q_bias = getattr(self, PACKED, None) or pack(self)
+    if kv is not None and getattr(self, CROSS_LENGTHS, None) is not None:  # per-row source lengths
+        q = self.w_q(query)  # (B, Tq, D) with its bias: GroupQueryAttention takes none
+        lengths = getattr(self, CROSS_LENGTHS)
+        out, weights = torch.ops.translator.cached_cross_attention(q, kv[0], kv[1], *lengths, h)
+        return self.w_o(out), kv, weights if getattr(self, WITH_WEIGHTS, False) else None
     if kv is not None:  # precomputed cross-attention K/V (B, H, S, Dh)
         q = F.linear(query, self.w_q.weight)  # (B, Tq, D), bias added by the kernel
         m = kernel_mask(self, mask, q.size(0), q.size(1), kv[0].size(2))

@@ -20,12 +20,16 @@ decoder.onnx, kv_cache "concat" (one step, or several new tokens)
     present.{i}.decoder.key/value  float [batch, heads, past_len + new_len, head_dim]
     cross_attentions     float  [batch, new_len, src_len]  last layer, mean over heads
 
-decoder.onnx, kv_cache "inplace" (export/inplace.py): the same but for the self-attention cache
+decoder.onnx, kv_cache "inplace" (export/inplace.py): the same but for the masks
     seqlens_k            int32  [batch]                   per row: cache length after the step - 1
     total_sequence_length int32 []                        max over rows of seqlens_k + 1
+    encoder_seqlens_k    int32  [batch]                   per row: source length - 1 (>= 0)
+    encoder_total_sequence_length int32 []                src_len of the encoder K/V inputs
     past_key_values.{i}.decoder.key/value  float [batch, heads, max_cache, head_dim]
  -> present.{i}.decoder.key/value  float [batch, heads, max_cache, head_dim]  (bind to the past
-    buffer: updated in place); no attention_mask input.
+    buffer: updated in place); no attention_mask and no encoder_attention_mask input: row b
+    attends to its first encoder_seqlens_k[b] + 1 source positions, whatever the rest holds, and
+    its cross_attentions beyond them are unspecified (not computed).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ INPUT_IDS, ATTENTION_MASK, POSITION_IDS = "input_ids", "attention_mask", "positi
 SEQLENS_K, TOTAL_SEQUENCE_LENGTH = "seqlens_k", "total_sequence_length"  # in-place cache only
 KV_CACHES = ("concat", "inplace")
 ENCODER_ATTENTION_MASK = "encoder_attention_mask"
+ENCODER_SEQLENS_K, ENCODER_TOTAL_LENGTH = "encoder_seqlens_k", "encoder_total_sequence_length"  # in-place
 LOGPROBS, CROSS_ATTENTIONS = "logprobs", "cross_attentions"
 
 
@@ -72,8 +77,11 @@ def decoder_inputs(n_layers: int, kv_cache: str = "concat") -> list[str]:
     """Decoder graph inputs, in order; an in-place cache takes per-row lengths instead of a mask."""
     if kv_cache not in KV_CACHES:
         raise ValueError(f"unknown kv_cache {kv_cache!r}; known: {KV_CACHES}")
-    masks = [ATTENTION_MASK] if kv_cache == "concat" else [SEQLENS_K, TOTAL_SEQUENCE_LENGTH]
-    names = [INPUT_IDS, POSITION_IDS, *masks, ENCODER_ATTENTION_MASK]
+    if kv_cache == "concat":
+        masks = [ATTENTION_MASK, ENCODER_ATTENTION_MASK]
+    else:
+        masks = [SEQLENS_K, TOTAL_SEQUENCE_LENGTH, ENCODER_SEQLENS_K, ENCODER_TOTAL_LENGTH]
+    names = [INPUT_IDS, POSITION_IDS, *masks]
     for i in range(n_layers):
         names += [past_name(i, "decoder", "key"), past_name(i, "decoder", "value")]
     for i in range(n_layers):
@@ -110,6 +118,6 @@ def dynamic_axes(n_layers: int, kv_cache: str = "concat") -> dict[str, dict[str,
             dec[past_name(i, "encoder", kv)] = kv_enc
             dec[present_name(i, "decoder", kv)] = kv_dec if inplace else {0: "batch", 2: "total_len"}
     if inplace:
-        del dec[ATTENTION_MASK]
-        dec[SEQLENS_K] = {0: "batch"}
+        del dec[ATTENTION_MASK], dec[ENCODER_ATTENTION_MASK]
+        dec[SEQLENS_K] = dec[ENCODER_SEQLENS_K] = {0: "batch"}
     return {"encoder": enc, "decoder": dec}

@@ -157,18 +157,21 @@ def decoder_feeds(
 ) -> dict[str, np.ndarray]:
     """decoder.onnx inputs; past/cross are flat [k0, v0, k1, v1, ...] lists.
 
-    Concat interface: self_mask (B, P+T). In-place interface: seqlens_k (B,) = per row, cache length
-    after the step - 1 (self_mask None); total_sequence_length is derived as max(seqlens_k) + 1.
+    Concat interface: self_mask (B, P+T), the source mask as it is. In-place interface: seqlens_k
+    (B,) = per row, cache length after the step - 1 (self_mask None); total_sequence_length is
+    derived as max(seqlens_k) + 1, and the right-padded source mask becomes per-row source lengths.
     """
     n = len(cross) // 2
     feeds = {names.INPUT_IDS: tokens, names.POSITION_IDS: positions}
     if seqlens_k is None:
         feeds[names.ATTENTION_MASK] = self_mask
+        feeds[names.ENCODER_ATTENTION_MASK] = src_mask
     else:
         lens = np.asarray(seqlens_k, np.int32)
         feeds[names.SEQLENS_K] = lens
         feeds[names.TOTAL_SEQUENCE_LENGTH] = np.array(lens.max() + 1, np.int32)
-    feeds[names.ENCODER_ATTENTION_MASK] = src_mask
+        feeds[names.ENCODER_SEQLENS_K] = np.maximum(src_mask.sum(axis=1) - 1, 0).astype(np.int32)
+        feeds[names.ENCODER_TOTAL_LENGTH] = np.array(src_mask.shape[1], np.int32)
     for i in range(n):
         for j, kv in enumerate(("key", "value")):
             feeds[names.past_name(i, "decoder", kv)] = past[2 * i + j]
@@ -228,8 +231,17 @@ def compare_inplace(
     dec: ort.InferenceSession, model: Transformer, new_len: int, lens: list[int], src: np.ndarray,
     cross_t: list[tuple[torch.Tensor, torch.Tensor]], cross: list[np.ndarray], rng: np.random.Generator,
 ) -> dict[str, float]:
-    """One in-place decoder step, rows with past lengths `lens`, vs `model.decode` row by row."""
+    """One in-place decoder step, rows with past lengths `lens`, vs `model.decode` row by row.
+
+    The encoder K/V hold garbage beyond each row's source (the decoder goes by encoder_seqlens_k),
+    and cross_attentions is compared over each row's source only (beyond it, it is unspecified).
+    """
     cfg, n, b = model.cfg, model.cfg.n_decoder_layers, len(lens)
+    src_lens = (src != cfg.pad_id).sum(axis=1)
+    cross = [c.copy() for c in cross]
+    for c in cross:
+        for r, s in enumerate(src_lens):
+            c[r, :, s:] = garbage_cache(1, c[r, :, s:].shape, rng)[0]
     capacity = max(lens) + new_len + int(rng.integers(1, 8))  # more columns than any row needs
     past = garbage_cache(2 * n, (b, cfg.n_heads, capacity, cfg.d_head), rng)
     tokens = rng.integers(4, cfg.vocab_size, (b, new_len))
@@ -243,7 +255,8 @@ def compare_inplace(
     for r, (p, (logp_t, presents_t, weights_t)) in enumerate(zip(lens, refs, strict=True)):
         valid = [o[r : r + 1, :, : p + new_len] for o in out[1:-1]]  # the row's columns only
         got = {"logprobs": _diff(out[0][r : r + 1], logp_t), "present": _max_diff(valid, _flat(presents_t)),
-               "cross_attentions": _diff(out[-1][r : r + 1], weights_t.mean(dim=1))}
+               "cross_attentions": _diff(out[-1][r : r + 1, :, : src_lens[r]],
+                                         weights_t.mean(dim=1)[..., : src_lens[r]])}
         diffs = {k: max(v, got[k]) for k, v in diffs.items()}
     return diffs
 

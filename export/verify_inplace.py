@@ -25,8 +25,9 @@ GARBAGE_SCALE = 10.0  # stale cache columns: far from real keys/values, so readi
 
 
 def run_shape(case: Case, kv_cache: str) -> Case:
-    """The case actually run: GroupQueryAttention takes several new tokens after a cache only for batch 1."""
-    if kv_cache == "inplace" and case.new_len > 1 and case.past_len > 0:
+    """The case actually run: GroupQueryAttention takes several new tokens after a cache (and the
+    cross-attention's encoder K/V count as one) only for batch 1."""
+    if kv_cache == "inplace" and case.new_len > 1:
         return replace(case, batch=1)
     return case
 

@@ -19,10 +19,11 @@ Beam search reorders a request's rows by copying parent rows in place.
 
 Cross-attention K/V, per layer: (n_rows, H, S, Dh) (service/kvcache.py `CrossCache`), computed
 once by the encoder when the request joins, repeated over its beam rows, zero-padded to S = the
-longest source present, with `encoder_attention_mask` (n_rows, S). S grows when a longer source
-joins and shrinks (one copy) when it would drop by >= 1/4. Masked entries are always finite
-(zeros, a former row's values or the encoder's output at padding) and column 0 of every row's
-encoder mask is valid, so no NaN can leak through a mask.
+longest source present. A concat decoder takes `encoder_attention_mask` (n_rows, S); an in-place
+one takes each row's source length - 1 (`encoder_seqlens_k`, 0 for holes) and computes nothing
+beyond it. S grows when a longer source joins and shrinks (one copy) when it would drop by >= 1/4.
+Masked entries are always finite (zeros, a former row's values or the encoder's output at
+padding) and column 0 of every row's encoder mask is valid, so no NaN can leak through a mask.
 
 Tensors go through the backend's `to_host`/`to_device` when restructured: identity for the CPU
 backend, a device round trip for the CUDA IO-binding backend (service/cuda.py).
@@ -37,7 +38,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 from tokenizers.decoders import DecodeStream
 
-from export.names import ATTENTION_MASK, ENCODER_ATTENTION_MASK, INPUT_IDS, past_name, self_cache_io
+from export.names import (
+    ATTENTION_MASK,
+    ENCODER_ATTENTION_MASK,
+    ENCODER_SEQLENS_K,
+    ENCODER_TOTAL_LENGTH,
+    INPUT_IDS,
+    past_name,
+    self_cache_io,
+)
 from service.kvcache import ConcatCache, CrossCache, InplaceCache
 from service.search import (
     BatchFull,
@@ -84,7 +93,8 @@ class DecodeBatch:
         self._d_head = int(runner.config["d_model"]) // self._heads
         self._dtype = runner.sessions.cache_dtype
         self._self_names = list(self_cache_io(n))
-        layout = InplaceCache if runner.kv_cache == "inplace" else ConcatCache
+        self._source_lengths = runner.kv_cache == "inplace"  # else a source mask (export/names.py)
+        layout = InplaceCache if self._source_lengths else ConcatCache
         self._cache: ConcatCache | InplaceCache = layout(
             self._be, len(self._self_names), self._heads, self._d_head, self._dtype, runner.bundle.max_len
         )
@@ -157,7 +167,7 @@ class DecodeBatch:
             search = GreedySearch(o, n, eos) if o.beam_size == 1 else BeamSearch(o, n, eos, pad)
             stream = DecodeStream(skip_special_tokens=True) if o.stream else None
             self._active[r] = _Active(r, o, rr, search, stream)
-        self._groups = None
+        self._groups = self._src_feeds = None
 
     def cancel(self, request: Request) -> bool:
         """Drop a request and free its rows; False if it was not in the batch."""
@@ -186,8 +196,7 @@ class DecodeBatch:
             return []
         if self._ids_of is not self._next:  # the same (n_rows, 1) view while _next is the same array
             self._ids, self._ids_of = self._next[:, None], self._next
-        feeds = {INPUT_IDS: self._ids, **self._cache.feeds()}
-        feeds[ENCODER_ATTENTION_MASK] = self._enc_mask
+        feeds = {INPUT_IDS: self._ids, **self._cache.feeds(), **self._source_feeds()}
         past = dict(zip(self._self_names, self._cache.past(), strict=True))
         past.update(zip(self._cross_names, self._cross.tensors(), strict=True))
         self.runner.run_hook("decoder")
@@ -202,6 +211,16 @@ class DecodeBatch:
         if done:  # holes, droppable columns and a shorter source axis only appear when rows leave
             self._tidy()
         return events
+
+    def _source_feeds(self) -> dict[str, np.ndarray]:
+        """The source mask, or per-row source lengths - 1 and S; the same arrays until rows or S change."""
+        if not self._source_lengths:
+            return {ENCODER_ATTENTION_MASK: self._enc_mask}
+        if self._src_feeds is None:
+            lens = np.where(self._live, self._row_src - 1, 0).astype(np.int32)  # holes: column 0
+            total = np.array(self._cross.src, np.int32)
+            self._src_feeds = {ENCODER_SEQLENS_K: lens, ENCODER_TOTAL_LENGTH: total}
+        return self._src_feeds
 
     def _searches(self) -> tuple[list[_Active], np.ndarray, list[_Active]]:
         """Greedy requests, their rows, and beam requests; cached until requests or rows change."""
@@ -281,6 +300,7 @@ class DecodeBatch:
         self._ids_of: np.ndarray | None = None  # the _next that _ids views
         self._ids = self._next[:, None]
         self._enc_mask = np.zeros((0, 0), np.int64)
+        self._src_feeds: dict[str, np.ndarray] | None = None  # built by _source_feeds
 
     def _allocate(self, sizes: list[int]) -> list[np.ndarray]:
         """Rows for each request: holes first, then new rows at the end."""
@@ -302,6 +322,7 @@ class DecodeBatch:
         self._enc_mask = np.concatenate([self._enc_mask, np.zeros((k, self._cross.src), np.int64)])
         self._live = np.concatenate([self._live, np.zeros(k, bool)])
         self._row_src = np.concatenate([self._row_src, np.zeros(k, np.int64)])
+        self._src_feeds = None
 
     def _fit_src(self, s: int) -> None:
         """Zero-pad (s > S) or cut (s < S) the source axis of the cross K/V and its mask."""
@@ -310,10 +331,12 @@ class DecodeBatch:
         cut = min(s, self._cross.src)
         self._cross.fit_src(s)
         self._enc_mask = np.pad(self._enc_mask[:, :cut], ((0, 0), (0, s - cut)))
+        self._src_feeds = None
 
     def _free(self, act: _Active) -> None:
         """Turn a request's rows into holes (their old columns are masked for any next owner)."""
         self._live[act.rows] = False
+        self._src_feeds = None
         self._cache.free(act.rows)
         self._next[act.rows] = self.runner.special.pad
 
@@ -345,5 +368,5 @@ class DecodeBatch:
         new_index[old] = np.arange(len(old))
         for a in self._active.values():
             a.rows = new_index[a.rows]
-        self._groups = None
+        self._groups = self._src_feeds = None
 

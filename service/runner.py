@@ -16,8 +16,9 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
+from export.names import decoder_inputs
 from service.batch import DecodeBatch
-from service.bundle import Bundle, load_bundle
+from service.bundle import Bundle, BundleError, load_bundle
 from service.search import (
     BatchFull,
     DecodeOptions,
@@ -86,6 +87,7 @@ class Runner:
         self.kv_cache = self.sessions.kv_cache  # "concat" or "inplace" (service/kvcache.py)
         self.fault_hook: Callable[[str], None] | None = None  # tests: called before each ORT run
         n_layers = self.bundle.n_decoder_layers
+        check_decoder_inputs(self.sessions.decoder, n_layers, self.kv_cache, decoder)
         if io_binding or (io_binding is None and self.provider == CUDA):
             from service.cuda import IoBindingBackend  # only imported when used
 
@@ -199,3 +201,14 @@ class Runner:
         else:
             raise RuntimeError("decoding did not finish within its step budget")
         return [results[r.id] for r in requests]
+
+
+def check_decoder_inputs(decoder: Any, n_layers: int, kv_cache: str, path: Path) -> None:
+    """BundleError unless the decoder takes exactly the inputs of its interface in export/names.py
+    (e.g. an in-place decoder exported before it took per-row source lengths)."""
+    got, want = {i.name for i in decoder.get_inputs()}, set(decoder_inputs(n_layers, kv_cache))
+    if got != want:
+        raise BundleError(
+            f"{path} does not have the inputs of a {kv_cache!r} decoder of this runtime "
+            f"(missing: {sorted(want - got) or 'none'}; unexpected: {sorted(got - want) or 'none'}); "
+            "export the checkpoint again with this version")

@@ -1,7 +1,7 @@
 """ONNX Runtime sessions of a bundle: providers, one shared CPU thread pool, the host backend.
 
 Two sessions that each own an intra-op pool spin on the same cores and starve each other
-(../shared/perf-notes.md): by default both sessions use ORT's process-wide pool, created once
+(docs/performance.md): by default both sessions use ORT's process-wide pool, created once
 with `onnxruntime.set_global_thread_pool_sizes` (public API) before the first such session.
 """
 
@@ -18,7 +18,6 @@ import onnxruntime as ort
 
 from export.names import (
     CROSS_ATTENTIONS,
-    ENCODER_ATTENTION_MASK,
     INPUT_IDS,
     LOGPROBS,
     SEQLENS_K,
@@ -30,6 +29,7 @@ from export.names import (
 log = logging.getLogger(__name__)
 
 CPU, CUDA = "CPUExecutionProvider", "CUDAExecutionProvider"
+CROSS_KEY = past_name(0, "encoder", "key")  # its shape gives the decoder's source length S
 # ONNX Runtime's CPU SkipLayerNormalization is several times slower than Add + LayerNormalization
 # once there are more than a few rows (docs/performance.md): on the CPU, keep them unfused.
 CPU_DISABLED_OPTIMIZERS = ("SkipLayerNormFusion",)
@@ -190,7 +190,7 @@ class DecoderBinding:
         for name, arr in past.items():
             self.bind(name, arr)
         rows, steps = feeds[INPUT_IDS].shape
-        out = self.outputs(rows, steps, feeds[ENCODER_ATTENTION_MASK].shape[1])
+        out = self.outputs(rows, steps, past[CROSS_KEY].shape[2])  # (rows, H, S, Dh)
         self.session.run_with_iobinding(self.io)
         return out
 

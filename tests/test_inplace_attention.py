@@ -14,7 +14,7 @@ import export.verify
 from export import names
 from export.__main__ import main as cli_main
 from export.build import FP16_FILES
-from export.fused import CACHE_LENGTHS, DOMAIN, MS_DOMAIN, fused_forward
+from export.fused import CACHE_LENGTHS, CROSS_LENGTHS, DOMAIN, MS_DOMAIN, WITH_WEIGHTS, fused_forward
 from export.verify import ParityError, cpu_session, verify_bundle, verify_fp16
 from export.verify_inplace import BoundCache
 from model.transformer import MultiHeadAttention
@@ -78,18 +78,28 @@ def test_decoder_uses_group_query_attention_with_the_inplace_interface(
     n = cfg.n_decoder_layers
     proto = onnx.load(str(inplace_dir / names.DECODER_FILE))
     dec_ops = graph_ops(inplace_dir / names.DECODER_FILE)
-    assert dec_ops.count(GQA) == n
+    assert dec_ops.count(GQA) == 2 * n  # self- and cross-attention of every layer
+    assert ("", "Cast") not in dec_ops  # no source mask to cast
     assert not any(domain == DOMAIN for domain, _ in dec_ops)
     assert [i.name for i in proto.graph.input] == names.decoder_inputs(n, "inplace")
     assert [o.name for o in proto.graph.output] == names.decoder_outputs(n)
     assert len(dec_ops) < len(graph_ops(tiny_concat_bundle / names.DECODER_FILE))  # fewer than "fused"
-    for node in proto.graph.node:
-        if node.op_type == "GroupQueryAttention":
-            attrs = {a.name: a.i for a in node.attribute}
-            assert attrs == {"num_heads": cfg.n_heads, "kv_num_heads": cfg.n_heads}
-            assert list(node.input[5:]) == [names.SEQLENS_K, names.TOTAL_SEQUENCE_LENGTH]
+    gqa = [node for node in proto.graph.node if node.op_type == "GroupQueryAttention"]
+    heads = {"num_heads": cfg.n_heads, "kv_num_heads": cfg.n_heads}
+    for i in range(n):
+        self_attn, cross = gqa[2 * i], gqa[2 * i + 1]
+        assert {a.name: a.i for a in self_attn.attribute} == heads
+        assert list(self_attn.input[3:]) == [names.past_name(i, "decoder", kv) for kv in ("key", "value")] + [
+            names.SEQLENS_K, names.TOTAL_SEQUENCE_LENGTH]
+        weights = {"qk_output": 2} if i == n - 1 else {}  # softmax output: the last layer's cross_attentions
+        assert {a.name: a.i for a in cross.attribute} == heads | {"causal": 0} | weights
+        assert cross.input[1] == cross.input[2] != ""  # the same empty new K/V: shared-KV mode
+        assert list(cross.input[3:]) == [names.past_name(i, "encoder", kv) for kv in ("key", "value")] + [
+            names.ENCODER_SEQLENS_K, names.ENCODER_TOTAL_LENGTH]
     types = {i.name: i.type.tensor_type.elem_type for i in proto.graph.input}
-    assert types[names.SEQLENS_K] == types[names.TOTAL_SEQUENCE_LENGTH] == onnx.TensorProto.INT32
+    lengths = (names.SEQLENS_K, names.TOTAL_SEQUENCE_LENGTH, names.ENCODER_SEQLENS_K,
+               names.ENCODER_TOTAL_LENGTH)
+    assert {types[name] for name in lengths} == {onnx.TensorProto.INT32}
 
 
 def test_verify_bundle_passes_with_rows_of_different_lengths(inplace_dir, tiny_model):
@@ -120,6 +130,46 @@ def test_verification_sees_a_read_of_the_garbage_columns(inplace_dir, tiny_model
         verify_bundle(inplace_dir, tiny_model, sources=[[5, 2]], cases=(export.verify.Case(3, 6, 4, 1),))
 
 
+def test_verification_sees_a_read_of_the_encoder_padding(inplace_dir, tiny_model, monkeypatch):
+    real = export.verify.decoder_feeds
+
+    def one_source_position_too_far(*args, **kwargs):
+        feeds = real(*args, **kwargs)
+        if names.ENCODER_SEQLENS_K in feeds:  # rows shorter than the source axis read a garbage column
+            total = int(feeds[names.ENCODER_TOTAL_LENGTH])
+            feeds[names.ENCODER_SEQLENS_K] = np.minimum(feeds[names.ENCODER_SEQLENS_K] + 1, total - 1)
+        return feeds
+
+    monkeypatch.setattr(export.verify, "decoder_feeds", one_source_position_too_far)
+    with pytest.raises(ParityError, match="differs"):
+        verify_bundle(inplace_dir, tiny_model, sources=[[5, 2]], cases=(export.verify.Case(3, 6, 4, 1),))
+
+
+@pytest.mark.parametrize("src_lens,new_len", [([5, 1, 3], 1), ([4], 3)])
+@torch.inference_mode()
+def test_cached_cross_attention_equals_the_modules_masked_attention(src_lens, new_len):
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(d_model=12, n_heads=3).eval()
+    b, s = len(src_lens), max(src_lens) + 2
+    x, memory = torch.randn(b, new_len, 12), torch.randn(b, s, 12)
+    _, (k, v), _ = mha(memory, memory)  # the encoder's projected K/V (B, H, S, Dh)
+    lengths = torch.tensor(src_lens)
+    mask = (torch.arange(s)[None, :] < lengths[:, None])[:, None]  # (B, 1, S)
+    ref_out, _, ref_w = mha(x, kv=(k, v), mask=mask)
+    k_bad, v_bad = k.clone(), v.clone()
+    for r, n in enumerate(src_lens):  # garbage beyond each row's source: never read
+        k_bad[r, :, n:], v_bad[r, :, n:] = garbage(k[r, :, n:].shape, 3), garbage(v[r, :, n:].shape, 4)
+    setattr(mha, CROSS_LENGTHS, ((lengths - 1).to(torch.int32), torch.tensor(s, dtype=torch.int32)))
+    setattr(mha, WITH_WEIGHTS, True)
+    try:  # the export's path: q projection with its bias, then torch.ops.translator.cached_cross_attention
+        out, _, weights = fused_forward(mha, x, kv=(k_bad, v_bad))
+    finally:
+        delattr(mha, CROSS_LENGTHS)
+        delattr(mha, WITH_WEIGHTS)
+    torch.testing.assert_close(out, ref_out, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(weights, ref_w, atol=1e-6, rtol=1e-5)  # zeros beyond each source too
+
+
 def test_io_binding_updates_the_numpy_buffer_in_place(inplace_dir, tiny_model):
     cfg = tiny_model.cfg
     n, h, dh = cfg.n_decoder_layers, cfg.n_heads, cfg.d_head
@@ -134,7 +184,8 @@ def test_io_binding_updates_the_numpy_buffer_in_place(inplace_dir, tiny_model):
         names.POSITION_IDS: lens[:, None].astype(np.int64),
         names.SEQLENS_K: lens.astype(np.int32),  # one new token: cache length after the step - 1
         names.TOTAL_SEQUENCE_LENGTH: np.array(lens.max() + 1, np.int32),
-        names.ENCODER_ATTENTION_MASK: np.array([[1] * 4, [1, 1, 0, 0], [1, 1, 1, 0]], np.int64),
+        names.ENCODER_SEQLENS_K: np.array([3, 1, 2], np.int32),  # sources of 4, 2 and 3 tokens
+        names.ENCODER_TOTAL_LENGTH: np.array(4, np.int32),
     }
     buffers = {}
     for i in range(n):
@@ -184,6 +235,6 @@ def test_cli_writes_an_inplace_manifest_and_fp16_variant(inplace_dir, tiny_model
     types = {i.name: i.type.tensor_type.elem_type for i in fp16.graph.input}
     assert types[names.SEQLENS_K] == types[names.TOTAL_SEQUENCE_LENGTH] == onnx.TensorProto.INT32
     assert types[names.past_name(0, "decoder", "key")] == onnx.TensorProto.FLOAT16
-    assert graph_ops(inplace_dir / FP16_FILES["decoder"]).count(GQA) == n
+    assert graph_ops(inplace_dir / FP16_FILES["decoder"]).count(GQA) == 2 * n
     result = verify_fp16(inplace_dir, tiny_model, [[5, 6, 2], [7, 2]], **FP16_FILES)
     assert result["prob_max_diff"] <= 1e-2 and result["greedy_sources"] == 2

@@ -15,7 +15,14 @@ from model.checkpoint import load_checkpoint
 from model.data import pad
 from model.decoding import beam_search, greedy_decode
 from service.bundle import BundleError, load_bundle
-from service.runner import DecodeOptions, FinishedEvent, InvalidInput, Runner, TokenEvent
+from service.runner import (
+    DecodeOptions,
+    FinishedEvent,
+    InvalidInput,
+    Runner,
+    TokenEvent,
+    check_decoder_inputs,
+)
 from service.sessions import HostBackend
 from tests.conftest import tiny_pairs
 
@@ -121,6 +128,20 @@ def test_unknown_format_version_names_found_and_supported(bundle_copy):
 
 
 # ----- runner basics ----------------------------------------------------------------------------
+def test_a_decoder_of_another_interface_is_refused_by_name(tiny_concat_bundle):
+    import onnxruntime as ort
+
+    from export.names import ENCODER_ATTENTION_MASK, ENCODER_SEQLENS_K
+
+    path = tiny_concat_bundle / "decoder.onnx"
+    dec = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    n = load_bundle(tiny_concat_bundle).n_decoder_layers
+    check_decoder_inputs(dec, n, "concat", path)  # its own interface: fine
+    with pytest.raises(BundleError, match="export the checkpoint again") as err:
+        check_decoder_inputs(dec, n, "inplace", path)
+    assert ENCODER_SEQLENS_K in str(err.value) and ENCODER_ATTENTION_MASK in str(err.value)
+
+
 def test_cpu_provider_reported_and_host_backend(runner):
     assert runner.provider == "CPUExecutionProvider"
     assert runner.providers[0] == "CPUExecutionProvider"

@@ -33,7 +33,8 @@ def random_step(decoder, seed: int, rows: int = 3, src: int = 4, capacity: int =
         names.POSITION_IDS: lens[:, None].astype(np.int64),
         names.SEQLENS_K: lens.astype(np.int32),
         names.TOTAL_SEQUENCE_LENGTH: np.array(lens.max() + 1, np.int32),
-        names.ENCODER_ATTENTION_MASK: (np.arange(src) < rng.integers(1, src + 1, (rows, 1))).astype(np.int64),
+        names.ENCODER_SEQLENS_K: rng.integers(0, src, rows).astype(np.int32),  # source length - 1
+        names.ENCODER_TOTAL_LENGTH: np.array(src, np.int32),
     }
     past = {}
     for i in range(n_layers):
