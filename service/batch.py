@@ -19,9 +19,11 @@ Beam search reorders a request's rows by copying parent rows in place.
 
 Cross-attention K/V, per layer: (n_rows, H, S, Dh) (service/kvcache.py `CrossCache`), computed
 once by the encoder when the request joins, repeated over its beam rows, zero-padded to S = the
-longest source present. A concat decoder takes `encoder_attention_mask` (n_rows, S); an in-place
-one takes each row's source length - 1 (`encoder_seqlens_k`, 0 for holes) and computes nothing
-beyond it. S grows when a longer source joins and shrinks (one copy) when it would drop by >= 1/4.
+longest source present. A concat decoder takes `encoder_attention_mask` (n_rows, S); S grows when
+a longer source joins and shrinks (one copy) when it would drop by >= 1/4. An in-place decoder
+takes each row's source length - 1 (`encoder_seqlens_k`, 0 for holes) and computes nothing beyond
+it, so padding is free: S is a power of two >= 64 (at most max_len) that only grows, in at most a
+few copies, until the batch empties.
 Masked entries are always finite (zeros, a former row's values or the encoder's output at
 padding) and column 0 of every row's encoder mask is valid, so no NaN can leak through a mask.
 
@@ -64,6 +66,8 @@ from service.search import (
 if TYPE_CHECKING:
     from service.runner import Runner
 
+SOURCE_AXIS_MIN = 64  # source-lengths mode: the smallest S, doubled as longer sources come
+
 
 @dataclass(eq=False)
 class _Active:
@@ -100,6 +104,9 @@ class DecodeBatch:
         )
         self._cross_names = [past_name(i, "encoder", kv) for i in range(n) for kv in ("key", "value")]
         self._cross = CrossCache(self._be, len(self._cross_names), self._heads, self._d_head, self._dtype)
+        for buffers in (self._cache, self._cross):
+            if isinstance(buffers, InplaceCache | CrossCache):
+                buffers.max_rows = max_rows
         self._active: dict[Request, _Active] = {}
         self._reset()
 
@@ -152,7 +159,7 @@ class DecodeBatch:
             raise BatchFull(f"{need} rows needed, {self.free_rows} free of {self.max_rows}")
         enc = self._encode([r.source for r in reqs])  # may raise: nothing changed yet
         rows = self._allocate([o.beam_size for o in opts])
-        self._fit_src(max(self._cross.src, max(len(r.source) for r in reqs)))
+        self._fit_src(self._source_axis(max(len(r.source) for r in reqs)))
         owner = np.repeat(np.arange(len(reqs)), [len(rr) for rr in rows])  # request of each new row
         new = np.concatenate(rows)
         lengths = np.array([len(r.source) for r in reqs], np.int64)[owner]
@@ -324,6 +331,16 @@ class DecodeBatch:
         self._row_src = np.concatenate([self._row_src, np.zeros(k, np.int64)])
         self._src_feeds = None
 
+    def _source_axis(self, longest: int) -> int:
+        """S for a newcomer as long as `longest`: with a mask, the longest source present; with
+        source lengths (padding costs no compute), a power of two >= 64 that only grows."""
+        if not self._source_lengths:
+            return max(self._cross.src, longest)
+        s = max(self._cross.src, SOURCE_AXIS_MIN)
+        while s < longest:
+            s *= 2
+        return min(s, self.runner.max_len) if s > self._cross.src else self._cross.src
+
     def _fit_src(self, s: int) -> None:
         """Zero-pad (s > S) or cut (s < S) the source axis of the cross K/V and its mask."""
         if s == self._cross.src:
@@ -353,7 +370,7 @@ class DecodeBatch:
             self._keep_rows(slice(0, n))
         self._cache.tidy(self._live)
         longest = int(self._row_src[self._live].max())
-        if 4 * (self._cross.src - longest) >= self._cross.src:
+        if not self._source_lengths and 4 * (self._cross.src - longest) >= self._cross.src:
             self._fit_src(longest)
 
     def _keep_rows(self, keep: np.ndarray | slice) -> None:

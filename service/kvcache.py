@@ -110,6 +110,7 @@ class _RowBuffers:
         self._be, self._n, self._shape, self._dtype = backend, n_tensors, (heads, d_head), dtype
         self._host = bool(getattr(backend, "host_memory", False))
         self.rows = 0
+        self.max_rows: int | None = None  # set by the batch: capacity never doubles beyond it
         self._buf = self._alloc(0, 0)
         self._views: list[Any] = []
 
@@ -132,8 +133,12 @@ class _RowBuffers:
         self._views = []
 
     def _grown(self, need: int) -> int:
-        """Rows to allocate for `need` rows: double the capacity on the host, exactly need on a device."""
-        return max(need, 2 * self._capacity()) if self._host else need
+        """Rows to allocate for `need` rows: double the capacity (at most max_rows) on the host,
+        exactly need on a device."""
+        if not self._host:
+            return need
+        double = 2 * self._capacity()
+        return max(need, double if self.max_rows is None else min(double, self.max_rows))
 
     def _resize(self, rows: int, cols: int, kept_cols: int) -> None:
         """New buffers of `rows` rows and `cols` columns; the current rows keep their first

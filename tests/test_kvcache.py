@@ -84,3 +84,17 @@ def test_host_rows_join_and_leave_at_the_end_without_copies():
     assert cache.tensors() is views  # the same objects while nothing changed (bound once)
     cache.grow(1)  # beyond capacity: doubled
     assert cache.tensors()[0].base.shape[0] == 8
+
+
+def test_host_capacity_doubles_up_to_the_batch_limit_only():
+    cache = CrossCache(Host(), 2, 2, 3, np.float32)
+    cache.max_rows = 6
+    cache.fit_src(4)
+    cache.grow(4)
+    cache.write(np.arange(4), encoded(4, 4, seed=1), np.arange(4))
+    before = [x.copy() for x in cache.tensors()]
+    cache.grow(1)  # doubling would give 8 rows; the batch never holds more than 6
+    assert [x.base.shape[0] for x in cache.tensors()] == [6, 6]
+    assert all(np.array_equal(x[:4], b) for x, b in zip(cache.tensors(), before, strict=True))
+    cache.grow(1)  # the 6th row fits without a copy
+    assert cache.rows == 6 and cache.tensors()[0].base.shape[0] == 6
