@@ -130,12 +130,11 @@ def test_unknown_format_version_names_found_and_supported(bundle_copy):
 
 # ----- runner basics ----------------------------------------------------------------------------
 def test_a_decoder_of_another_interface_is_refused_by_name(tiny_concat_bundle):
-    import onnxruntime as ort
-
     from export.names import ENCODER_ATTENTION_MASK, ENCODER_SEQLENS_K
+    from export.verify import open_session  # joins the global thread pool if a Runner made one
 
     path = tiny_concat_bundle / "decoder.onnx"
-    dec = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    dec = open_session(path)
     n = load_bundle(tiny_concat_bundle).n_decoder_layers
     check_decoder_inputs(dec, n, "concat", path)  # its own interface: fine
     with pytest.raises(BundleError, match="export the checkpoint again") as err:
