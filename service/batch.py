@@ -98,15 +98,14 @@ class DecodeBatch:
         self._dtype = runner.sessions.cache_dtype
         self._self_names = list(self_cache_io(n))
         self._source_lengths = runner.kv_cache == "inplace"  # else a source mask (export/names.py)
-        layout = InplaceCache if self._source_lengths else ConcatCache
-        self._cache: ConcatCache | InplaceCache = layout(
-            self._be, len(self._self_names), self._heads, self._d_head, self._dtype, runner.bundle.max_len
+        shape = (self._be, len(self._self_names), self._heads, self._d_head, self._dtype)
+        self._cache: ConcatCache | InplaceCache = (
+            InplaceCache(*shape, runner.bundle.max_len, max_rows) if self._source_lengths
+            else ConcatCache(*shape, runner.bundle.max_len)
         )
         self._cross_names = [past_name(i, "encoder", kv) for i in range(n) for kv in ("key", "value")]
-        self._cross = CrossCache(self._be, len(self._cross_names), self._heads, self._d_head, self._dtype)
-        for buffers in (self._cache, self._cross):
-            if isinstance(buffers, InplaceCache | CrossCache):
-                buffers.max_rows = max_rows
+        self._cross = CrossCache(self._be, len(self._cross_names), self._heads, self._d_head, self._dtype,
+                                 max_rows)
         self._active: dict[Request, _Active] = {}
         self._reset()
 
@@ -174,14 +173,13 @@ class DecodeBatch:
             search = GreedySearch(o, n, eos) if o.beam_size == 1 else BeamSearch(o, n, eos, pad)
             stream = DecodeStream(skip_special_tokens=True) if o.stream else None
             self._active[r] = _Active(r, o, rr, search, stream)
-        self._groups = self._src_feeds = None
+        self._rows_changed()
 
     def cancel(self, request: Request) -> bool:
         """Drop a request and free its rows; False if it was not in the batch."""
         act = self._active.pop(request, None)
         if act is None:
             return False
-        self._groups = None
         self._free(act)
         self._tidy()
         return True
@@ -229,6 +227,10 @@ class DecodeBatch:
             self._src_feeds = {ENCODER_SEQLENS_K: lens, ENCODER_TOTAL_LENGTH: total}
         return self._src_feeds
 
+    def _rows_changed(self) -> None:
+        """Requests, rows or S changed: drop what is derived from them (rebuilt when next needed)."""
+        self._groups = self._src_feeds = None
+
     def _searches(self) -> tuple[list[_Active], np.ndarray, list[_Active]]:
         """Greedy requests, their rows, and beam requests; cached until requests or rows change."""
         if self._groups is None:
@@ -275,7 +277,6 @@ class DecodeBatch:
     def _finish(self, act: _Active) -> FinishedEvent:
         """Remove a finished request and build its hypotheses."""
         del self._active[act.request]
-        self._groups = None
         self._free(act)
         hyps = [
             Hypothesis(h.tokens, self.runner.decode_tokens(h.tokens), h.log_prob, h.score, h.finish_reason,
@@ -329,7 +330,7 @@ class DecodeBatch:
         self._enc_mask = np.concatenate([self._enc_mask, np.zeros((k, self._cross.src), np.int64)])
         self._live = np.concatenate([self._live, np.zeros(k, bool)])
         self._row_src = np.concatenate([self._row_src, np.zeros(k, np.int64)])
-        self._src_feeds = None
+        self._rows_changed()
 
     def _source_axis(self, longest: int) -> int:
         """S for a newcomer as long as `longest`: with a mask, the longest source present; with
@@ -348,12 +349,12 @@ class DecodeBatch:
         cut = min(s, self._cross.src)
         self._cross.fit_src(s)
         self._enc_mask = np.pad(self._enc_mask[:, :cut], ((0, 0), (0, s - cut)))
-        self._src_feeds = None
+        self._rows_changed()
 
     def _free(self, act: _Active) -> None:
         """Turn a request's rows into holes (their old columns are masked for any next owner)."""
         self._live[act.rows] = False
-        self._src_feeds = None
+        self._rows_changed()
         self._cache.free(act.rows)
         self._next[act.rows] = self.runner.special.pad
 
@@ -385,5 +386,5 @@ class DecodeBatch:
         new_index[old] = np.arange(len(old))
         for a in self._active.values():
             a.rows = new_index[a.rows]
-        self._groups = self._src_feeds = None
+        self._rows_changed()
 

@@ -106,11 +106,12 @@ class _RowBuffers:
     and every edit goes through host memory.
     """
 
-    def __init__(self, backend: Any, n_tensors: int, heads: int, d_head: int, dtype: type) -> None:
+    def __init__(self, backend: Any, n_tensors: int, heads: int, d_head: int, dtype: type,
+                 max_rows: int | None = None) -> None:
         self._be, self._n, self._shape, self._dtype = backend, n_tensors, (heads, d_head), dtype
         self._host = bool(getattr(backend, "host_memory", False))
         self.rows = 0
-        self.max_rows: int | None = None  # set by the batch: capacity never doubles beyond it
+        self.max_rows = max_rows  # the batch's limit: host capacity never doubles beyond it
         self._buf = self._alloc(0, 0)
         self._views: list[Any] = []
 
@@ -183,9 +184,9 @@ class InplaceCache(_RowBuffers):
 
     inplace = True
 
-    def __init__(self, backend: Any, n_tensors: int, heads: int, d_head: int, dtype: type, max_len: int
-                 ) -> None:
-        super().__init__(backend, n_tensors, heads, d_head, dtype)
+    def __init__(self, backend: Any, n_tensors: int, heads: int, d_head: int, dtype: type, max_len: int,
+                 max_rows: int | None = None) -> None:
+        super().__init__(backend, n_tensors, heads, d_head, dtype, max_rows)
         self._max_len = max_len
         self._buf = self._alloc(0, max_len)
         self._len = np.zeros(0, np.int64)  # per row (capacity long on the host)
@@ -272,8 +273,9 @@ class CrossCache(_RowBuffers):
     a change of S copies.
     """
 
-    def __init__(self, backend: Any, n_tensors: int, heads: int, d_head: int, dtype: type) -> None:
-        super().__init__(backend, n_tensors, heads, d_head, dtype)
+    def __init__(self, backend: Any, n_tensors: int, heads: int, d_head: int, dtype: type,
+                 max_rows: int | None = None) -> None:
+        super().__init__(backend, n_tensors, heads, d_head, dtype, max_rows)
         self.src = 0
 
     def reset(self) -> None:

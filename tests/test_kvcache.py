@@ -87,8 +87,7 @@ def test_host_rows_join_and_leave_at_the_end_without_copies():
 
 
 def test_host_capacity_doubles_up_to_the_batch_limit_only():
-    cache = CrossCache(Host(), 2, 2, 3, np.float32)
-    cache.max_rows = 6
+    cache = CrossCache(Host(), 2, 2, 3, np.float32, max_rows=6)
     cache.fit_src(4)
     cache.grow(4)
     cache.write(np.arange(4), encoded(4, 4, seed=1), np.arange(4))
