@@ -23,7 +23,8 @@ longest source present. A concat decoder takes `encoder_attention_mask` (n_rows,
 a longer source joins and shrinks (one copy) when it would drop by >= 1/4. An in-place decoder
 takes each row's source length - 1 (`encoder_seqlens_k`, 0 for holes) and computes nothing beyond
 it, so padding is free: S is a power of two >= 64 (at most max_len) that only grows, in at most a
-few copies, until the batch empties.
+few copies, and is kept with the host buffers when the batch empties (the next request copies
+nothing). The source mask is derived from each row's source length when rows or S change.
 Masked entries are always finite (zeros, a former row's values or the encoder's output at
 padding) and column 0 of every row's encoder mask is valid, so no NaN can leak through a mask.
 
@@ -163,7 +164,6 @@ class DecodeBatch:
         new = np.concatenate(rows)
         lengths = np.array([len(r.source) for r in reqs], np.int64)[owner]
         self._cross.write(new, enc, owner)  # a request's K/V repeated over its beam rows
-        self._enc_mask[new] = np.arange(self._cross.src)[None, :] < lengths[:, None]
         self._cache.start(new)
         self._next[new], self._score[new] = self.runner.special.bos, 0.0
         self._live[new], self._row_src[new] = True, lengths
@@ -219,12 +219,14 @@ class DecodeBatch:
 
     def _source_feeds(self) -> dict[str, np.ndarray]:
         """The source mask, or per-row source lengths - 1 and S; the same arrays until rows or S change."""
-        if not self._source_lengths:
-            return {ENCODER_ATTENTION_MASK: self._enc_mask}
         if self._src_feeds is None:
-            lens = np.where(self._live, self._row_src - 1, 0).astype(np.int32)  # holes: column 0
-            total = np.array(self._cross.src, np.int32)
-            self._src_feeds = {ENCODER_SEQLENS_K: lens, ENCODER_TOTAL_LENGTH: total}
+            if self._source_lengths:
+                lens = np.where(self._live, self._row_src - 1, 0).astype(np.int32)  # holes: column 0
+                total = np.array(self._cross.src, np.int32)
+                self._src_feeds = {ENCODER_SEQLENS_K: lens, ENCODER_TOTAL_LENGTH: total}
+            else:  # holes keep their last owner's mask (at least column 0)
+                mask = np.arange(self._cross.src)[None, :] < np.maximum(self._row_src, 1)[:, None]
+                self._src_feeds = {ENCODER_ATTENTION_MASK: mask.astype(np.int64)}
         return self._src_feeds
 
     def _rows_changed(self) -> None:
@@ -301,13 +303,12 @@ class DecodeBatch:
         self._live = np.zeros(0, bool)  # row held by an active request (else a hole)
         self._row_src = np.zeros(0, np.int64)  # source length of the row's request
         self._cache.reset()
-        self._cross.reset()
+        self._cross.reset(keep_src=self._source_lengths)
         self._next = np.zeros(0, np.int64)
         self._score = np.zeros(0, np.float32)  # greedy rows: sum of the chosen tokens' log-probs
         self._groups: tuple[list[_Active], np.ndarray, list[_Active]] | None = None
         self._ids_of: np.ndarray | None = None  # the _next that _ids views
         self._ids = self._next[:, None]
-        self._enc_mask = np.zeros((0, 0), np.int64)
         self._src_feeds: dict[str, np.ndarray] | None = None  # built by _source_feeds
 
     def _allocate(self, sizes: list[int]) -> list[np.ndarray]:
@@ -327,7 +328,6 @@ class DecodeBatch:
         self._cross.grow(k)
         self._next = np.concatenate([self._next, np.full(k, self.runner.special.pad, np.int64)])
         self._score = np.concatenate([self._score, np.zeros(k, np.float32)])
-        self._enc_mask = np.concatenate([self._enc_mask, np.zeros((k, self._cross.src), np.int64)])
         self._live = np.concatenate([self._live, np.zeros(k, bool)])
         self._row_src = np.concatenate([self._row_src, np.zeros(k, np.int64)])
         self._rows_changed()
@@ -346,9 +346,7 @@ class DecodeBatch:
         """Zero-pad (s > S) or cut (s < S) the source axis of the cross K/V and its mask."""
         if s == self._cross.src:
             return
-        cut = min(s, self._cross.src)
         self._cross.fit_src(s)
-        self._enc_mask = np.pad(self._enc_mask[:, :cut], ((0, 0), (0, s - cut)))
         self._rows_changed()
 
     def _free(self, act: _Active) -> None:
@@ -380,7 +378,7 @@ class DecodeBatch:
         old = np.arange(before)[keep]
         self._cache.keep(keep, self._live)
         self._cross.keep(keep)
-        self._next, self._enc_mask, self._score = self._next[keep], self._enc_mask[keep], self._score[keep]
+        self._next, self._score = self._next[keep], self._score[keep]
         self._live, self._row_src = self._live[keep], self._row_src[keep]
         new_index = np.full(before, -1, np.int64)
         new_index[old] = np.arange(len(old))

@@ -128,7 +128,10 @@ class _RowBuffers:
         """buffer = fn(buffer as a host array, *its items of per_tensor), for every buffer."""
         items = zip(self._buf, *per_tensor, strict=True) if per_tensor else ((b,) for b in self._buf)
         if self._host:
-            self._buf = [fn(*it) for it in items]
+            new = [fn(*it) for it in items]
+            if all(n is b for n, b in zip(new, self._buf, strict=True)):
+                return  # edited in place: the views still show them
+            self._buf = new
         else:
             self._buf = [self._be.to_device(fn(self._be.to_host(b), *rest)) for b, *rest in items]
         self._views = []
@@ -278,10 +281,11 @@ class CrossCache(_RowBuffers):
         super().__init__(backend, n_tensors, heads, d_head, dtype, max_rows)
         self.src = 0
 
-    def reset(self) -> None:
-        """No rows, S = 0."""
-        self.rows, self.src = 0, 0
-        self._buf, self._views = self._alloc(0, 0), []
+    def reset(self, keep_src: bool = False) -> None:
+        """No rows; host buffers and S are kept for the next requests if keep_src, else S = 0."""
+        self.rows = 0
+        if not (keep_src and self._host):
+            self.src, self._buf, self._views = 0, self._alloc(0, 0), []
 
     def grow(self, k: int) -> None:
         """Append k rows (zeros); host buffers double their capacity when full."""

@@ -9,6 +9,7 @@ the simplest driver of it (add what fits, step until done).
 from __future__ import annotations
 
 import logging
+import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -51,7 +52,8 @@ class Runner:
     {"CUDAExecutionProvider": {"device_id": 1}}. io_binding: None = only when CUDA is active.
     variant: a bundle variant such as "fp16". profile_prefix: turn on ORT's profiler (files
     `<prefix>_encoder_*.json`, `<prefix>_decoder_*.json`; bench/profile.py). Thread-safe for
-    concurrent `translate` calls (each uses its own DecodeBatch); `fault_hook` is for tests.
+    concurrent `translate` calls (each thread reuses its own DecodeBatch, so a call finds the
+    buffers of the previous one allocated and bound); `fault_hook` is for tests.
     """
 
     def __init__(
@@ -86,6 +88,7 @@ class Runner:
         )
         self.kv_cache = self.sessions.kv_cache  # "concat" or "inplace" (service/kvcache.py)
         self.fault_hook: Callable[[str], None] | None = None  # tests: called before each ORT run
+        self._local = threading.local()  # the thread's DecodeBatch for translate()
         n_layers = self.bundle.n_decoder_layers
         check_decoder_inputs(self.sessions.decoder, n_layers, self.kv_cache, decoder)
         if io_binding or (io_binding is None and self.provider == CUDA):
@@ -183,7 +186,22 @@ class Runner:
         too_big = [r.options.beam_size for r in requests if r.options.beam_size > max_rows]
         if too_big:
             raise InvalidInput(f"beam_size {too_big[0]} exceeds the batch size {max_rows}")
-        batch = self.new_batch(max_rows)
+        batch = self._thread_batch(max_rows)
+        try:
+            return self._drive(batch, requests)
+        except BaseException:
+            self._local.batch = None  # a failed call leaves its batch to the garbage collector
+            raise
+
+    def _thread_batch(self, max_rows: int) -> DecodeBatch:
+        """The calling thread's empty DecodeBatch of max_rows rows (kept between calls: one per thread)."""
+        batch = getattr(self._local, "batch", None)
+        if batch is None or batch.max_rows != max_rows or len(batch):
+            batch = self._local.batch = self.new_batch(max_rows)
+        return batch
+
+    def _drive(self, batch: DecodeBatch, requests: list[Request]) -> list[list[Hypothesis]]:
+        """Add what fits, step until every request finished; n-best hypotheses in request order."""
         pending, results = deque(requests), {}
         budget = sum(r.options.resolved(self.max_len, self.max_beam).max_new_tokens for r in requests) + 1
         for _ in range(budget):

@@ -260,7 +260,41 @@ def test_request_added_midway_matches_alone(runner, texts):
     reqs = first + late
     got = [[h.tokens for h in out[r.id]] for r in reqs]
     assert got == alone(runner, [r.source for r in reqs], [r.options for r in reqs])
-    assert batch.shape == (0, 0, 0)
+    # empty: with a mask S is 0; with source lengths S and the host buffers stay for the next request
+    lengths = runner.kv_cache == "inplace"
+    assert batch.shape == (0, 0, min(SOURCE_AXIS_MIN, runner.max_len) if lengths else 0)
+    again = runner.make_request(ids[3], beam)  # reads buffers its predecessors wrote
+    batch.add(again)
+    assert [h.tokens for h in drain(batch)[again.id]] == alone(runner, [again.source], [beam])[0]
+
+
+def test_translate_reuses_the_thread_batch_and_recovers_from_a_failed_call(runner, texts):
+    ids = runner.encode_texts(texts)
+    opts = [DecodeOptions(beam_size=1 + i % 2, max_new_tokens=MAX_NEW) for i in range(len(ids))]
+
+    def fresh(x: list[int], o: DecodeOptions) -> list[list[int]]:
+        batch = runner.new_batch(64)
+        req = runner.make_request(x, o)
+        batch.add(req)
+        return [h.tokens for h in drain(batch)[req.id]]
+
+    want = [fresh(x, o) for x, o in zip(ids, opts, strict=True)]
+    assert tokens(runner.translate(ids, opts)) == want
+    kept = runner._thread_batch(64)
+    assert tokens(runner.translate(ids[::-1], opts[::-1])) == want[::-1]  # buffers written by the call before
+    assert runner._thread_batch(64) is kept and len(kept) == 0
+
+    def boom(stage: str) -> None:
+        raise RuntimeError(f"injected {stage} failure")
+
+    runner.fault_hook = boom
+    try:
+        with pytest.raises(RuntimeError, match="injected encoder failure"):
+            runner.translate(ids, opts)
+    finally:
+        runner.fault_hook = None
+    assert runner._thread_batch(64) is not kept  # the failed call's batch is not reused
+    assert tokens(runner.translate(ids, opts)) == want
 
 
 def test_cancel_frees_rows(runner, texts):
