@@ -205,12 +205,12 @@ class Runner:
         pending, results = deque(requests), {}
         budget = sum(r.options.resolved(self.max_len, self.max_beam).max_new_tokens for r in requests) + 1
         for _ in range(budget):
-            fitting = []
-            free = batch.free_rows
-            while pending and pending[0].options.beam_size <= free:
-                free -= pending[0].options.beam_size
-                fitting.append(pending.popleft())
-            batch.add(fitting)
+            if pending:
+                fitting, free = [], batch.free_rows
+                while pending and pending[0].options.beam_size <= free:
+                    free -= pending[0].options.beam_size
+                    fitting.append(pending.popleft())
+                batch.add(fitting)
             for event in batch.step():
                 if isinstance(event, FinishedEvent):
                     results[event.request.id] = event.hypotheses
