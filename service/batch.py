@@ -249,7 +249,7 @@ class DecodeBatch:
         returns the finished."""
         picked = logp[rows]  # (G, V)
         tokens = picked.argmax(axis=-1)
-        self._score[rows] += picked.max(axis=-1)  # the chosen tokens' log-probs
+        self._score[rows] += picked[np.arange(len(rows)), tokens]
         self._next[rows] = tokens
         eos, tok, done = self.runner.special.eos, self.runner.tokenizer, []
         for a, t in zip(greedy, tokens.tolist(), strict=True):
