@@ -196,7 +196,7 @@ class Runner:
     def _thread_batch(self, max_rows: int) -> DecodeBatch:
         """The calling thread's empty DecodeBatch of max_rows rows (kept between calls: one per thread)."""
         batch = getattr(self._local, "batch", None)
-        if batch is None or batch.max_rows != max_rows or len(batch):
+        if batch is None or batch.max_rows != max_rows:  # a call leaves it empty or drops it
             batch = self._local.batch = self.new_batch(max_rows)
         return batch
 
