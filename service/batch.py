@@ -122,8 +122,8 @@ class DecodeBatch:
 
     @property
     def used_rows(self) -> int:
-        """Rows held by active requests (sum of their beam sizes)."""
-        return sum(len(a.rows) for a in self._active.values())
+        """Rows held by active requests (sum of their beam sizes: the live rows)."""
+        return int(np.count_nonzero(self._live))
 
     @property
     def free_rows(self) -> int:

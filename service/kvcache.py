@@ -300,12 +300,15 @@ class CrossCache(_RowBuffers):
             self.src = s
 
     def write(self, rows: np.ndarray, encoded: list[np.ndarray], owner: np.ndarray) -> None:
-        """rows[i] gets encoded[:][owner[i]] (each (B_new, H, S_new, Dh), S_new <= S), zero-padded."""
+        """rows[i] gets encoded[:][owner[i]] (each (B_new, H, S_new, Dh), S_new <= S) in its first S_new
+        columns; the rest keep what they held (finite: buffers start zeroed), which no decoder reads
+        (per-row source lengths stop before it, a source mask hides it)."""
         width = encoded[0].shape[2]
+        pairs = list(zip(rows.tolist(), owner.tolist(), strict=True))
 
         def written(c: np.ndarray, e: np.ndarray) -> np.ndarray:
-            c[rows, :, width:] = 0.0
-            c[rows, :, :width] = e[owner]
+            for r, o in pairs:  # basic slicing: no fancy-index temporaries
+                c[r, :, :width] = e[o]
             return c
 
         self._edit(written, encoded)

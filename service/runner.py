@@ -145,6 +145,8 @@ class Runner:
         if len(ids) > self.max_len:
             raise InvalidInput(f"source is {len(ids)} tokens long; the model accepts at most {self.max_len}")
         v = self.vocab_size
+        if set(map(type, ids)) == {int} and min(ids) >= 0 and max(ids) < v:
+            return  # the common case, checked in C
         bad = [t for t in ids if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < v]
         if bad:
             raise InvalidInput(f"source token ids must be integers in [0, {self.vocab_size}), got {bad[0]!r}")
