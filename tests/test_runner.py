@@ -268,6 +268,28 @@ def test_request_added_midway_matches_alone(runner, texts):
     assert [h.tokens for h in drain(batch)[again.id]] == alone(runner, [again.source], [beam])[0]
 
 
+def test_a_row_reused_by_a_shorter_source_ignores_the_longer_sources_columns(runner, texts):
+    ids = sorted(runner.encode_texts(texts), key=len)
+    short, long_ = ids[0], (ids[-1][:-1] * 4)[: runner.max_len - 1] + [ids[-1][-1]]
+    opts = DecodeOptions(max_new_tokens=MAX_NEW)
+    batch = runner.new_batch(4)
+    gone, kept = runner.make_request(long_, opts), runner.make_request(long_, opts)  # kept: S stays long
+    batch.add([gone, kept])
+    batch.cancel(gone)
+    req = runner.make_request(short, opts)
+    batch.add(req)
+    row = batch.rows_of(req)[0]
+    stale = [c[row, :, len(short):len(long_)] for c in batch._cross.tensors()]
+    assert all(np.abs(c).max() > 0 for c in stale)  # a long source's K/V are still there, unzeroed
+    got = drain(batch)[req.id][0]
+    ref = runner.new_batch(4)
+    again = runner.make_request(short, opts)
+    ref.add(again)
+    want = drain(ref)[again.id][0]
+    assert got.tokens == want.tokens
+    assert np.isclose(got.log_prob, want.log_prob, rtol=1e-5, atol=1e-6)
+
+
 def test_translate_reuses_the_thread_batch_and_recovers_from_a_failed_call(runner, texts):
     ids = runner.encode_texts(texts)
     opts = [DecodeOptions(beam_size=1 + i % 2, max_new_tokens=MAX_NEW) for i in range(len(ids))]
