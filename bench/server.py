@@ -13,6 +13,10 @@ the same with some texts made of 2, 4 or 8 joined sentences (up to the bundle's 
 2. Closed loop at each concurrency and workload (every `stream_every`-th request streamed: time
    to first token), with the server's own metrics for rows per decoder step and step time.
 3. Open loop on `sentences` at Poisson rates = fractions of the continuous mode's closed-loop peak.
+The points at the headline concurrency (64) send at least `headline_requests` requests, so that
+p99 is the 10th-slowest of about a thousand texts rather than the 3rd of 300; and one more server,
+continuous batching with `--max-batch-size tail_rows` (shown as `continuous-<rows>`), is measured
+on the mix at that concurrency only: the tail-latency setting of the same mode, side by side.
 `run(quick, bundle)` prints the markdown tables and returns the ratios (higher is better).
 """
 
@@ -47,6 +51,9 @@ class Plan:
     concurrencies: tuple[int, ...] = (1, 8, 32, 64, 128)
     min_requests: int = 300  # closed loop: max(min_requests, per_user * concurrency) requests
     per_user: int = 5
+    headline_concurrency: int = 64  # the ratios' concurrency
+    headline_requests: int = 960  # at least this many requests there (p99 = the 10th-slowest)
+    tail_rows: int = 24  # a continuous server with this --max-batch-size on the mix there (0: none)
     rate_fractions: tuple[float, ...] = (0.25, 0.5, 0.75, 1.0)
     open_seconds: float = 15.0  # open loop: about this long per rate, within the bounds below
     open_requests: tuple[int, int] = (100, 1500)
@@ -62,22 +69,30 @@ class Plan:
 
     def requests_at(self, concurrency: int) -> int:
         """Closed-loop requests at a concurrency."""
-        return max(self.min_requests, self.per_user * concurrency)
+        headline = self.headline_requests if concurrency == self.headline_concurrency else 0
+        return max(self.min_requests, self.per_user * concurrency, headline)
 
     def open_requests_at(self, rate: float) -> int:
         """Open-loop requests at an arrival rate."""
         low, high = self.open_requests
         return int(min(high, max(low, rate * self.open_seconds)))
 
-    def server_args(self) -> list[str]:
-        """Server flags shared by every mode."""
-        return ["--max-batch-size", str(self.max_batch_size),
+    @property
+    def tail_label(self) -> str | None:
+        """Name of the tail-latency continuous server, if the plan has one."""
+        wanted = self.tail_rows and "continuous" in self.modes and "mix" in self.workloads
+        return f"continuous-{self.tail_rows}" if wanted else None
+
+    def server_args(self, max_batch_size: int | None = None) -> list[str]:
+        """Server flags shared by every mode (max_batch_size: another --max-batch-size)."""
+        return ["--max-batch-size", str(max_batch_size or self.max_batch_size),
                 "--max-queue-delay-ms", str(self.max_queue_delay_ms), "--queue-size", str(self.queue_size),
                 "--intra-op-threads", str(self.intra_op_threads)]
 
 
-QUICK = Plan(concurrencies=(1, 8, 64), min_requests=80, per_user=3, rate_fractions=(0.3, 0.8),
-             open_seconds=5.0, open_requests=(40, 300), c1_requests=40, mix_texts=500, warmup_requests=16)
+QUICK = Plan(concurrencies=(1, 8, 64), min_requests=80, per_user=3, headline_requests=0, tail_rows=0,
+             rate_fractions=(0.3, 0.8), open_seconds=5.0, open_requests=(40, 300), c1_requests=40,
+             mix_texts=500, warmup_requests=16)
 
 
 @dataclass
@@ -104,7 +119,9 @@ class ModeResult:
 
     @property
     def c1_ratio(self) -> float:
-        """In-process p50 / server p50 at concurrency 1 (1.0 = no serving overhead)."""
+        """In-process p50 / server p50 at concurrency 1 (1.0 = no serving overhead); NaN if not measured."""
+        if not self.c1_server_ms:
+            return math.nan
         return statistics.median(self.c1_inprocess_ms) / statistics.median(self.c1_server_ms)
 
 
@@ -146,16 +163,21 @@ def _point(server: ServerProcess, coro_factory, offered_rate: float | None = Non
 def measure(plan: Plan, bundle: Path, workloads: dict[str, list[str]], log=print) -> dict[str, ModeResult]:
     """Start one server per mode, then take every point for each mode in turn."""
     modes = sorted(plan.modes, key=lambda m: m != "continuous")  # continuous first: it sets the rates
-    first = workloads[plan.workloads[0]]
-    results = {m: ModeResult(m) for m in modes}
+    first, tail = workloads[plan.workloads[0]], plan.tail_label
+    results = {m: ModeResult(m) for m in [*modes, *([tail] if tail else [])]}
     with contextlib.ExitStack() as stack:
         decoder = stack.enter_context(InProcessDecoder(bundle, plan.intra_op_threads))
         for text in first[:3]:
             decoder.seconds(text)  # loaded and warm, as the servers
         servers = {m: stack.enter_context(ServerProcess(bundle, m, plan.server_args())) for m in modes}
+        if tail:
+            args = plan.server_args(plan.tail_rows)
+            servers[tail] = stack.enter_context(ServerProcess(bundle, "continuous", args))
         for m, server in servers.items():
             r, warmup = results[m], plan.warmup_requests
             asyncio.run(closed_loop(server.address, first, min(8, warmup), warmup))
+            if m == tail:
+                continue
             paired = paired_c1(decoder, server.address, first[: plan.c1_requests])
             r.c1_inprocess_ms, r.c1_records = asyncio.run(paired)
             r.c1_server_ms = [1e3 * x.latency for x in r.c1_records]
@@ -165,6 +187,9 @@ def measure(plan: Plan, bundle: Path, workloads: dict[str, list[str]], log=print
         for name in plan.workloads:
             for c in plan.concurrencies:
                 for m, server in servers.items():
+                    if m == tail and (name, c) != ("mix", plan.headline_concurrency):
+                        continue
+
                     def load(address=server.address, texts=workloads[name], c=c):
                         return closed_loop(address, texts, c, plan.requests_at(c), plan.stream_every)
                     p = results[m].closed[name, c] = _point(server, load)
@@ -174,7 +199,9 @@ def measure(plan: Plan, bundle: Path, workloads: dict[str, list[str]], log=print
         peak = max(p.summary.throughput for (w, _), p in ref.items() if w == plan.workloads[0])
         for k, fraction in enumerate(plan.rate_fractions):
             rate = fraction * peak
-            for m, server in servers.items():
+            for m in modes:
+                server = servers[m]
+
                 def load(address=server.address, rate=rate, k=k):
                     return open_loop(address, first, rate, plan.open_requests_at(rate), plan.seed + k,
                                      plan.stream_every)
@@ -197,6 +224,7 @@ def ratios(results: dict[str, ModeResult], c: int = 64) -> dict[str, float]:
         return getattr(p.summary, what) if p is not None else math.nan
 
     cont = results.get("continuous")
+    tail = next((m for m in results if m.startswith("continuous-")), "")
     out = {
         "continuous_vs_none_c64": get("continuous", "sentences") / get("none", "sentences"),
         "continuous_vs_dynamic_mixed": get("continuous", "mix") / get("dynamic", "mix"),
@@ -206,8 +234,13 @@ def ratios(results: dict[str, ModeResult], c: int = 64) -> dict[str, float]:
         "continuous_vs_none_c64_mix": get("continuous", "mix") / get("none", "mix"),
         "continuous_vs_dynamic_c64_sentences": get("continuous", "sentences") / get("dynamic", "sentences"),
     }
+    if tail:
+        out["continuous_tail_vs_dynamic_mixed"] = get(tail, "mix") / get("dynamic", "mix")
+        out["dynamic_vs_continuous_tail_p99_mixed"] = (get("dynamic", "mix", "p99_ms")
+                                                       / get(tail, "mix", "p99_ms"))
     for m, r in results.items():
-        out[f"{m}_c1_vs_inprocess"] = r.c1_ratio
+        if r.c1_server_ms:
+            out[f"{m}_c1_vs_inprocess"] = r.c1_ratio
         out[f"{m}_c64_sentences_per_s"] = get(m, "sentences")
         out[f"{m}_c64_mix_per_s"] = get(m, "mix")
         out[f"{m}_peak_rss_mib"] = r.peak_rss_mib
@@ -244,6 +277,8 @@ def _c1_table(results: dict[str, ModeResult]) -> str:
               "server queue p50 ms", "server compute p50 ms", "in-process / client p50"]
     rows = []
     for m, r in results.items():
+        if not r.c1_server_ms:
+            continue
         client = [statistics.median(r.c1_inprocess_ms), *percentiles(r.c1_server_ms, (50, 90))]
         server = [statistics.median(x.server_ms[k] for x in r.c1_records) for k in (2, 0, 1)]
         cells = [f"{x:.1f}" for x in client + server]
