@@ -241,8 +241,9 @@ def ratios(results: dict[str, ModeResult], c: int = 64) -> dict[str, float]:
     for m, r in results.items():
         if r.c1_server_ms:
             out[f"{m}_c1_vs_inprocess"] = r.c1_ratio
-        out[f"{m}_c64_sentences_per_s"] = get(m, "sentences")
-        out[f"{m}_c64_mix_per_s"] = get(m, "mix")
+        for w in WORKLOADS:
+            if (w, c) in r.closed:
+                out[f"{m}_c64_{w}_per_s"] = get(m, w)
         out[f"{m}_peak_rss_mib"] = r.peak_rss_mib
     return out
 
