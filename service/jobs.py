@@ -2,7 +2,8 @@
 
 A `Job` is created on the event loop (service/scheduler.py), queued to and driven by the worker
 thread (service/worker.py), and answered through its sink: an asyncio Future (submit) or an
-asyncio.Queue of events (stream). The worker posts to a `Mailbox` per event loop, which wakes
+asyncio.Queue of events (stream). The worker collects what it has for its jobs in an `Outbox`,
+sent once per iteration as one post to the `Mailbox` of each event loop, which wakes
 its loop with `loop.call_soon_threadsafe` only when the loop has nothing pending from it: items
 posted while a wake-up is pending ride along (fewer self-pipe writes and GIL handoffs when the
 loop lags behind the decode loop). Asyncio objects are only ever touched by their own loop.
@@ -107,3 +108,39 @@ class Mailbox:
         with self._lock:
             items, self._items = self._items, []
         deliver(items)
+
+
+class Outbox:
+    """Worker thread: (job, item) pairs collected during an iteration, then sent in one post per loop."""
+
+    def __init__(self) -> None:
+        self._items: list[tuple[Job, Any]] = []
+        self._boxes: dict[asyncio.AbstractEventLoop, Mailbox] = {}
+
+    def append(self, pair: tuple[Job, Any]) -> None:
+        """Collect one item for a job."""
+        self._items.append(pair)
+
+    def extend(self, pairs: list[tuple[Job, Any]]) -> None:
+        """Collect items for jobs."""
+        self._items.extend(pairs)
+
+    def send(self) -> None:
+        """Post what was collected to the jobs' event loops, in order, one post per loop."""
+        if not self._items:
+            return
+        items, self._items = self._items, []
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Job, Any]]] = {}
+        for job, item in items:
+            by_loop.setdefault(job.loop, []).append((job, item))
+        for loop, batch in by_loop.items():
+            self._mailbox(loop).post(batch)
+
+    def _mailbox(self, loop: asyncio.AbstractEventLoop) -> Mailbox:
+        """The mailbox of an event loop; forgets those of closed loops."""
+        box = self._boxes.get(loop)
+        if box is None:
+            for old in [lp for lp in self._boxes if lp.is_closed()]:
+                del self._boxes[old]
+            box = self._boxes[loop] = Mailbox(loop)
+        return box

@@ -10,13 +10,9 @@ never waits on inference; the worker never touches asyncio objects.
 Each iteration of the worker: take the jobs whose callers gave up and ask the mode's admission
 policy (a callable of the Scheduler subclass) how many queued texts may join now; outside the
 lock, cancel given-up and expired jobs (`batch.cancel` frees their rows), encode the newcomers
-(`batch.add`, one encoder run), run one decoder step (`batch.step`), deliver. Newcomers join in
-FIFO order while their rows fit and, with an `encoder_padding` limit, while the encoder input
-(every newcomer right-padded to the longest) stays mostly real tokens: padding at most
-`encoder_padding` times the real tokens or PAD_SLACK_TOKENS, whichever is more. The first
-request that would break the limit waits for the next iteration, at the head of the queue (one
-long source padded with short ones costs several times their separate encoder runs); the texts
-of one request are not separated for it. An exception in
+(`batch.add`, one encoder run), run one decoder step (`batch.step`), deliver. Who joins is the
+bounded FIFO's rule (service/jobqueue.py: in order while rows fit and the newcomers pad well
+together in one encoder run). An exception in
 add/step fails only the jobs of that batch with BatchFailed (`batch.clear()`), and the loop goes
 on. Idle waits use the condition with a timeout: no busy waiting.
 """
@@ -29,19 +25,18 @@ import logging
 import math
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 from service import metrics, statistics
-from service.errors import BatchFailed, DeadlineExceeded, NotReady, QueueFull, ShuttingDown, error_id
-from service.jobs import ACTIVE, DONE, QUEUED, Job, Mailbox, Result, Timings
+from service.errors import BatchFailed, DeadlineExceeded, NotReady, ShuttingDown, error_id
+from service.jobqueue import JobQueue
+from service.jobs import ACTIVE, DONE, Job, Mailbox, Outbox, Result, Timings
 from service.search import Hypothesis, TokenEvent
 
 log = logging.getLogger(__name__)
 
 IDLE_WAIT_S = 0.5  # longest sleep of an idle worker between checks of its flags
-PAD_SLACK_TOKENS = 32  # padding always tolerated in one encoder run, whatever encoder_padding says
 
 # (batch idle, rows queued, seconds the oldest queued text waited or None, draining)
 #   -> (texts that may join now, seconds to wait before asking again or None)
@@ -53,20 +48,16 @@ class Worker:
 
     def __init__(self, runner: Any, admission: Admission, max_rows: int, queue_size: int,
                  watchdog_s: float, encoder_padding: float = math.inf) -> None:
-        if not encoder_padding >= 0:
-            raise ValueError(f"encoder_padding must be >= 0, got {encoder_padding}")
+        self._queue = JobQueue(queue_size, encoder_padding)  # guarded by _cond
         self.runner, self.batch = runner, runner.new_batch(max_rows)
-        self.queue_size, self.watchdog_s = queue_size, watchdog_s
-        self.encoder_padding = encoder_padding
+        self.queue_size, self.encoder_padding = queue_size, encoder_padding
+        self.watchdog_s = watchdog_s
         self._admission = admission
         self._cond = threading.Condition()
-        self._queue: deque[Job] = deque()
-        self._queued_rows = 0
         self._dropped: list[Job] = []  # active jobs whose caller gave up (cancelled, timed out)
         self._timed: set[Job] = set()  # active jobs that have a deadline
         self._fresh: list[Job] = []  # admitted, no token yet
-        self._outbox: list[tuple[Job, Any]] = []
-        self._mailboxes: dict[asyncio.AbstractEventLoop, Mailbox] = {}
+        self._outbox = Outbox()
         self._idle_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = []
         self._stop_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = []
         self.draining = self.stopping = self.stopped = False
@@ -124,14 +115,7 @@ class Worker:
             if self.stuck:
                 raise NotReady(f"the inference worker is stuck (one model run has taken over "
                                f"{self.watchdog_s:g} s); retry later or elsewhere")
-            if len(self._queue) + len(jobs) > self.queue_size:
-                raise QueueFull(f"request queue is full ({len(self._queue)} of {self.queue_size} texts "
-                                f"queued, {len(jobs)} more requested); retry later")
-            now = time.monotonic()
-            for j in jobs:
-                j.enqueued = now
-                self._queued_rows += j.rows
-            self._queue.extend(jobs)
+            self._queue.put(jobs, time.monotonic())  # QueueFull when they do not fit
             metrics.QUEUE_DEPTH.set(len(self._queue))
             self._cond.notify()
 
@@ -139,11 +123,7 @@ class Worker:
         """The callers of these jobs stopped waiting: take them out of the queue or the batch."""
         with self._cond:
             for j in jobs:
-                if j.state == QUEUED:
-                    self._queue.remove(j)
-                    self._queued_rows -= j.rows
-                    j.state = DONE
-                elif j.state == ACTIVE:
+                if not self._queue.withdraw(j) and j.state == ACTIVE:
                     self._dropped.append(j)
             self._cond.notify()
 
@@ -157,7 +137,7 @@ class Worker:
         """A future resolved when the queue and the batch are both empty (while draining)."""
         fut = loop.create_future()
         with self._cond:
-            if self._thread is None or (not self._queue and not len(self.batch)):
+            if self._thread is None or (not len(self._queue) and not len(self.batch)):
                 fut.set_result(None)
             else:
                 self._idle_waiters.append((loop, fut))
@@ -185,11 +165,7 @@ class Worker:
         if self._stuck_failed:
             return 0
         with self._cond:
-            queued = list(self._queue)
-            self._queue.clear()
-            self._queued_rows = 0
-            for j in queued:
-                j.state = DONE
+            queued = self._queue.clear()
             # list() copies atomically; the stuck thread is not changing the batch meanwhile
             active = [j for j in (*self._in_hand, *(r.tag for r in self.batch.requests)) if j.state == ACTIVE]
             self._stuck_failed = True
@@ -258,46 +234,18 @@ class Worker:
             if self.stopping:
                 return None
             idle = not len(self.batch)
-            oldest = time.monotonic() - self._queue[0].enqueued if self._queue else None
-            n, wait = self._admission(idle, self._queued_rows, oldest, self.draining)
-            if n and self._queue:
-                return self._pop(n)
+            oldest = self._queue.oldest_wait(time.monotonic())
+            n, wait = self._admission(idle, self._queue.rows, oldest, self.draining)
+            if n and len(self._queue):
+                out, expired = self._queue.take(n, self.batch.free_rows, time.monotonic())
+                self._outbox.extend(expired)
+                return out
             if not idle or self._dropped or attempt:
                 return []
-            if not self._queue:
+            if not len(self._queue):
                 self._signal(self._idle_waiters)
             self._cond.wait(IDLE_WAIT_S if wait is None else min(wait, IDLE_WAIT_S))
         return []
-
-    def _pop(self, limit: int) -> list[Job]:
-        """Under the lock: up to `limit` queued jobs, FIFO, while their rows fit and they pad well
-        together (see the module docstring); fails expired ones."""
-        out: list[Job] = []
-        free, now = self.batch.free_rows, time.monotonic()
-        longest = real = 0  # source tokens of the jobs taken: the longest, and all of them
-        while self._queue and len(out) < limit:
-            job = self._queue[0]
-            expired = job.deadline is not None and now >= job.deadline
-            n = len(job.request.source)
-            fits = job.rows <= free and (not out or job.joins_previous
-                                         or self._pads_well(len(out) + 1, max(longest, n), real + n))
-            if not expired and not fits:
-                break  # FIFO: the head waits for rows (or for the next encoder run), nobody overtakes it
-            self._queue.popleft()
-            self._queued_rows -= job.rows
-            if expired:
-                job.state = DONE
-                self._outbox.append((job, DeadlineExceeded("deadline exceeded while queued")))
-                continue
-            job.state = ACTIVE
-            free -= job.rows
-            longest, real = max(longest, n), real + n
-            out.append(job)
-        return out
-
-    def _pads_well(self, count: int, longest: int, real: int) -> bool:
-        """Whether `count` sources of `real` tokens in all, padded to `longest`, may share an encoder run."""
-        return count * longest - real <= max(self.encoder_padding * real, PAD_SLACK_TOKENS)
 
     def _drop(self, jobs: list[Job]) -> None:
         """Free the rows of active jobs whose callers gave up."""
@@ -408,23 +356,7 @@ class Worker:
             self._gauges = gauges
             metrics.QUEUE_DEPTH.set(gauges[0])
             metrics.ACTIVE_SEQUENCES.set(gauges[1])
-        if not self._outbox:
-            return
-        items, self._outbox = self._outbox, []
-        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Job, Any]]] = {}
-        for job, item in items:
-            by_loop.setdefault(job.loop, []).append((job, item))
-        for loop, batch in by_loop.items():
-            self._mailbox(loop).post(batch)
-
-    def _mailbox(self, loop: asyncio.AbstractEventLoop) -> Mailbox:
-        """The mailbox of an event loop (worker thread only); forgets those of closed loops."""
-        box = self._mailboxes.get(loop)
-        if box is None:
-            for old in [lp for lp in self._mailboxes if lp.is_closed()]:
-                del self._mailboxes[old]
-            box = self._mailboxes[loop] = Mailbox(loop)
-        return box
+        self._outbox.send()
 
     def _signal(self, waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future]]) -> None:
         """Under the lock: resolve and forget waiting futures."""
@@ -436,9 +368,7 @@ class Worker:
     def _shutdown(self) -> None:
         """Thread exit: fail queued and active jobs with ShuttingDown, then tell drain()."""
         with self._cond:
-            queued = list(self._queue)
-            self._queue.clear()
-            self._queued_rows = 0
+            queued = self._queue.clear()
 
         def error(when: str) -> Exception:
             """What a caller left behind hears."""
