@@ -14,9 +14,10 @@ the same with some texts made of 2, 4 or 8 joined sentences (up to the bundle's 
    to first token), with the server's own metrics for rows per decoder step and step time.
 3. Open loop on `sentences` at Poisson rates = fractions of the continuous mode's closed-loop peak.
 The points at the headline concurrency (64) send at least `headline_requests` requests, so that
-p99 is the 10th-slowest of about a thousand texts rather than the 3rd of 300; and one more server,
-continuous batching with `--max-batch-size tail_rows` (shown as `continuous-<rows>`), is measured
-on the mix at that concurrency only: the tail-latency setting of the same mode, side by side.
+p99 is the 10th-slowest of about a thousand texts rather than the 3rd of 300. Every server runs
+with its defaults apart from the Plan's flags; `variants` are more servers (a label, a mode and
+extra flags: by default `continuous-no-budget`, continuous batching without the token budget),
+measured beside the others at the headline concurrency only, on every workload.
 `run(quick, bundle)` prints the markdown tables and returns the ratios (higher is better).
 """
 
@@ -53,7 +54,8 @@ class Plan:
     per_user: int = 5
     headline_concurrency: int = 64  # the ratios' concurrency
     headline_requests: int = 960  # at least this many requests there (p99 = the 10th-slowest)
-    tail_rows: int = 24  # a continuous server with this --max-batch-size on the mix there (0: none)
+    variants: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+        ("continuous-no-budget", "continuous", ("--max-batch-tokens", "0")),)  # (label, mode, flags)
     rate_fractions: tuple[float, ...] = (0.25, 0.5, 0.75, 1.0)
     open_seconds: float = 15.0  # open loop: about this long per rate, within the bounds below
     open_requests: tuple[int, int] = (100, 1500)
@@ -77,20 +79,14 @@ class Plan:
         low, high = self.open_requests
         return int(min(high, max(low, rate * self.open_seconds)))
 
-    @property
-    def tail_label(self) -> str | None:
-        """Name of the tail-latency continuous server, if the plan has one."""
-        wanted = self.tail_rows and "continuous" in self.modes and "mix" in self.workloads
-        return f"continuous-{self.tail_rows}" if wanted else None
-
-    def server_args(self, max_batch_size: int | None = None) -> list[str]:
-        """Server flags shared by every mode (max_batch_size: another --max-batch-size)."""
-        return ["--max-batch-size", str(max_batch_size or self.max_batch_size),
+    def server_args(self) -> list[str]:
+        """Server flags shared by every mode."""
+        return ["--max-batch-size", str(self.max_batch_size),
                 "--max-queue-delay-ms", str(self.max_queue_delay_ms), "--queue-size", str(self.queue_size),
                 "--intra-op-threads", str(self.intra_op_threads)]
 
 
-QUICK = Plan(concurrencies=(1, 8, 64), min_requests=80, per_user=3, headline_requests=0, tail_rows=0,
+QUICK = Plan(concurrencies=(1, 8, 64), min_requests=80, per_user=3, headline_requests=0, variants=(),
              rate_fractions=(0.3, 0.8), open_seconds=5.0, open_requests=(40, 300), c1_requests=40,
              mix_texts=500, warmup_requests=16)
 
@@ -163,20 +159,20 @@ def _point(server: ServerProcess, coro_factory, offered_rate: float | None = Non
 def measure(plan: Plan, bundle: Path, workloads: dict[str, list[str]], log=print) -> dict[str, ModeResult]:
     """Start one server per mode, then take every point for each mode in turn."""
     modes = sorted(plan.modes, key=lambda m: m != "continuous")  # continuous first: it sets the rates
-    first, tail = workloads[plan.workloads[0]], plan.tail_label
-    results = {m: ModeResult(m) for m in [*modes, *([tail] if tail else [])]}
+    first = workloads[plan.workloads[0]]
+    extra = {label: (mode, flags) for label, mode, flags in plan.variants if mode in plan.modes}
+    results = {m: ModeResult(m) for m in [*modes, *extra]}
     with contextlib.ExitStack() as stack:
         decoder = stack.enter_context(InProcessDecoder(bundle, plan.intra_op_threads))
         for text in first[:3]:
             decoder.seconds(text)  # loaded and warm, as the servers
         servers = {m: stack.enter_context(ServerProcess(bundle, m, plan.server_args())) for m in modes}
-        if tail:
-            args = plan.server_args(plan.tail_rows)
-            servers[tail] = stack.enter_context(ServerProcess(bundle, "continuous", args))
+        for label, (mode, flags) in extra.items():
+            servers[label] = stack.enter_context(ServerProcess(bundle, mode, [*plan.server_args(), *flags]))
         for m, server in servers.items():
             r, warmup = results[m], plan.warmup_requests
             asyncio.run(closed_loop(server.address, first, min(8, warmup), warmup))
-            if m == tail:
+            if m in extra:
                 continue
             paired = paired_c1(decoder, server.address, first[: plan.c1_requests])
             r.c1_inprocess_ms, r.c1_records = asyncio.run(paired)
@@ -187,7 +183,7 @@ def measure(plan: Plan, bundle: Path, workloads: dict[str, list[str]], log=print
         for name in plan.workloads:
             for c in plan.concurrencies:
                 for m, server in servers.items():
-                    if m == tail and (name, c) != ("mix", plan.headline_concurrency):
+                    if m in extra and c != plan.headline_concurrency:
                         continue
 
                     def load(address=server.address, texts=workloads[name], c=c):
@@ -224,7 +220,6 @@ def ratios(results: dict[str, ModeResult], c: int = 64) -> dict[str, float]:
         return getattr(p.summary, what) if p is not None else math.nan
 
     cont = results.get("continuous")
-    tail = next((m for m in results if m.startswith("continuous-")), "")
     out = {
         "continuous_vs_none_c64": get("continuous", "sentences") / get("none", "sentences"),
         "continuous_vs_dynamic_mixed": get("continuous", "mix") / get("dynamic", "mix"),
@@ -234,10 +229,11 @@ def ratios(results: dict[str, ModeResult], c: int = 64) -> dict[str, float]:
         "continuous_vs_none_c64_mix": get("continuous", "mix") / get("none", "mix"),
         "continuous_vs_dynamic_c64_sentences": get("continuous", "sentences") / get("dynamic", "sentences"),
     }
-    if tail:
-        out["continuous_tail_vs_dynamic_mixed"] = get(tail, "mix") / get("dynamic", "mix")
-        out["dynamic_vs_continuous_tail_p99_mixed"] = (get("dynamic", "mix", "p99_ms")
-                                                       / get(tail, "mix", "p99_ms"))
+    for label in [m for m in results if m not in MODES]:  # the Plan's variants
+        key = label.replace("-", "_")
+        out[f"{key}_vs_none_c64"] = get(label, "sentences") / get("none", "sentences")
+        out[f"{key}_vs_dynamic_mixed"] = get(label, "mix") / get("dynamic", "mix")
+        out[f"dynamic_vs_{key}_p99_mixed"] = get("dynamic", "mix", "p99_ms") / get(label, "mix", "p99_ms")
     for m, r in results.items():
         if r.c1_server_ms:
             out[f"{m}_c1_vs_inprocess"] = r.c1_ratio

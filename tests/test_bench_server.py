@@ -115,15 +115,16 @@ def test_server_bench_measures_every_mode(tiny_bundle: Path, sources: list[str])
     plan = server_bench.Plan(concurrencies=(1, 4), min_requests=6, per_user=2, rate_fractions=(0.5,),
                              open_requests=(6, 6), c1_requests=3, mix_texts=12, warmup_requests=2,
                              max_batch_size=4, intra_op_threads=1, headline_concurrency=4,
-                             headline_requests=10, tail_rows=2)
+                             headline_requests=10,
+                             variants=(("continuous-2rows", "continuous", ("--max-batch-size", "2")),))
     workloads = {"sentences": sources, "mix": mixed_texts(sources, plan.mix_texts, Lengths(tiny_bundle))}
     results = server_bench.measure(plan, tiny_bundle, workloads, log=lambda _: None)
-    assert list(results) == ["continuous", "dynamic", "none", "continuous-2"]
+    assert list(results) == ["continuous", "dynamic", "none", "continuous-2rows"]
     assert plan.requests_at(1) == 6 and plan.requests_at(4) == 10
-    tail = results.pop("continuous-2")  # the tail-latency server: the mix at the headline concurrency only
-    assert list(tail.closed) == [("mix", 4)] and not tail.open and math.isnan(tail.c1_ratio)
-    (tp,) = tail.closed.values()
-    assert tp.summary.ok == 10 and not tp.summary.errors and 1 <= tp.rows_per_step <= 2
+    tail = results.pop("continuous-2rows")  # a variant: the headline concurrency only, every workload
+    assert list(tail.closed) == [("sentences", 4), ("mix", 4)] and not tail.open and math.isnan(tail.c1_ratio)
+    for tp in tail.closed.values():
+        assert tp.summary.ok == 10 and not tp.summary.errors and 1 <= tp.rows_per_step <= 2
     for mode, r in results.items():
         assert len(r.c1_inprocess_ms) == len(r.c1_server_ms) == 3 and r.c1_ratio > 0
         assert set(r.closed) == {(w, c) for w in ("sentences", "mix") for c in (1, 4)}
@@ -139,17 +140,18 @@ def test_server_bench_measures_every_mode(tiny_bundle: Path, sources: list[str])
     # the open-loop rate is a fraction of the continuous mode's peak on the first workload
     peak = max(p.summary.throughput for (w, _), p in results["continuous"].closed.items() if w == "sentences")
     assert results["none"].open[0].summary.offered_rate == pytest.approx(0.5 * peak)
-    scores = server_bench.ratios(results | {"continuous-2": tail}, c=4)
+    scores = server_bench.ratios(results | {"continuous-2rows": tail}, c=4)
     for key in ("continuous_vs_none_c64", "continuous_vs_dynamic_mixed", "server_c1_vs_inprocess"):
         assert math.isfinite(scores[key]) and scores[key] > 0
     c4 = {m: results[m].closed["sentences", 4].summary.throughput for m in results}
     assert scores["continuous_vs_none_c64"] == pytest.approx(c4["continuous"] / c4["none"])
-    assert scores["continuous_tail_vs_dynamic_mixed"] == pytest.approx(
+    assert scores["continuous_2rows_vs_dynamic_mixed"] == pytest.approx(
         tp.summary.throughput / results["dynamic"].closed["mix", 4].summary.throughput)
-    assert scores["dynamic_vs_continuous_tail_p99_mixed"] > 0 and "continuous-2_c1_vs_inprocess" not in scores
-    text = server_bench.tables(results | {"continuous-2": tail}, scores)
+    assert scores["dynamic_vs_continuous_2rows_p99_mixed"] > 0 and scores["continuous_2rows_vs_none_c64"] > 0
+    assert "continuous-2rows_c1_vs_inprocess" not in scores
+    text = server_bench.tables(results | {"continuous-2rows": tail}, scores)
     assert "### Closed loop" in text and "| sentences | 4 | none |" in text
-    assert "| mix | 4 | continuous-2 |" in text
+    assert "| mix | 4 | continuous-2rows |" in text
     assert "| server_c1_vs_inprocess |" in text
 
 
