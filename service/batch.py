@@ -126,6 +126,12 @@ class DecodeBatch:
         return int(np.count_nonzero(self._live))
 
     @property
+    def tokens(self) -> int:
+        """Tokens the active rows hold: source plus decoded so far, summed over rows (beams included)."""
+        live = self._live
+        return int(self._row_src[live].sum() + self._cache.filled()[live].sum())
+
+    @property
     def free_rows(self) -> int:
         """Rows still available for new requests."""
         return self.max_rows - self.used_rows

@@ -32,6 +32,7 @@ class ServerConfig:
     metrics_host: str = "127.0.0.1"
     batching: str = "continuous"
     max_batch_size: int = 32
+    max_batch_tokens: int = 2048  # 0 = no token budget, rows only
     max_queue_delay_ms: float = 5.0
     queue_size: int = 256
     intra_op_threads: int = 0
@@ -64,6 +65,7 @@ class ServerConfig:
             "--port": 0 <= self.port <= 65535,
             "--metrics-port": -1 <= self.metrics_port <= 65535,
             "--max-batch-size": self.max_batch_size >= 1,
+            "--max-batch-tokens": self.max_batch_tokens >= 0,
             "--max-queue-delay-ms": self.max_queue_delay_ms >= 0,
             "--queue-size": self.queue_size >= 1,
             "--intra-op-threads": self.intra_op_threads >= 0,
@@ -119,6 +121,8 @@ _FLAGS: list[tuple[str, Any, str]] = [
     ("--metrics-host", str, "address the /metrics endpoint binds (0.0.0.0 for every interface)"),
     ("--batching", str, f"scheduler: {' | '.join(BATCHING_MODES)}"),
     ("--max-batch-size", int, "most texts per request and most rows per model call"),
+    ("--max-batch-tokens", int, "texts join the decode batch only while its rows hold at most this many "
+     "tokens (source + decoded so far, per row); 0 = no limit"),
     ("--max-queue-delay-ms", float, "dynamic batching: longest wait for a batch to fill"),
     ("--queue-size", int, "most texts waiting; beyond it requests fail with RESOURCE_EXHAUSTED"),
     ("--intra-op-threads", int, "ONNX Runtime intra-op threads (0 = ORT default)"),

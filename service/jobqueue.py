@@ -8,7 +8,10 @@ stays mostly real tokens: padding at most `encoder_padding` times the real token
 PAD_SLACK_TOKENS, whichever is more. The first job that would break the limit waits at the head
 of the queue for the next encoder run (one long source padded with short ones costs several
 times their separate encoder runs); nobody overtakes it, and the texts of one request
-(`joins_previous`) are never separated for it. Jobs whose deadline passed while queued leave
+(`joins_previous`) are never separated for it. With a token budget (`--max-batch-tokens`),
+newcomers also join only while the batch's tokens (every row's source plus what it has decoded,
+service/batch.py `DecodeBatch.tokens`) and theirs (source x beam rows) stay within it; into an
+empty batch the head joins whatever its length. Jobs whose deadline passed while queued leave
 with DeadlineExceeded.
 """
 
@@ -74,8 +77,12 @@ class JobQueue:
             j.state = DONE
         return jobs
 
-    def take(self, limit: int, free_rows: int, now: float) -> tuple[list[Job], list[tuple[Job, Exception]]]:
-        """Up to `limit` jobs that may join now (marked active), and the expired ones with their error."""
+    def take(self, limit: int, free_rows: int, now: float, free_tokens: float = math.inf,
+             idle: bool = False) -> tuple[list[Job], list[tuple[Job, Exception]]]:
+        """Up to `limit` jobs that may join now (marked active), and the expired ones with their error.
+
+        free_tokens: room left in the token budget; idle: the batch is empty (its head joins anyway).
+        """
         out: list[Job] = []
         expired: list[tuple[Job, Exception]] = []
         longest = real = 0  # source tokens of the jobs taken: the longest, and all of them
@@ -83,8 +90,10 @@ class JobQueue:
             job = self._jobs[0]
             late = job.deadline is not None and now >= job.deadline
             n = len(job.request.source)
+            cost = n * job.rows  # its rows hold its source each
             fits = job.rows <= free_rows and (not out or job.joins_previous
                                               or self.pads_well(len(out) + 1, max(longest, n), real + n))
+            fits = fits and (cost <= free_tokens or (idle and not out) or job.joins_previous)
             if not late and not fits:
                 break  # FIFO: the head waits for rows (or for the next encoder run), nobody overtakes it
             self._jobs.popleft()
@@ -94,7 +103,7 @@ class JobQueue:
                 expired.append((job, DeadlineExceeded("deadline exceeded while queued")))
                 continue
             job.state = ACTIVE
-            free_rows -= job.rows
+            free_rows, free_tokens = free_rows - job.rows, free_tokens - cost
             longest, real = max(longest, n), real + n
             out.append(job)
         return out, expired

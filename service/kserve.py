@@ -109,7 +109,8 @@ def model_config(runner: Runner, scheduler: Scheduler) -> config_pb.ModelConfig:
         batching.default_queue_policy.max_queue_size = scheduler.queue_size
     parameters = {
         "batching_mode": scheduler.mode, "max_batch_size": scheduler.max_batch_size,
-        "max_texts_per_request": scheduler.max_batch_size, "max_queue_delay_ms": scheduler.max_queue_delay_ms,
+        "max_texts_per_request": scheduler.max_batch_size, "max_batch_tokens": scheduler.max_batch_tokens,
+        "max_queue_delay_ms": scheduler.max_queue_delay_ms,
         "queue_size": scheduler.queue_size, "max_beam_size": runner.max_beam,
         "max_output_tokens": scheduler.limits.max_output_tokens,
         "max_source_tokens": scheduler.limits.max_source_tokens,

@@ -68,6 +68,10 @@ class ConcatCache:
         self._kv = [self._be.to_device(self._be.to_host(x)[keep]) for x in self._kv]
         self._start = self._start[keep]
 
+    def filled(self) -> np.ndarray:
+        """Columns each row holds (n_rows,): tokens decoded so far by its request (holes: stale)."""
+        return self.length - self._start
+
     def feeds(self) -> dict[str, np.ndarray]:
         """position_ids (n_rows, 1) and attention_mask (n_rows, L + 1) of the next step."""
         cols = np.arange(self.length + 1)
@@ -206,6 +210,10 @@ class InplaceCache(_RowBuffers):
     def length(self) -> int:
         """Longest row's cache length (columns in use)."""
         return int(self._len[: self.rows].max(initial=0))
+
+    def filled(self) -> np.ndarray:
+        """Columns each row holds (n_rows,): tokens decoded so far by its request (holes: 0)."""
+        return self._len[: self.rows]
 
     def grow(self, k: int) -> None:
         """Append k empty rows; host buffers double their capacity (one copy) when full."""

@@ -107,6 +107,7 @@ def model_info(runner: Runner, scheduler: Scheduler) -> pb.GetModelInfoResponse:
             max_batch_size=scheduler.max_batch_size, max_source_tokens=scheduler.limits.max_source_tokens,
             max_beam_size=runner.max_beam, max_output_tokens=scheduler.limits.max_output_tokens,
             batching_mode=BATCHING_MODES.get(scheduler.mode, pb.BATCHING_MODE_UNSPECIFIED),
+            max_batch_tokens=scheduler.max_batch_tokens,
         ),
         defaults=pb.TranslateOptions(
             max_output_tokens=defaults.max_new_tokens, beam_size=defaults.beam_size, n_best=defaults.n_best,

@@ -9,8 +9,8 @@ API (used by the gRPC servicers)::
     async for item in sched.stream(text, options, deadline): ...      # TokenEvent..., then Result
     await sched.drain(grace_s)                                        # idempotent
     sched.healthy, sched.state, sched.queue_depth, sched.active_sequences, sched.mode,
-    sched.max_batch_size, sched.max_queue_delay_ms, sched.queue_size, sched.watchdog_s,
-    sched.encoder_padding                   # make_scheduler(..., encoder_padding=x) overrides the mode's
+    sched.max_batch_size, sched.max_batch_tokens, sched.max_queue_delay_ms, sched.queue_size,
+    sched.watchdog_s, sched.encoder_padding  # make_scheduler(..., encoder_padding=x) overrides the mode's
     sched.fail_if_stuck()                   # polled by the server: stuck worker -> callers get UNAVAILABLE
     sched.limits                            # RequestLimits (service/limits.py): make_scheduler(..., limits=)
 
@@ -34,6 +34,10 @@ when queued texts join the batch (FIFO in all of them, nobody overtakes the head
   one step must pad well together (encoder_padding 0.5: padding at most half the real tokens or
   32 tokens): a long source queued behind short ones joins one step later, in its own encoder
   run. The texts of one request are never split for that.
+With `max_batch_tokens` (0 = none; the server's default is a budget) texts also join only while
+the batch's rows hold at most that many tokens, source plus decoded so far: long texts then
+share their steps with fewer others (a shorter tail for them, less throughput when the queue is
+full of short ones); into an empty batch the head of the queue joins whatever its length.
 All modes return the same tokens as `runner.translate([text])`.
 """
 
@@ -68,10 +72,12 @@ class Scheduler:
     default_encoder_padding = math.inf  # no limit: a batch is encoded together, however it pads
 
     def __init__(self, runner: Runner, *, max_batch_size: int = 32, max_queue_delay_ms: float = 5.0,
-                 queue_size: int = 256, watchdog_s: float = 30.0,
+                 queue_size: int = 256, watchdog_s: float = 30.0, max_batch_tokens: int = 0,
                  encoder_padding: float | None = None, limits: RequestLimits | None = None) -> None:
         if max_batch_size < 1 or queue_size < 1:
             raise ValueError(f"max_batch_size and queue_size must be >= 1: {max_batch_size}, {queue_size}")
+        if max_batch_tokens < 0:
+            raise ValueError(f"max_batch_tokens must be >= 0 (0 = no limit), got {max_batch_tokens}")
         if max_queue_delay_ms < 0 or watchdog_s <= 0:
             raise ValueError(f"bad max_queue_delay_ms {max_queue_delay_ms} or watchdog_s {watchdog_s}")
         self.runner = runner
@@ -79,7 +85,7 @@ class Scheduler:
         self._max_batch_size, self._max_queue_delay_ms = int(max_batch_size), float(max_queue_delay_ms)
         padding = self.default_encoder_padding if encoder_padding is None else float(encoder_padding)
         self._worker = Worker(runner, self._admission, self._max_batch_size, int(queue_size),
-                              float(watchdog_s), padding)
+                              float(watchdog_s), padding, int(max_batch_tokens) or math.inf)
         self._drain_task: asyncio.Future | None = None
 
     # ----- configuration and state ----------------------------------------------------------
@@ -87,6 +93,12 @@ class Scheduler:
     def max_batch_size(self) -> int:
         """Rows of the decode batch (a beam-k text takes k)."""
         return self._max_batch_size
+
+    @property
+    def max_batch_tokens(self) -> int:
+        """Token budget of the decode batch (source + decoded so far, over its rows); 0 = none."""
+        tokens = self._worker.max_tokens
+        return int(tokens) if math.isfinite(tokens) else 0
 
     @property
     def max_queue_delay_ms(self) -> float:
@@ -151,8 +163,9 @@ class Scheduler:
         if self._worker.draining:
             raise ShuttingDown("the scheduler was drained and cannot be restarted")
         self._worker.start()
-        log.info("%s scheduler started: max_batch_size=%d rows, max_queue_delay_ms=%g, queue_size=%d",
-                 self.mode, self.max_batch_size, self.max_queue_delay_ms, self.queue_size)
+        log.info("%s scheduler started: max_batch_size=%d rows, max_batch_tokens=%s, max_queue_delay_ms=%g, "
+                 "queue_size=%d", self.mode, self.max_batch_size, self.max_batch_tokens or "no limit",
+                 self.max_queue_delay_ms, self.queue_size)
 
     async def drain(self, grace_s: float) -> None:
         """Refuse new work, let in-flight and queued work finish within grace_s, fail the rest, stop."""

@@ -188,7 +188,7 @@ async def serve(config: ServerConfig, runner: Runner | None = None) -> RunningSe
     limits = RequestLimits.of(runner, config.max_source_tokens, config.max_output_tokens)
     scheduler = make_scheduler(config.batching, runner, max_batch_size=config.max_batch_size,
                                max_queue_delay_ms=config.max_queue_delay_ms, queue_size=config.queue_size,
-                               watchdog_s=config.watchdog_s,
+                               watchdog_s=config.watchdog_s, max_batch_tokens=config.max_batch_tokens,
                                limits=limits)
     await scheduler.start()
     readiness = Readiness(scheduler_healthy=lambda: scheduler.healthy)

@@ -47,11 +47,13 @@ class Worker:
     """The thread that owns a DecodeBatch and drives it with jobs taken from a bounded queue."""
 
     def __init__(self, runner: Any, admission: Admission, max_rows: int, queue_size: int,
-                 watchdog_s: float, encoder_padding: float = math.inf) -> None:
+                 watchdog_s: float, encoder_padding: float = math.inf, max_tokens: float = math.inf) -> None:
+        if not max_tokens > 0:
+            raise ValueError(f"max_tokens must be > 0, got {max_tokens}")
         self._queue = JobQueue(queue_size, encoder_padding)  # guarded by _cond
         self.runner, self.batch = runner, runner.new_batch(max_rows)
         self.queue_size, self.encoder_padding = queue_size, encoder_padding
-        self.watchdog_s = watchdog_s
+        self.watchdog_s, self.max_tokens = watchdog_s, max_tokens
         self._admission = admission
         self._cond = threading.Condition()
         self._dropped: list[Job] = []  # active jobs whose caller gave up (cancelled, timed out)
@@ -237,7 +239,8 @@ class Worker:
             oldest = self._queue.oldest_wait(time.monotonic())
             n, wait = self._admission(idle, self._queue.rows, oldest, self.draining)
             if n and len(self._queue):
-                out, expired = self._queue.take(n, self.batch.free_rows, time.monotonic())
+                room = self.max_tokens - self.batch.tokens if math.isfinite(self.max_tokens) else math.inf
+                out, expired = self._queue.take(n, self.batch.free_rows, time.monotonic(), room, idle)
                 self._outbox.extend(expired)
                 return out
             if not idle or self._dropped or attempt:

@@ -90,3 +90,22 @@ def test_clear_marks_every_queued_job_done() -> None:
 def test_encoder_padding_must_not_be_negative() -> None:
     with pytest.raises(ValueError, match="encoder_padding"):
         JobQueue(4, encoder_padding=-1.0)
+
+
+def test_a_token_budget_admits_while_sources_fit_and_an_empty_batch_takes_its_head() -> None:
+    q = JobQueue(8)
+    jobs = [job(40), job(30, beam=2), job(10)]  # costs: 40, 60 (30 tokens x 2 rows), 10
+    q.put(jobs, now=0.0)
+    taken, _ = q.take(limit=8, free_rows=8, now=0.0, free_tokens=99)
+    assert taken == jobs[:1]  # 40 fits, then 60 does not (39 left) and the 10 behind it waits
+    taken, _ = q.take(limit=8, free_rows=8, now=0.0, free_tokens=70)
+    assert taken == jobs[1:]  # 60 + 10
+    big = job(500)
+    q.put([big, job(5)], now=0.0)
+    assert q.take(limit=8, free_rows=8, now=0.0, free_tokens=100)[0] == []
+    taken, _ = q.take(limit=8, free_rows=8, now=0.0, free_tokens=100, idle=True)
+    assert taken == [big]  # alone into the empty batch; the 5-token one would now exceed the budget
+    q.clear()
+    first, rest = job(50), job(50, joins_previous=True)
+    q.put([first, rest], now=0.0)
+    assert q.take(limit=8, free_rows=8, now=0.0, free_tokens=60)[0] == [first, rest]  # one request

@@ -268,6 +268,23 @@ def test_request_added_midway_matches_alone(runner, texts):
     assert [h.tokens for h in drain(batch)[again.id]] == alone(runner, [again.source], [beam])[0]
 
 
+def test_batch_tokens_count_every_rows_source_and_decoded_tokens(runner, texts):
+    ids = runner.encode_texts(texts)
+    batch = runner.new_batch(8)
+    assert batch.tokens == 0
+    a = runner.make_request(ids[0], DecodeOptions(max_new_tokens=MAX_NEW))
+    b = runner.make_request(ids[1], DecodeOptions(beam_size=2, n_best=1, max_new_tokens=MAX_NEW))
+    batch.add(a)
+    assert batch.tokens == len(ids[0])
+    finished = [e for _ in range(2) for e in batch.step() if isinstance(e, FinishedEvent)]
+    batch.add(b)
+    finished += [e for e in batch.step() if isinstance(e, FinishedEvent)]
+    assert not finished and len(batch) == 2  # (MAX_NEW leaves room for three steps)
+    assert batch.tokens == (len(ids[0]) + 3) + 2 * (len(ids[1]) + 1)  # b's two beam rows count twice
+    batch.cancel(a)
+    assert batch.tokens == 2 * (len(ids[1]) + 1)
+
+
 def test_a_row_reused_by_a_shorter_source_ignores_the_longer_sources_columns(runner, texts):
     ids = sorted(runner.encode_texts(texts), key=len)
     short, long_ = ids[0], (ids[-1][:-1] * 4)[: runner.max_len - 1] + [ids[-1][-1]]

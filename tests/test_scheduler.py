@@ -29,6 +29,10 @@ def test_make_scheduler_modes_and_config(runner):
         assert isinstance(s, cls) and isinstance(s, Scheduler) and s.mode == mode
         assert (s.max_batch_size, s.max_queue_delay_ms, s.queue_size) == (5, 2.5, 7)
         assert s.state == "new" and not s.healthy and s.queue_depth == 0 and s.active_sequences == 0
+    assert s.max_batch_tokens == 0  # no token budget unless asked
+    assert make_scheduler("continuous", runner, max_batch_tokens=300).max_batch_tokens == 300
+    with pytest.raises(ValueError, match="max_batch_tokens must be >= 0"):
+        make_scheduler("continuous", runner, max_batch_tokens=-5)
     with pytest.raises(ValueError, match="unknown batching mode 'orca'"):
         make_scheduler("orca", runner)
     with pytest.raises(AttributeError):
@@ -240,3 +244,30 @@ def test_continuous_encodes_a_long_newcomer_apart_from_short_ones(hooked, texts,
     assert [toks(r) for r in results] == [ref(hooked, t, opts) for t in [texts[0], *queued]]
     first = len(hooked.encode_texts([texts[0]])[0])
     assert encoded == ([[first], lengths[:2], lengths[2:]] if split else [[first], lengths])
+
+
+@pytest.mark.parametrize("budget", [0, 1])
+def test_a_token_budget_keeps_texts_out_of_a_busy_batch(runner, texts, budget):
+    """With a 1-token budget every text waits for an empty batch (its head joins whatever its size);
+    without one, concurrent texts share the batch. Results are the same either way."""
+    opts = DecodeOptions(max_new_tokens=MAX_NEW)
+    most = [0]
+
+    def watch(stage: str) -> None:
+        if stage == "decoder":
+            most[0] = max(most[0], s.active_sequences)
+
+    async def main() -> list[Result]:
+        await s.start()
+        got = await asyncio.gather(*(s.submit([t], opts) for t in texts[:4]))
+        await s.drain(5)
+        return [r for (r,) in got]
+
+    s = make_scheduler("continuous", runner, max_batch_size=8, max_batch_tokens=budget)
+    runner.fault_hook = watch
+    try:
+        results = run(main())
+    finally:
+        runner.fault_hook = None
+    assert [toks(r) for r in results] == [ref(runner, t, opts) for t in texts[:4]]
+    assert most[0] == 1 if budget else most[0] > 1

@@ -156,6 +156,7 @@ def test_get_model_info(stub, runner, tiny_bundle):
     assert (info.limits.max_batch_size, info.limits.max_source_tokens) == (MAX_BATCH, runner.max_len)
     assert (info.limits.max_beam_size, info.limits.max_output_tokens) == (8, runner.max_len - 1)
     assert info.limits.batching_mode == pb.BATCHING_MODE_CONTINUOUS
+    assert info.limits.max_batch_tokens == ServerConfig().max_batch_tokens  # the default budget
     assert (info.defaults.beam_size, info.defaults.max_output_tokens) == (1, runner.max_len - 1)
 
 
@@ -316,11 +317,16 @@ def test_config_flags_override_environment_which_overrides_defaults():
         "127.0.0.1", 8001, 8002, "continuous")
     assert defaults.bundle.parts[-3:] == ("artifacts", "default", "bundle")
     assert env_name("--max-queue-delay-ms") == "TRANSLATOR_MAX_QUEUE_DELAY_MS"
+    assert defaults.max_batch_tokens == ServerConfig().max_batch_tokens > 0  # a budget by default
+    budget = {"TRANSLATOR_MAX_BATCH_TOKENS": "900"}
+    assert parse_config(["--max-batch-tokens", "0"], budget).max_batch_tokens == 0
+    assert parse_config([], budget).max_batch_tokens == 900
 
 
 @pytest.mark.parametrize(("argv", "env"), [
     (["--batching", "sometimes"], {}), ([], {"TRANSLATOR_PORT": "eighty"}), (["--tls-cert", "c.pem"], {}),
     (["--provider-options", "{not json"], {}), (["--max-batch-size", "0"], {}),
+    (["--max-batch-tokens", "-1"], {}),
 ])
 def test_config_rejects_bad_values(argv, env):
     """Bad flag or environment values are usage errors (exit code 2)."""

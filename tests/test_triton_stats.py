@@ -16,6 +16,7 @@ import tritonclient.grpc as triton
 from tritonclient.grpc import model_config_pb2 as triton_config
 
 from service import metrics
+from service.config import ServerConfig
 from service.runner import Runner
 from service.server import BackgroundServer
 from tests.test_server import MAX_BATCH, TEXTS, server_config
@@ -94,7 +95,7 @@ def test_model_config_of_continuous_server(client, runner):
     parameters = {k: v.string_value for k, v in config.parameters.items()}
     assert parameters == {
         "batching_mode": "continuous", "max_batch_size": str(MAX_BATCH),
-        "max_texts_per_request": str(MAX_BATCH),
+        "max_texts_per_request": str(MAX_BATCH), "max_batch_tokens": str(ServerConfig().max_batch_tokens),
         "max_queue_delay_ms": "5.0", "queue_size": "40", "max_beam_size": str(runner.max_beam),
         "max_output_tokens": str(runner.max_len - 1), "max_source_tokens": str(runner.max_len),
         "execution_provider": "CPUExecutionProvider", "stream_parameter": "stream",
