@@ -239,23 +239,27 @@ class DecodeBatch:
         """Requests, rows or S changed: drop what is derived from them (rebuilt when next needed)."""
         self._groups = self._src_feeds = None
 
-    def _searches(self) -> tuple[list[_Active], np.ndarray, list[_Active]]:
-        """Greedy requests, their rows, and beam requests; cached until requests or rows change."""
+    def _searches(self) -> tuple[list[_Active], np.ndarray | slice, list[_Active]]:
+        """Greedy requests, their rows (a slice of all when they are rows 0..n-1 in order, the usual
+        case: no copy of the log-probs), and beam requests; cached until requests or rows change."""
         if self._groups is None:
             greedy = [a for a in self._active.values() if isinstance(a.search, GreedySearch)]
-            rows = np.array([a.rows[0] for a in greedy], np.int64)
+            rows: np.ndarray | slice = np.array([a.rows[0] for a in greedy], np.int64)
+            if len(rows) == len(self._live) and (rows == np.arange(len(rows))).all():
+                rows = slice(None)
             beams = [a for a in self._active.values() if isinstance(a.search, BeamSearch)]
             self._groups = greedy, rows, beams
         return self._groups
 
     def _advance_greedy(
-        self, greedy: list[_Active], rows: np.ndarray, logp: np.ndarray, attn: np.ndarray, events: list[Event]
+        self, greedy: list[_Active], rows: np.ndarray | slice, logp: np.ndarray, attn: np.ndarray,
+        events: list[Event]
     ) -> list[_Active]:
         """Argmax and float32 log-prob sums of all greedy rows at once, then each request's tokens;
         returns the finished."""
-        picked = logp[rows]  # (G, V)
+        picked = logp[rows]  # (G, V); a view when rows is a slice
         tokens = picked.argmax(axis=-1)
-        self._score[rows] += picked[np.arange(len(rows)), tokens]
+        self._score[rows] += picked[np.arange(len(tokens)), tokens]
         self._next[rows] = tokens
         eos, tok, done = self.runner.special.eos, self.runner.tokenizer, []
         for a, t in zip(greedy, tokens.tolist(), strict=True):
@@ -312,7 +316,7 @@ class DecodeBatch:
         self._cross.reset(keep_src=self._source_lengths)
         self._next = np.zeros(0, np.int64)
         self._score = np.zeros(0, np.float32)  # greedy rows: sum of the chosen tokens' log-probs
-        self._groups: tuple[list[_Active], np.ndarray, list[_Active]] | None = None
+        self._groups: tuple[list[_Active], np.ndarray | slice, list[_Active]] | None = None
         self._ids_of: np.ndarray | None = None  # the _next that _ids views
         self._ids = self._next[:, None]
         self._src_feeds: dict[str, np.ndarray] | None = None  # built by _source_feeds
