@@ -11,8 +11,9 @@ Each iteration of the worker: take the jobs whose callers gave up and ask the mo
 policy (a callable of the Scheduler subclass) how many queued texts may join now; outside the
 lock, cancel given-up and expired jobs (`batch.cancel` frees their rows), encode the newcomers
 (`batch.add`, one encoder run), run one decoder step (`batch.step`), deliver. Who joins is the
-bounded FIFO's rule (service/jobqueue.py: in order while rows fit and the newcomers pad well
-together in one encoder run). An exception in
+bounded FIFO's rule (service/jobqueue.py: in order while rows fit, the newcomers pad well
+together in one encoder run, and the batch stays within `max_tokens`, its token budget). An
+exception in
 add/step fails only the jobs of that batch with BatchFailed (`batch.clear()`), and the loop goes
 on. Idle waits use the condition with a timeout: no busy waiting.
 """
