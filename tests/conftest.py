@@ -111,6 +111,25 @@ def tiny_concat_bundle(tmp_path_factory, tiny_checkpoint) -> Path:
     return out
 
 
+@pytest.fixture(scope="module", params=["inplace", "concat"])
+def layout_runner(request, tiny_bundle, tiny_concat_bundle):
+    """CPU runner of the tiny bundle in both KV-cache layouts (service/kvcache.py)."""
+    from service.runner import Runner
+
+    bundle = tiny_bundle if request.param == "inplace" else tiny_concat_bundle
+    r = Runner(bundle, providers=["CPUExecutionProvider"])
+    assert r.kv_cache == request.param
+    return r
+
+
+@pytest.fixture(scope="module")
+def texts() -> list[str]:
+    """Sources of clearly different lengths (modules with texts of their own override this)."""
+    from tests.decoding_support import varied_texts
+
+    return varied_texts()
+
+
 @pytest.fixture(scope="module")
 def runner(tiny_bundle):
     """CPU runner of the tiny bundle (modules that serve it may override this fixture)."""
