@@ -18,8 +18,9 @@ Self-attention cache: service/kvcache.py, in the layout of the bundle's decoder:
 Beam search reorders a request's rows by copying parent rows in place.
 
 Cross-attention K/V, per layer: (n_rows, H, S, Dh) (service/kvcache.py `CrossCache`), computed
-once by the encoder when the request joins, repeated over its beam rows, zero-padded to S = the
-longest source present. A concat decoder takes `encoder_attention_mask` (n_rows, S); S grows when
+once by the encoder when the request joins, repeated over its beam rows, in the first columns of
+an axis S >= the longest source present (the columns beyond a row's source keep finite leftovers
+that no decoder reads). A concat decoder takes `encoder_attention_mask` (n_rows, S); S grows when
 a longer source joins and shrinks (one copy) when it would drop by >= 1/4. An in-place decoder
 takes each row's source length - 1 (`encoder_seqlens_k`, 0 for holes) and computes nothing beyond
 it, so padding is free: S is a power of two >= 64 (at most max_len) that only grows, in at most a

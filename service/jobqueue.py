@@ -91,9 +91,10 @@ class JobQueue:
             late = job.deadline is not None and now >= job.deadline
             n = len(job.request.source)
             cost = n * job.rows  # its rows hold its source each
-            fits = job.rows <= free_rows and (not out or job.joins_previous
-                                              or self.pads_well(len(out) + 1, max(longest, n), real + n))
-            fits = fits and (cost <= free_tokens or (idle and not out) or job.joins_previous)
+            first = not out or job.joins_previous  # starts the encoder run, or a request's next text
+            fits = (job.rows <= free_rows
+                    and (first or self.pads_well(len(out) + 1, max(longest, n), real + n))
+                    and (cost <= free_tokens or job.joins_previous or (idle and not out)))
             if not late and not fits:
                 break  # FIFO: the head waits for rows (or for the next encoder run), nobody overtakes it
             self._jobs.popleft()

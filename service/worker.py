@@ -53,7 +53,6 @@ class Worker:
             raise ValueError(f"max_tokens must be > 0, got {max_tokens}")
         self._queue = JobQueue(queue_size, encoder_padding)  # guarded by _cond
         self.runner, self.batch = runner, runner.new_batch(max_rows)
-        self.queue_size, self.encoder_padding = queue_size, encoder_padding
         self.watchdog_s, self.max_tokens = watchdog_s, max_tokens
         self._admission = admission
         self._cond = threading.Condition()
@@ -73,6 +72,16 @@ class Worker:
         self._thread: threading.Thread | None = None
 
     # ----- called from the event loop -----------------------------------------------------
+    @property
+    def queue_size(self) -> int:
+        """Most texts the queue holds."""
+        return self._queue.size
+
+    @property
+    def encoder_padding(self) -> float:
+        """Most padding of one encoder run, as a fraction of its real tokens (service/jobqueue.py)."""
+        return self._queue.encoder_padding
+
     @property
     def started(self) -> bool:
         """The thread was started."""
