@@ -6,13 +6,16 @@ import math
 
 import pytest
 import torch
+from tokenizers import Tokenizer
 
+from bench import shaped
 from bench.ct2 import CT2Engine, convert
 from bench.engine import Point, run, table
 from model.checkpoint import load_checkpoint, save_checkpoint
 from model.config import ModelConfig
 from model.decoding import greedy_decode
 from model.transformer import Transformer
+from service.bundle import load_bundle
 
 
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
@@ -97,3 +100,20 @@ def test_profile_counts_one_decoder_run_per_step(tiny_bundle, tiny_corpus, tmp_p
     assert dec.runs == steps.count("decoder") > 3
     assert dec.by_op["MatMul"][0] >= 1 and dec.us_per_run > 0
     assert len(list(tmp_path.glob("b1_decoder_*.json"))) == 1
+
+
+@pytest.mark.parametrize("pre_ln", [False, True], ids=["post-LN", "pre-LN"])
+def test_shaped_model_is_exported_with_the_requested_shape(tmp_path, tiny_checkpoint, pre_ln):
+    tokenizer = tiny_checkpoint.parent / "tokenizer.json"
+    argv = ["--out", str(tmp_path), "--d-model", "24", "--heads", "3", "--layers", "1", "--d-ff", "40",
+            "--max-len", "32", "--tokenizer", str(tokenizer), *(["--pre-ln"] if pre_ln else [])]
+    assert shaped.main(argv) == 0
+    model, state = load_checkpoint(tmp_path / "model.pt")
+    cfg = model.cfg
+    assert (cfg.d_model, cfg.n_heads, cfg.n_encoder_layers, cfg.n_decoder_layers, cfg.d_ff, cfg.max_len,
+            cfg.norm_first) == (24, 3, 1, 1, 40, 32, pre_ln)
+    assert cfg.vocab_size == Tokenizer.from_file(str(tokenizer)).get_vocab_size()
+    assert state["random_weights"] is True
+    bundle = load_bundle(tmp_path / "bundle")  # written only after its parity check passed
+    assert bundle.config == cfg.to_dict()
+    assert (tmp_path / "tokenizer.json").read_bytes() == tokenizer.read_bytes()
