@@ -2,14 +2,15 @@
 
 The default model is small (d_model 192, 2 + 2 layers), so a decoder step is dominated by fixed
 costs. To see how the engines compare on another shape (e.g. the d_model 256, 4-head,
-3 + 3-layer post-LN model of the figures the project started from), this writes a checkpoint
+3 + 3-layer post-LN model of the project's first engine measurements), this writes a checkpoint
 with random weights and the default tokenizer, and exports it (verified) to `<out>/bundle`:
 
     python -m bench.shaped --out /tmp/shaped
     python -m bench.engine --checkpoint /tmp/shaped/model.pt --bundle /tmp/shaped/bundle
 
-Random weights seldom emit eos, so every sentence decodes to the model's length limit
-(`--max-len` - 1 steps): a forced-length workload, the same in every engine.
+Random weights seldom emit eos, so sentences decode to the model's length limit (`--max-len` - 1
+steps) or close to it: a nearly forced-length workload, with the same tokens in every engine
+(the engine benchmark counts mismatched sentences).
 """
 
 from __future__ import annotations
