@@ -23,12 +23,13 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
+from bench.workload import DEFAULT_BUNDLE
 from export.build import BuildOptions, build_bundle
 from model.checkpoint import save_checkpoint
 from model.config import ModelConfig
 from model.transformer import Transformer
 
-DEFAULT_TOKENIZER = Path("artifacts/default/tokenizer.json")
+DEFAULT_TOKENIZER = DEFAULT_BUNDLE.parent / "tokenizer.json"  # the default model's, from any directory
 
 
 def shaped_checkpoint(out: Path, cfg: ModelConfig, tokenizer: Path = DEFAULT_TOKENIZER, seed: int = 0
