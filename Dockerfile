@@ -49,13 +49,13 @@ RUN python3 -m venv /opt/tools \
     && /opt/tools/bin/pip install --no-cache-dir --disable-pip-version-check -r tools.txt -c requirements.txt \
     && /opt/tools/bin/python -m protos.generate
 WORKDIR /app
-COPY export/__init__.py export/names.py export/
+COPY interface/ interface/
 COPY service/ service/
 COPY artifacts/default/bundle/ artifacts/default/bundle/
 # Byte-compiled here (the container may run with a read-only root filesystem), then made read-only:
 # the runtime copies /app as it is, owned by root, so the service user can read but not change it.
 RUN cp -a /src/protos protos \
-    && /opt/venv/bin/python -m compileall -q protos export service \
+    && /opt/venv/bin/python -m compileall -q protos interface service \
     && chmod -R a=rX /app
 
 # Runtime: the virtual environment and /app, run by an unprivileged user.

@@ -6,7 +6,9 @@ from __future__ import annotations
 import builtins
 import re
 
-from service import errors, kserve_codec, search
+from service.api import kserve_codec
+from service.domain import errors
+from service.runtime import search
 
 INTERNALS = re.compile(r"Traceback|File \"|\.py\b|(/usr|/home|/tmp|/opt|/work|site-packages)/|"
                        r"\b[A-Za-z]+(Error|Exception)\b|onnxruntime|0x[0-9a-f]{8,}")

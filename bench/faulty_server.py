@@ -2,9 +2,9 @@
 
     python -m bench.faulty_server --fail-every 500 [server flags]
 
-Every N-th decoder step of the process raises inside the runner's fault hook (`Runner.run_hook`,
-called before each ONNX Runtime run), as a failing model call would: that batch's requests must
-get INTERNAL and the server must keep serving.
+Every N-th decoder step of the process raises inside the backend's decoder run
+(service/runtime/backends.py), as a failing model call would: that batch's requests must get
+INTERNAL and the server must keep serving.
 """
 
 from __future__ import annotations
@@ -13,23 +13,25 @@ import argparse
 import itertools
 import sys
 from collections.abc import Sequence
+from typing import Any
 
-from service.runner import Runner
+from service.runtime.backends import HostBackend, IoBindingBackend
 from service.server import main as serve
 
 
 def install(fail_every: int) -> None:
-    """Make every `fail_every`-th decoder step of every Runner raise RuntimeError."""
+    """Make every `fail_every`-th decoder run of every backend of the process raise RuntimeError."""
     steps = itertools.count(1)
-    original = Runner.run_hook
+    for backend in (HostBackend, IoBindingBackend):
+        original = backend.decode
 
-    def hook(self: Runner, stage: str) -> None:
-        """The fault, then the runner's own hook."""
-        if stage == "decoder" and next(steps) % fail_every == 0:
-            raise RuntimeError("injected decoder failure (bench.faulty_server)")
-        original(self, stage)
+        def decode(self: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            """The fault, then the backend's own run."""
+            if next(steps) % fail_every == 0:
+                raise RuntimeError("injected decoder failure (bench.faulty_server)")
+            return _original(self, *args, **kwargs)
 
-    Runner.run_hook = hook
+        backend.decode = decode
 
 
 def main(argv: Sequence[str] | None = None) -> int:

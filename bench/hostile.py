@@ -22,10 +22,11 @@ from hypothesis import strategies as st
 from bench.clean_messages import internals_in
 from protos.inference import grpc_service_pb2 as v2
 from protos.translator.v1 import translator_pb2 as pb
-from service import kserve_codec
-from service.errors import MAX_MESSAGE_CHARS
-from service.kserve_codec import InvalidTensor, decode_request, deserialize_bytes, serialize_bytes
-from service.search import DecodeOptions, InvalidInput
+from service.api import kserve_codec
+from service.api.kserve_codec import decode_request, deserialize_bytes, serialize_bytes
+from service.api.status import MAX_MESSAGE_CHARS
+from service.domain.errors import InvalidInput, InvalidTensor
+from service.domain.types import DecodeOptions
 
 INT64 = st.integers(-(2**63), 2**63 - 1)
 UINT64 = st.integers(0, 2**64 - 1)

@@ -61,7 +61,7 @@ class InProcessDecoder:
 
 def main(argv: list[str]) -> int:
     """Child: load the runner, then time one translation per input line until stdin closes."""
-    from service.runner import Runner
+    from service.runtime.runner import Runner
 
     bundle, threads = argv
     runner = Runner(bundle, providers=["CPUExecutionProvider"], intra_op_threads=int(threads))

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.workload import DEFAULT_BUNDLE, HELD_OUT, held_out_sources
-from service.runner import DecodeOptions, Runner
+from service.domain.types import DecodeOptions
+from service.runtime.runner import Runner
 
 
 @dataclass

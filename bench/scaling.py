@@ -177,7 +177,7 @@ def tables(lengths: list[tuple[Point, Point]], batches: list[Point], rss: dict, 
 
 def run_plan(plan: Plan, bundle: Path, sources: list[str], log=print) -> tuple[dict[str, float], str]:
     """Measure the plan; headline figures and the markdown tables."""
-    from service.runner import Runner
+    from service.runtime.runner import Runner
 
     lengths = Lengths(bundle)
     singles = [s for s in sources if lengths(s) <= lengths.max_len]

@@ -4,7 +4,7 @@
     python -m bench.soak --requests 300 --concurrency 16 --bundle my-bundle --sources pairs.tsv
 
 Starts `python -m service.server` on a free 127.0.0.1 port (bench/serverproc.py), computes every
-valid text's reference in-process (service.runner.Runner, same bundle, decoded alone), warms the
+valid text's reference in-process (service.runtime.runner.Runner, same bundle, decoded alone), warms the
 server up, then sends the mix of bench/soak_cases.py from `--concurrency` closed-loop users over
 several channels, with bursts of maximal requests beyond the queue every `--burst-every`
 requests. Optionally (`--inject-every N`) the server fails every N-th decoder step through the
@@ -43,7 +43,7 @@ from bench.serverproc import ServerProcess
 from bench.soak_calls import Record, Stubs, send
 from bench.soak_cases import VALID_KINDS, Case, Mix
 from bench.workload import DEFAULT_BUNDLE, HELD_OUT, held_out_sources
-from service.runner import Runner
+from service.runtime.runner import Runner
 
 RSS_DRIFT_LIMIT = 0.10
 # kinds whose client-side code may differ from the server's count (see compare_metrics)

@@ -14,7 +14,7 @@ from bench.clean_messages import internals_in
 from bench.soak_cases import INFER, STREAM, STREAM_INFER, TRANSLATE, Case
 from protos.inference import grpc_service_pb2_grpc as v2_grpc
 from protos.translator.v1 import translator_pb2_grpc as pb_grpc
-from service import kserve_codec
+from service.api import kserve_codec
 
 LATE_SLACK_S = 3.0  # an answer this long after the client's deadline counts as hanging
 

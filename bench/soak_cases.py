@@ -2,7 +2,7 @@
 
 `build_cases(...)` returns a deterministic list of `Case`s: what to send, over which RPC, with
 which deadline, and what may come back. Valid cases carry the tokens (or texts) that
-`service.runner.Runner` produces for each text decoded alone; `bench/soak_calls.py` sends a case
+`service.runtime.runner.Runner` produces for each text decoded alone; `bench/soak_calls.py` sends a case
 and checks its answer against them.
 """
 
@@ -15,8 +15,9 @@ from typing import Any
 
 from protos.inference import grpc_service_pb2 as v2
 from protos.translator.v1 import translator_pb2 as pb
-from service import kserve_codec
-from service.runner import DecodeOptions, Runner
+from service.api import kserve_codec
+from service.domain.types import DecodeOptions
+from service.runtime.runner import Runner
 
 TRANSLATE = "translator.v1.Translator/Translate"
 STREAM = "translator.v1.Translator/TranslateStream"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from service.bundle import Bundle, load_bundle
+from service.runtime.bundle import Bundle, load_bundle
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_BUNDLE = REPO_ROOT / "artifacts" / "default" / "bundle"

@@ -19,12 +19,12 @@ from tokenizers import Tokenizer
 
 import export.fused  # noqa: F401  (registers the "fused" lowering)
 import export.inplace  # noqa: F401  (registers the "inplace" lowering)
-from export import names
 from export.attention import get_lowering
 from export.bundle import build_manifest, copy_tokenizer, write_manifest
 from export.export import export_graphs
 from export.variants import OFFLINE_LEVEL_NAME, optimize_offline, to_fp16
 from export.verify import verify_bundle, verify_fp16
+from interface import names
 from model.checkpoint import file_sha256, load_checkpoint, tokenizer_path
 from model.data import read_tsv
 from model.evaluate import evaluate

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from export import names
+from interface import names
 from model.checkpoint import file_sha256
 from model.config import ModelConfig
 
@@ -46,7 +46,7 @@ def file_entries(bundle_dir: Path) -> dict[str, dict[str, Any]]:
 
 
 def io_spec(n_layers: int, kv_cache: str = "concat") -> dict[str, Any]:
-    """Input/output names and dynamic axes of both graphs, as declared in export/names.py."""
+    """Input/output names and dynamic axes of both graphs, as declared in interface/names.py."""
     return {
         "encoder": {"inputs": names.encoder_inputs(), "outputs": names.encoder_outputs(n_layers)},
         "decoder": {"inputs": names.decoder_inputs(n_layers, kv_cache),

@@ -30,9 +30,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from export import names
 from export.attention import AttentionLowering, PlainAttention
 from export.fused import CACHE_LENGTHS, CROSS_LENGTHS, KEY_PADDING
+from interface import names
 from model.transformer import Transformer
 
 IR_VERSION = 10  # the IR of opset <= 21; onnxruntime 1.31 loads up to 13
@@ -204,7 +204,7 @@ def example_sizes(model: Transformer) -> ExampleSizes:
 def example_inputs(
     model: Transformer, s: ExampleSizes, kv_cache: str = "concat"
 ) -> dict[str, tuple[Tensor, ...]]:
-    """Example tensors for both graphs, in the order of `export/names.py` (past_len = max_cache
+    """Example tensors for both graphs, in the order of `interface/names.py` (past_len = max_cache
     for an in-place cache, rows filled to different lengths)."""
     cfg = model.cfg
     g = torch.Generator().manual_seed(0)

@@ -21,7 +21,7 @@ Traced from the model itself, in three steps (see export/attention.py for the ho
 
 Per decoder layer this replaces about 25 nodes (reshapes, transposes, concat, masking, softmax,
 two matmuls) by one kernel that also appends to the cache. The graphs keep the names, inputs and
-outputs of `export/names.py`, so the runtime does not change; ONNX Runtime's CPU and CUDA
+outputs of `interface/names.py`, so the runtime does not change; ONNX Runtime's CPU and CUDA
 providers run these ops.
 """
 

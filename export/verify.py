@@ -5,7 +5,7 @@ than the export example (batch, src_len, past_len incl. an empty cache, new_len)
 log-probabilities, present K/V, cross-attention K/V and weights; full greedy decoding with ONNX
 Runtime token-identical to `model.decoding.greedy_decode`. Used by the export CLI and the tests.
 
-Both decoder interfaces of `export/names.py` are handled, told apart by the decoder's inputs
+Both decoder interfaces of `interface/names.py` are handled, told apart by the decoder's inputs
 (`kv_cache_of`). For an in-place cache (export/verify_inplace.py) the past buffers are larger than
 needed and hold garbage beyond each row's length, one-token cases give the rows different past
 lengths, and the PyTorch reference is `model.decode` per row over its own concatenated cache.
@@ -21,8 +21,9 @@ import onnx
 import onnxruntime as ort
 import torch
 
-from export import names
+from export.cases import DEFAULT_CASES, Case, fit_case
 from export.verify_inplace import BoundCache, garbage_cache, row_past_lens, row_references, run_shape
+from interface import names
 from model.decoding import greedy_decode
 from model.transformer import Transformer, padding_mask
 
@@ -31,24 +32,6 @@ MAX_IR_VERSION = 13  # the newest IR onnxruntime 1.31 loads
 
 class ParityError(AssertionError):
     """ONNX Runtime disagrees with PyTorch beyond the tolerance."""
-
-
-@dataclass(frozen=True)
-class Case:
-    """One decoder-step shape: batch, source length, cached length, new tokens."""
-
-    batch: int
-    src_len: int
-    past_len: int
-    new_len: int
-
-
-# batch 1/3/4/5, src_len 1..64, empty and non-empty cache, one and several new tokens
-# (an in-place decoder's one-token cases give the rows past lengths past_len, past_len-1, ...)
-DEFAULT_CASES = (
-    Case(1, 1, 0, 1), Case(5, 64, 0, 3), Case(1, 17, 6, 1), Case(5, 9, 4, 3),
-    Case(3, 33, 0, 1), Case(3, 2, 12, 2), Case(5, 40, 1, 1), Case(4, 11, 9, 1),
-)
 
 
 @dataclass
@@ -68,12 +51,6 @@ class VerifyReport:
     def as_dict(self) -> dict:
         """JSON-friendly dict."""
         return asdict(self)
-
-
-def fit_case(case: Case, max_len: int) -> Case:
-    """Shrink a case to the model's position table (src_len and past_len + new_len <= max_len)."""
-    new_len = min(case.new_len, max_len)
-    return Case(case.batch, min(case.src_len, max_len), min(case.past_len, max_len - new_len), new_len)
 
 
 def cpu_session(path: Path, so: ort.SessionOptions) -> ort.InferenceSession:

@@ -9,17 +9,14 @@ past and present (IO binding), which is how the service runs such a decoder.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 import numpy as np
 import onnxruntime as ort
 import torch
 
-from export import names
+from export.cases import Case
+from interface import names
 from model.transformer import Transformer
-
-if TYPE_CHECKING:
-    from export.verify import Case
 
 GARBAGE_SCALE = 10.0  # stale cache columns: far from real keys/values, so reading one shows
 

@@ -21,8 +21,8 @@ from protos.inference import grpc_service_pb2 as v2
 from protos.inference import grpc_service_pb2_grpc as v2_grpc
 from protos.translator.v1 import translator_pb2 as pb
 from protos.translator.v1 import translator_pb2_grpc as pb_grpc
-from service import kserve_codec, tls
-from service.rpc import MODEL_NAME
+from service.api import kserve_codec, tls
+from service.api.common import MODEL_NAME
 
 
 def build_parser() -> argparse.ArgumentParser:

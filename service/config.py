@@ -14,10 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from service.domain.types import DEFAULT_MAX_BEAM, BatchingMode
+from service.runtime.sessions import DEFAULT_PROVIDERS
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_BUNDLE = REPO_ROOT / "artifacts" / "default" / "bundle"
-DEFAULT_PROVIDERS = ("CUDAExecutionProvider", "CPUExecutionProvider")
-BATCHING_MODES = ("none", "dynamic", "continuous")
+BATCHING_MODES = tuple(mode.value for mode in BatchingMode)
 ENV_PREFIX = "TRANSLATOR_"
 
 
@@ -46,7 +48,7 @@ class ServerConfig:
     max_connection_age_grace_ms: int = 30_000
     drain_grace_s: float = 20.0
     watchdog_s: float = 30.0
-    max_beam: int = 8
+    max_beam: int = DEFAULT_MAX_BEAM
     tls_cert: Path | None = None
     tls_key: Path | None = None
     tls_client_ca: Path | None = None

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from service import tls
+from service.api import tls
 
 
 def check(address: str, timeout: float, service: str = "", ca_cert: str | None = None,

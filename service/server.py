@@ -29,18 +29,21 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from protos.inference import grpc_service_pb2, grpc_service_pb2_grpc
 from protos.translator.v1 import translator_pb2, translator_pb2_grpc
-from service import metrics, tls
-from service.bundle import BundleError
+from service.api import tls
+from service.api.common import MODEL_NAME
+from service.api.interceptor import ErrorMappingInterceptor
+from service.api.kserve import InferenceServicer
+from service.api.translator import TranslatorServicer
 from service.config import ServerConfig, parse_config
-from service.interceptor import ErrorMappingInterceptor
-from service.kserve import InferenceServicer
-from service.limits import RequestLimits
-from service.malloc import tune_malloc
-from service.native import TranslatorServicer
-from service.rpc import MODEL_NAME, Readiness
-from service.runner import Runner
-from service.scheduler import Scheduler, make_scheduler
-from service.search import DecodeOptions
+from service.domain.errors import BundleError
+from service.domain.limits import RequestLimits
+from service.domain.types import DecodeOptions
+from service.ops import metrics
+from service.ops.malloc import tune_malloc
+from service.ops.readiness import Readiness
+from service.runtime.runner import Runner
+from service.scheduling.policies import SchedulerSettings, make_policy
+from service.scheduling.scheduler import Scheduler
 
 log = logging.getLogger("service.server")
 
@@ -91,6 +94,17 @@ def build_runner(config: ServerConfig) -> Runner:
              runner.bundle.name, runner.bundle.version, config.bundle, ", ".join(runner.providers),
              runner.provider)
     return runner
+
+
+def build_scheduler(config: ServerConfig, runner: Runner) -> Scheduler:
+    """The scheduler of the configured batching mode, with its settings, policy and request limits."""
+    settings = SchedulerSettings(
+        max_batch_size=config.max_batch_size, max_batch_tokens=config.max_batch_tokens,
+        max_queue_delay_ms=config.max_queue_delay_ms, queue_size=config.queue_size,
+        watchdog_s=config.watchdog_s)
+    limits = RequestLimits.of(runner.max_len, runner.longest_token, config.max_beam, config.max_source_tokens,
+                              config.max_output_tokens)
+    return Scheduler(runner, make_policy(config.batching, settings), settings, limits)
 
 
 def grpc_options(config: ServerConfig) -> list[tuple[str, Any]]:
@@ -185,11 +199,7 @@ async def serve(config: ServerConfig, runner: Runner | None = None) -> RunningSe
     """Load the model (unless `runner` is given), start every service in this event loop, warm up."""
     if runner is None:
         runner = await asyncio.to_thread(build_runner, config)
-    limits = RequestLimits.of(runner, config.max_source_tokens, config.max_output_tokens)
-    scheduler = make_scheduler(config.batching, runner, max_batch_size=config.max_batch_size,
-                               max_queue_delay_ms=config.max_queue_delay_ms, queue_size=config.queue_size,
-                               watchdog_s=config.watchdog_s, max_batch_tokens=config.max_batch_tokens,
-                               limits=limits)
+    scheduler = build_scheduler(config, runner)
     await scheduler.start()
     readiness = Readiness(scheduler_healthy=lambda: scheduler.healthy)
     server = aio.server(interceptors=[ErrorMappingInterceptor()], options=grpc_options(config))
@@ -210,7 +220,7 @@ async def serve(config: ServerConfig, runner: Runner | None = None) -> RunningSe
         if config.metrics_port >= 0:
             running.metrics_port = metrics.start_metrics_server(config.metrics_port, config.metrics_host)
         metrics.set_model_info(model=MODEL_NAME, version=runner.bundle.version, provider=runner.provider,
-                               batching=scheduler.mode)
+                               batching=scheduler.mode.value)
         warmup = DecodeOptions(max_new_tokens=min(8, runner.max_len - 1))
         await scheduler.submit([WARMUP_TEXT], warmup)  # a real translation before reporting SERVING
     except BaseException:
@@ -252,7 +262,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point."""
     config = parse_config(argv)
     logging.basicConfig(level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    tune_malloc()  # before the runner and gRPC allocate (service/malloc.py)
+    tune_malloc()  # before the runner and gRPC allocate (service/ops/malloc.py)
     try:
         return asyncio.run(run(config))
     except BundleError as exc:

@@ -113,8 +113,8 @@ def tiny_concat_bundle(tmp_path_factory, tiny_checkpoint) -> Path:
 
 @pytest.fixture(scope="module", params=["inplace", "concat"])
 def layout_runner(request, tiny_bundle, tiny_concat_bundle):
-    """CPU runner of the tiny bundle in both KV-cache layouts (service/kvcache.py)."""
-    from service.runner import Runner
+    """CPU runner of the tiny bundle in both KV-cache layouts (service/runtime/kvcache.py)."""
+    from service.runtime.runner import Runner
 
     bundle = tiny_bundle if request.param == "inplace" else tiny_concat_bundle
     r = Runner(bundle, providers=["CPUExecutionProvider"])
@@ -133,7 +133,7 @@ def texts() -> list[str]:
 @pytest.fixture(scope="module")
 def runner(tiny_bundle):
     """CPU runner of the tiny bundle (modules that serve it may override this fixture)."""
-    from service.runner import Runner
+    from service.runtime.runner import Runner
 
     return Runner(tiny_bundle, providers=["CPUExecutionProvider"])
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 
 from model.data import pad
-from service.runner import DecodeOptions, FinishedEvent, Runner
+from service.domain.types import DecodeOptions, FinishedEvent
+from service.runtime.runner import Runner
 from tests.conftest import tiny_pairs
 
 MAX_NEW = 30

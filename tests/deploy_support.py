@@ -39,10 +39,10 @@ def wait_for(predicate: Callable[[], bool], timeout: float, what: str, interval:
 
 
 def metric_sample_names() -> set[str]:
-    """Every sample name the service exports (translator_*), derived from service/metrics.py."""
+    """Every sample name the service exports (translator_*), derived from service/ops/metrics.py."""
     from prometheus_client import REGISTRY
 
-    from service import metrics  # noqa: F401 - registers the translator_* collectors
+    from service.ops import metrics  # noqa: F401 - registers the translator_* collectors
 
     names = set()
     for family in REGISTRY.collect():

@@ -9,8 +9,8 @@ from typing import Any
 
 from prometheus_client import REGISTRY
 
-from service.runner import DecodeOptions, Runner
-from service.scheduler import Result
+from service.domain.types import DecodeOptions, Result
+from service.runtime.runner import Runner
 from tests.conftest import tiny_pairs
 
 MAX_NEW = 30

@@ -1,4 +1,4 @@
-"""The decode batch (service/batch.py) under joins, leaves, reuse and failures: every request decodes
+"""The decode batch (service/runtime/batch.py) under joins, leaves, reuse and failures: every request decodes
 exactly as it does alone, in both KV-cache layouts."""
 
 from __future__ import annotations
@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from model.decoding import beam_search
-from service.batch import SOURCE_AXIS_MIN
-from service.runner import DecodeOptions, FinishedEvent, Runner
+from service.domain.types import DecodeOptions, FinishedEvent
+from service.runtime.batch import SOURCE_AXIS_MIN
+from service.runtime.runner import Runner
 from tests.decoding_support import MAX_NEW, alone, drain, reference_src, tokens
 
 

@@ -15,7 +15,7 @@ from model.checkpoint import load_checkpoint, save_checkpoint
 from model.config import ModelConfig
 from model.decoding import greedy_decode
 from model.transformer import Transformer
-from service.bundle import load_bundle
+from service.runtime.bundle import load_bundle
 
 
 @pytest.mark.parametrize("norm_first", [False, True], ids=["post-LN", "pre-LN"])
@@ -86,7 +86,8 @@ def test_profile_summary_sums_kernel_events_per_run():
 
 def test_profile_counts_one_decoder_run_per_step(tiny_bundle, tiny_corpus, tmp_path):
     from bench.profile import profile_decoder
-    from service.runner import DecodeOptions, Runner
+    from service.domain.types import DecodeOptions
+    from service.runtime.runner import Runner
 
     texts = [ln.split("\t")[0] for ln in tiny_corpus["valid"].read_text().splitlines()[:3]]
     enc, dec = profile_decoder(tiny_bundle, texts, 1, 1, tmp_path)

@@ -16,7 +16,7 @@ from bench import server as server_bench
 from bench.loadgen import Record, closed_loop, open_loop, percentiles, poisson_arrivals, summarize
 from bench.workload import Lengths, mixed_texts, sources_of_length
 from service.config import ServerConfig
-from service.runner import Runner
+from service.runtime.runner import Runner
 from service.server import BackgroundServer
 from tests.conftest import tiny_pairs
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from service import client
-from service.runner import Runner
-from service.search import DecodeOptions
+from service.domain.types import DecodeOptions
+from service.runtime.runner import Runner
 from service.server import BackgroundServer
 from tests.test_server import TEXTS, server_config
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from service.bundle import load_bundle
-from service.runner import Runner
+from service.runtime.bundle import load_bundle
+from service.runtime.runner import Runner
 
 DEFAULT = Path(__file__).resolve().parent.parent / "artifacts" / "default"
 

@@ -12,7 +12,6 @@ import onnx
 import pytest
 import torch
 
-from export import names
 from export.__main__ import main as cli_main
 from export.build import FP16_FILES, bundle_metrics
 from export.export import ExportError, example_sizes, name_axes, pin_ir_version
@@ -29,6 +28,7 @@ from export.verify import (
     verify_bundle,
     verify_fp16,
 )
+from interface import names
 from model.checkpoint import file_sha256, tokenizer_path
 from model.data import read_tsv
 from model.evaluate import evaluate

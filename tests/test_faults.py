@@ -15,8 +15,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from protos.translator.v1 import translator_pb2 as pb
 from protos.translator.v1 import translator_pb2_grpc as pb_grpc
-from service.runner import Runner
-from service.search import DecodeOptions
+from service.domain.types import DecodeOptions
+from service.runtime.runner import Runner
 from service.server import BackgroundServer
 from tests.test_server import NOT_SERVING, SERVING, TEXTS, reference, server_config, wait_until
 

@@ -21,9 +21,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from protos.translator.v1 import translator_pb2 as pb
 from protos.translator.v1 import translator_pb2_grpc as pb_grpc
-from service.bundle import file_sha256
-from service.runner import Runner
-from service.search import DecodeOptions
+from service.domain.types import DecodeOptions
+from service.runtime.bundle import file_sha256
+from service.runtime.runner import Runner
 from tests.test_server import TEXTS, reference, wait_until
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -33,14 +33,13 @@ CALLS = 24
 # surely busy when SIGTERM comes.
 SLOW_SERVER = """
 import os, sys, time
-from service.runner import Runner
-step = Runner.run_hook
+from service.runtime.backends import HostBackend
+run = HostBackend.decode
 pause = float(os.environ.get("SLOW_STEP_S", "0.01"))
-def slow(self, stage):
-    if stage == "decoder":
-        time.sleep(pause)
-    step(self, stage)
-Runner.run_hook = slow
+def slow(self, *args, **kwargs):
+    time.sleep(pause)
+    return run(self, *args, **kwargs)
+HostBackend.decode = slow
 from service.server import main
 sys.exit(main(sys.argv[1:]))
 """

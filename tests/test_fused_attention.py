@@ -10,11 +10,12 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from export import names
 from export.attention import get_lowering
+from export.cases import Case
 from export.export import attached, export_graphs
 from export.fused import DOMAIN, KEY_PADDING, MS_DOMAIN, WITH_WEIGHTS, fused_forward, packed_cross_kv
-from export.verify import Case, compare_case, cpu_session, open_session
+from export.verify import compare_case, cpu_session, open_session
+from interface import names
 from model.transformer import MultiHeadAttention, subsequent_mask
 from tests.conftest import graph_ops
 

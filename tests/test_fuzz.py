@@ -8,7 +8,7 @@ import json
 import pytest
 
 from bench import fuzz, hostile
-from service.kserve_codec import deserialize_bytes
+from service.api.kserve_codec import deserialize_bytes
 
 
 def test_fuzz_smoke(capsys) -> None:

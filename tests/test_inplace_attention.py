@@ -11,12 +11,12 @@ import pytest
 import torch
 
 import export.verify
-from export import names
 from export.__main__ import main as cli_main
 from export.build import FP16_FILES
 from export.fused import CACHE_LENGTHS, CROSS_LENGTHS, DOMAIN, MS_DOMAIN, WITH_WEIGHTS, fused_forward
 from export.verify import ParityError, cpu_session, verify_bundle, verify_fp16
 from export.verify_inplace import BoundCache
+from interface import names
 from model.transformer import MultiHeadAttention
 from tests.conftest import graph_ops
 

@@ -1,4 +1,4 @@
-"""The worker's bounded FIFO (service/jobqueue.py): bounds, withdrawal, and who joins the batch next."""
+"""The worker's bounded FIFO (service/scheduling/jobqueue.py): bounds, withdrawal, who joins next."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import math
 
 import pytest
 
-from service.errors import DeadlineExceeded, QueueFull
-from service.jobqueue import PAD_SLACK_TOKENS, JobQueue
-from service.jobs import ACTIVE, DONE, QUEUED, Job
-from service.search import DecodeOptions, Request
+from service.domain.errors import DeadlineExceeded, QueueFull
+from service.domain.types import DecodeOptions, Request
+from service.scheduling.jobqueue import PAD_SLACK_TOKENS, JobQueue
+from service.scheduling.jobs import Job, RequestStatus
 
 
 def job(tokens: int, beam: int = 1, deadline: float | None = None, joins_previous: bool = False) -> Job:
@@ -32,9 +32,9 @@ def test_withdraw_only_takes_queued_jobs() -> None:
     q = JobQueue(4)
     a, b = job(5, beam=2), job(5)
     q.put([a, b], now=0.0)
-    assert q.withdraw(a) and a.state == DONE and q.rows == 1 and list(q) == [b]
+    assert q.withdraw(a) and a.state == RequestStatus.DONE and q.rows == 1 and list(q) == [b]
     assert not q.withdraw(a)  # already out
-    b.state = ACTIVE
+    b.state = RequestStatus.ACTIVE
     assert not q.withdraw(b) and len(q) == 1
 
 
@@ -43,8 +43,9 @@ def test_take_is_fifo_while_rows_fit_and_the_head_is_never_overtaken() -> None:
     jobs = [job(10, beam=2), job(10, beam=3), job(10)]
     q.put(jobs, now=0.0)
     taken, expired = q.take(limit=8, free_rows=4, now=0.0)
-    assert taken == jobs[:1] and not expired and jobs[0].state == ACTIVE
-    assert list(q) == jobs[1:] and q.rows == 4 and jobs[2].state == QUEUED  # the 1-row job waits behind
+    assert taken == jobs[:1] and not expired and jobs[0].state == RequestStatus.ACTIVE
+    # the 1-row job waits behind
+    assert list(q) == jobs[1:] and q.rows == 4 and jobs[2].state == RequestStatus.QUEUED
     taken, _ = q.take(limit=1, free_rows=8, now=0.0)
     assert taken == [jobs[1]]
 
@@ -76,7 +77,7 @@ def test_take_fails_expired_jobs_even_when_they_would_not_fit() -> None:
     late, fine = job(10, beam=4, deadline=1.0), job(10, deadline=math.inf)
     q.put([late, fine], now=0.0)
     taken, expired = q.take(limit=8, free_rows=1, now=2.0)
-    assert taken == [fine] and [j for j, _ in expired] == [late] and late.state == DONE
+    assert taken == [fine] and [j for j, _ in expired] == [late] and late.state == RequestStatus.DONE
     assert isinstance(expired[0][1], DeadlineExceeded) and q.rows == 0
 
 
@@ -84,7 +85,8 @@ def test_clear_marks_every_queued_job_done() -> None:
     q = JobQueue(4)
     jobs = [job(3), job(4)]
     q.put(jobs, now=0.0)
-    assert q.clear() == jobs and len(q) == 0 and q.rows == 0 and all(j.state == DONE for j in jobs)
+    assert q.clear() == jobs and len(q) == 0 and q.rows == 0
+    assert all(j.state == RequestStatus.DONE for j in jobs)
 
 
 def test_encoder_padding_must_not_be_negative() -> None:

@@ -8,10 +8,10 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from export import names
 from export.build import FP16_FILES
 from export.export import prescaled_embeddings
 from export.verify import cpu_session, decoder_feeds, encoder_feeds, open_session
+from interface import names
 from model.transformer import padding_mask
 
 F32_MIN = float(np.finfo(np.float32).min)

@@ -12,10 +12,9 @@ from tritonclient.grpc._utils import _get_inference_request
 from tritonclient.utils import deserialize_bytes_tensor, serialize_byte_tensor
 
 from protos.inference import grpc_service_pb2
-from service.kserve_codec import (
+from service.api.kserve_codec import (
     DecodedRequest,
     InferOptions,
-    InvalidTensor,
     check_requested_outputs,
     decode_request,
     decode_text_input,
@@ -25,6 +24,7 @@ from service.kserve_codec import (
     serialize_bytes,
     set_final,
 )
+from service.domain.errors import InvalidTensor
 
 TEXTS = ["hello world", "", "gr\u00fc\u00dfe \u2603 \U0001f600", "tab\tnew\nline", "nul\x00inside"]
 

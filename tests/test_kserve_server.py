@@ -14,9 +14,9 @@ import tritonclient.grpc as triton
 
 from protos.inference import grpc_service_pb2 as v2
 from protos.inference import grpc_service_pb2_grpc as v2_grpc
-from service.kserve_codec import serialize_bytes
-from service.runner import Runner
-from service.search import DecodeOptions
+from service.api.kserve_codec import serialize_bytes
+from service.domain.types import DecodeOptions
+from service.runtime.runner import Runner
 from service.server import BackgroundServer
 from tests.test_server import MAX_BATCH, TEXTS, server_config
 

@@ -1,15 +1,15 @@
-"""service/kvcache.py CrossCache: cross-attention K/V rows with spare capacity on the host."""
+"""service/runtime/kvcache.py CrossCache: cross-attention K/V rows with spare capacity on the host."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from service.kvcache import CrossCache
+from service.runtime.kvcache import CrossCache
 
 
 class Host:
-    """A host-memory backend (as service/sessions.py HostBackend)."""
+    """A host-memory backend (as service/runtime/sessions.py HostBackend)."""
 
     host_memory = True
 

@@ -4,39 +4,41 @@ from __future__ import annotations
 
 import pytest
 
-from service.limits import CHAR_SLACK, RequestLimits
-from service.runner import DecodeOptions, InvalidInput
-from service.scheduler import make_scheduler
+from service.domain.errors import InvalidInput
+from service.domain.limits import CHAR_SLACK, RequestLimits
+from service.domain.types import DecodeOptions
+from service.scheduling.scheduler import make_scheduler
 from tests.scheduling import run
 
 
 def test_limits_default_to_the_model_and_are_lowered_by_flags(runner):
-    own = RequestLimits.of(runner)
+    own = RequestLimits.of(runner.max_len, runner.longest_token)
     assert (own.max_source_tokens, own.max_output_tokens) == (runner.max_len, runner.max_len - 1)
     longest = max(len(t) for t in runner.tokenizer.get_vocab())
     assert own.max_text_chars == runner.max_len * longest * CHAR_SLACK
-    lowered = RequestLimits.of(runner, max_source_tokens=7, max_output_tokens=5)
+    lowered = RequestLimits.of(runner.max_len, runner.longest_token, max_source_tokens=7, max_output_tokens=5)
     assert (lowered.max_source_tokens, lowered.max_output_tokens) == (7, 5)
     big = 10 * runner.max_len
-    above = RequestLimits.of(runner, max_source_tokens=big, max_output_tokens=big)
+    above = RequestLimits.of(runner.max_len, runner.longest_token, max_source_tokens=big,
+                             max_output_tokens=big)
     assert (above.max_source_tokens, above.max_output_tokens) == (runner.max_len, runner.max_len - 1)
 
 
 def test_output_limit_shrinks_the_default_and_refuses_a_larger_explicit_value(runner):
-    limits = RequestLimits.of(runner, max_output_tokens=5)
-    asked = DecodeOptions()
-    assert limits.outputs(asked, asked.resolved(runner.max_len, runner.max_beam)).max_new_tokens == 5
-    small = DecodeOptions(max_new_tokens=3)
-    assert limits.outputs(small, small.resolved(runner.max_len, runner.max_beam)).max_new_tokens == 3
-    big = DecodeOptions(max_new_tokens=9)
+    limits = RequestLimits.of(runner.max_len, runner.longest_token, max_output_tokens=5)
+    assert limits.resolve(DecodeOptions()).max_new_tokens == 5
+    assert limits.resolve(DecodeOptions(max_new_tokens=3)).max_new_tokens == 3
     with pytest.raises(InvalidInput, match="max_output_tokens 9 exceeds this server's limit of 5"):
-        limits.outputs(big, big.resolved(runner.max_len, runner.max_beam))
+        limits.resolve(DecodeOptions(max_new_tokens=9))
+    with pytest.raises(InvalidInput, match=f"max_new_tokens must be between 1 and {runner.max_len - 1}"):
+        limits.resolve(DecodeOptions(max_new_tokens=runner.max_len))  # beyond the model, whatever the flag
 
 
 def test_scheduler_enforces_the_limits(runner):
     text = "we 5 the cat"
     n = len(runner.encode_texts([text])[0])
-    limits = RequestLimits.of(runner, max_source_tokens=n - 1, max_output_tokens=4)
+    limits = RequestLimits.of(runner.max_len, runner.longest_token, max_source_tokens=n - 1,
+                              max_output_tokens=4)
 
     async def main() -> tuple[str, str, int]:
         s = make_scheduler("continuous", runner, max_batch_size=4, limits=limits)

@@ -1,4 +1,4 @@
-"""glibc malloc settings of the server process (service/malloc.py)."""
+"""glibc malloc settings of the server process (service/ops/malloc.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from service.malloc import ARENA_MAX, MMAP_THRESHOLD, tune_malloc
+from service.ops.malloc import ARENA_MAX, MMAP_THRESHOLD, tune_malloc
 
 glibc = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
 
@@ -34,7 +34,7 @@ def test_large_freed_arrays_go_back_to_the_system():
     still in use above them keeps all 64 MiB resident)."""
     code = """
 import numpy as np
-from service.malloc import tune_malloc
+from service.ops.malloc import tune_malloc
 tune_malloc()
 def rss():
     return int(next(l for l in open('/proc/self/status') if l.startswith('VmRSS')).split()[1])

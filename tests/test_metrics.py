@@ -7,7 +7,7 @@ import urllib.request
 import pytest
 from prometheus_client import REGISTRY
 
-from service import metrics
+from service.ops import metrics
 
 
 def sample(name: str, **labels: str) -> float:

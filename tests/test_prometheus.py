@@ -30,7 +30,7 @@ import yaml
 
 from protos.translator.v1 import translator_pb2 as pb
 from protos.translator.v1 import translator_pb2_grpc as pb_grpc
-from service.metrics import TIME_BUCKETS
+from service.ops.metrics import TIME_BUCKETS
 from tests.deploy_support import (
     DEPLOY,
     REPO_ROOT,

@@ -11,7 +11,6 @@ import math
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 
 import grpc
 import pytest
@@ -25,15 +24,15 @@ from protos.inference import grpc_service_pb2 as v2
 from protos.inference import grpc_service_pb2_grpc as v2_grpc
 from protos.translator.v1 import translator_pb2 as pb
 from protos.translator.v1 import translator_pb2_grpc as pb_grpc
-from service import kserve, native
-from service.kserve_codec import InvalidTensor, deserialize_bytes, parse_parameters, serialize_bytes
-from service.runner import Runner
-from service.search import DecodeOptions, InvalidInput
+from service.api import kserve, translator
+from service.api.kserve_codec import deserialize_bytes, parse_parameters, serialize_bytes
+from service.domain.errors import InvalidInput, InvalidTensor
+from service.domain.types import DecodeOptions
+from service.runtime.runner import Runner
 from service.server import BackgroundServer
 from tests.test_server import server_config
 
 MAX_LEN, MAX_BEAM = 96, 8  # the tiny bundle's (tests/conftest.py) and the servers' of these tests
-LIMITS = SimpleNamespace(max_len=MAX_LEN, max_beam=MAX_BEAM)  # what option validation reads of a runner
 SERVED = frozenset({"OK", "INVALID_ARGUMENT", "NOT_FOUND", "RESOURCE_EXHAUSTED"})
 FAST = settings(max_examples=300, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -98,11 +97,10 @@ def test_long_decimal_string_parameter(text: str, expected: int | str) -> None:
 def test_native_options_resolve_within_limits_or_refuse(options: pb.TranslateOptions) -> None:
     """translator.v1 options: valid DecodeOptions (zero = default) within the limits, or InvalidInput."""
     try:
-        decoded = native.decode_options(options, LIMITS)
+        resolved = translator.decode_options(options, MAX_LEN).resolved(MAX_LEN, MAX_BEAM)
     except InvalidInput as exc:
         hostile.check_message(str(exc))
         return
-    resolved = decoded.resolved(MAX_LEN, MAX_BEAM)
     hostile.check_resolved(resolved, MAX_LEN, MAX_BEAM)
     assert resolved.beam_size == (options.beam_size or 1) and resolved.n_best == (options.n_best or 1)
     assert resolved.max_new_tokens == (options.max_output_tokens or MAX_LEN - 1)
@@ -116,11 +114,12 @@ def test_v2_parameters_resolve_within_limits_or_refuse(chosen: dict) -> None:
     request = v2.ModelInferRequest()
     hostile._fill_parameters(request.parameters, chosen)
     try:
-        decoded = kserve.decode_options(parse_parameters(request.parameters), LIMITS)
+        decoded = kserve.decode_options(parse_parameters(request.parameters), MAX_LEN)
+        resolved = decoded.resolved(MAX_LEN, MAX_BEAM)
     except (InvalidTensor, InvalidInput) as exc:
         hostile.check_message(str(exc))
         return
-    hostile.check_resolved(decoded.resolved(MAX_LEN, MAX_BEAM), MAX_LEN, MAX_BEAM)
+    hostile.check_resolved(resolved, MAX_LEN, MAX_BEAM)
 
 
 numbers = st.one_of(st.integers(), st.integers(-(2**70), 2**70), st.floats(), st.booleans(), st.none(),

@@ -18,7 +18,7 @@ from tritonclient.grpc._utils import _get_inference_request
 from protos import codegen
 from protos.inference import POOL, grpc_service_pb2, grpc_service_pb2_grpc, model_config_pb2
 from protos.translator.v1 import translator_pb2, translator_pb2_grpc
-from service import kserve_codec
+from service.api import kserve_codec
 
 TRITON_POOL = triton_service.DESCRIPTOR.pool
 OUR_INFERENCE_FILES = (grpc_service_pb2.DESCRIPTOR, model_config_pb2.DESCRIPTOR)

@@ -12,15 +12,11 @@ import numpy as np
 import pytest
 
 from model.decoding import beam_search, greedy_decode
-from service.bundle import BundleError, load_bundle
-from service.runner import (
-    DecodeOptions,
-    InvalidInput,
-    Runner,
-    TokenEvent,
-    check_decoder_inputs,
-)
-from service.sessions import HostBackend
+from service.domain.errors import BundleError, InvalidInput
+from service.domain.types import DEFAULT_MAX_BEAM, DecodeOptions, TokenEvent
+from service.runtime.backends import HostBackend
+from service.runtime.bundle import load_bundle
+from service.runtime.runner import Runner, check_decoder_inputs
 from tests.decoding_support import MAX_NEW, reference_src, tokens
 
 
@@ -81,8 +77,8 @@ def test_unknown_format_version_names_found_and_supported(bundle_copy):
 
 # ----- runner basics ----------------------------------------------------------------------------
 def test_a_decoder_of_another_interface_is_refused_by_name(tiny_concat_bundle):
-    from export.names import ENCODER_ATTENTION_MASK, ENCODER_SEQLENS_K
     from export.verify import open_session  # joins the global thread pool if a Runner made one
+    from interface.names import ENCODER_ATTENTION_MASK, ENCODER_SEQLENS_K
 
     path = tiny_concat_bundle / "decoder.onnx"
     dec = open_session(path)
@@ -100,7 +96,7 @@ def test_cpu_provider_reported_and_host_backend(runner):
 
 
 def test_service_imports_no_torch():
-    code = ("import sys, service.runner, service.cuda; "
+    code = ("import sys, service.runtime.runner, service.runtime.backends; "
             "assert 'torch' not in sys.modules and 'model' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
@@ -120,7 +116,8 @@ def test_encode_decode_round_trip(runner, texts):
         ([], None, "source is empty"),
         ([5, 100000, 2], None, r"integers in \[0, "),
         ("we 5", DecodeOptions(beam_size=0), "beam_size must be between 1 and"),
-        ("we 5", DecodeOptions(beam_size=17), "beam_size must be between 1 and 16"),
+        ("we 5", DecodeOptions(beam_size=DEFAULT_MAX_BEAM + 1),
+         f"beam_size must be between 1 and {DEFAULT_MAX_BEAM}"),
         ("we 5", DecodeOptions(beam_size=2, n_best=3), r"n_best must be between 1 and beam_size \(2\)"),
         ("we 5", DecodeOptions(max_new_tokens=0), "max_new_tokens must be between 1 and"),
         ("we 5", DecodeOptions(max_new_tokens=10_000), "max_new_tokens must be between 1 and"),

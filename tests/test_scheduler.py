@@ -9,11 +9,14 @@ from typing import Any
 
 import pytest
 
-from service.errors import DeadlineExceeded, NotReady
-from service.runner import DecodeOptions, InvalidInput, TokenEvent
-from service.scheduler import MODES, Result, Scheduler, make_scheduler
+from service.domain.errors import DeadlineExceeded, InvalidInput, NotReady
+from service.domain.types import BatchingMode, DecodeOptions, Result, TokenEvent
+from service.scheduling.policies import ContinuousBatching, DynamicBatching, NoBatching
+from service.scheduling.scheduler import SchedulerState, make_scheduler
 from tests.conftest import tiny_pairs
 from tests.scheduling import MAX_NEW, Gate, counts, delta, ref, run, sample_texts, toks, until
+
+MODES = [mode.value for mode in BatchingMode]
 
 
 @pytest.fixture(scope="module")
@@ -24,19 +27,22 @@ def texts() -> list[str]:
 
 # ----- construction ---------------------------------------------------------------------------
 def test_make_scheduler_modes_and_config(runner):
-    for mode, cls in MODES.items():
+    policies = {"none": NoBatching, "dynamic": DynamicBatching, "continuous": ContinuousBatching}
+    for mode, cls in policies.items():
         s = make_scheduler(mode, runner, max_batch_size=5, max_queue_delay_ms=2.5, queue_size=7)
-        assert isinstance(s, cls) and isinstance(s, Scheduler) and s.mode == mode
-        assert (s.max_batch_size, s.max_queue_delay_ms, s.queue_size) == (5, 2.5, 7)
-        assert s.state == "new" and not s.healthy and s.queue_depth == 0 and s.active_sequences == 0
-    assert s.max_batch_tokens == 0  # no token budget unless asked
-    assert make_scheduler("continuous", runner, max_batch_tokens=300).max_batch_tokens == 300
+        assert isinstance(s.policy, cls) and s.mode == mode
+        settings = s.settings
+        assert (settings.max_batch_size, settings.max_queue_delay_ms, settings.queue_size) == (5, 2.5, 7)
+        assert s.state is SchedulerState.NEW and not s.healthy
+        assert s.queue_depth == 0 and s.active_sequences == 0
+    assert s.settings.max_batch_tokens == 0  # no token budget unless asked
+    assert make_scheduler("continuous", runner, max_batch_tokens=300).settings.max_batch_tokens == 300
     with pytest.raises(ValueError, match="max_batch_tokens must be >= 0"):
         make_scheduler("continuous", runner, max_batch_tokens=-5)
     with pytest.raises(ValueError, match="unknown batching mode 'orca'"):
         make_scheduler("orca", runner)
     with pytest.raises(AttributeError):
-        s.max_batch_size = 3  # read-only
+        s.settings.max_batch_size = 3  # read-only
     with pytest.raises(NotReady):
         run(s.submit(["we 5"], DecodeOptions()))
 
@@ -221,7 +227,7 @@ def test_continuous_encodes_a_long_newcomer_apart_from_short_ones(hooked, texts,
 
     async def main() -> list[Result]:
         s = make_scheduler(mode, hooked, max_batch_size=8, max_queue_delay_ms=0.0, encoder_padding=padding)
-        assert s.encoder_padding == (0.5 if mode == "continuous" and padding is None else math.inf)
+        assert s.policy.encoder_padding == (0.5 if mode == "continuous" and padding is None else math.inf)
         add = s._worker.batch.add
         s._worker.batch.add = lambda reqs: (encoded.append([len(r.source) for r in reqs]), add(reqs))[1]
         await s.start()

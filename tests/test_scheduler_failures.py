@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from service.errors import BatchFailed, DeadlineExceeded, QueueFull, ShuttingDown
-from service.runner import DecodeOptions
-from service.scheduler import Result, make_scheduler
+from service.domain.errors import BatchFailed, DeadlineExceeded, QueueFull, ShuttingDown
+from service.domain.types import DecodeOptions, Result
+from service.scheduling.scheduler import make_scheduler
 from tests.scheduling import LIMIT_S, MAX_NEW, Gate, ref, run, sample, sample_texts, toks, until
 
 

@@ -24,8 +24,8 @@ from protos.inference import grpc_service_pb2_grpc as v2_grpc
 from protos.translator.v1 import translator_pb2 as pb
 from protos.translator.v1 import translator_pb2_grpc as pb_grpc
 from service.config import ServerConfig, env_name, parse_config
-from service.runner import Runner
-from service.search import DecodeOptions
+from service.domain.types import DecodeOptions
+from service.runtime.runner import Runner
 from service.server import BackgroundServer
 
 TEXTS = ["the 4217 cat.", "Anna saw 3 red apples on day 12.", "we 7 big.",

@@ -18,9 +18,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from protos.translator.v1 import translator_pb2 as pb
 from protos.translator.v1 import translator_pb2_grpc as pb_grpc
-from service import metrics
-from service.runner import Runner
-from service.search import DecodeOptions
+from service.domain.types import DecodeOptions
+from service.ops import metrics
+from service.runtime.runner import Runner
 from service.server import BackgroundServer
 from tests.test_server import SERVING, TEXTS, reference, server_config, wait_until
 
@@ -195,14 +195,13 @@ def test_drain_finishes_in_flight_calls_and_reports_not_serving(server, runner):
 # The real entry point in a subprocess, each decoder step slowed down so a call is surely in flight.
 SLOW_SERVER = """
 import sys, time
-from service import metrics
-from service.runner import Runner
-step = Runner.run_hook
-def slow(self, stage):
-    if stage == "decoder":
-        time.sleep(0.02)
-    step(self, stage)
-Runner.run_hook = slow
+from service.ops import metrics
+from service.runtime.backends import HostBackend
+run = HostBackend.decode
+def slow(self, *args, **kwargs):
+    time.sleep(0.02)
+    return run(self, *args, **kwargs)
+HostBackend.decode = slow
 from service.server import main
 sys.exit(main(sys.argv[1:]))
 """

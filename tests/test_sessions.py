@@ -1,4 +1,4 @@
-"""service/sessions.py: CPU sessions, and DecoderBinding (the reusable IO binding of an in-place decoder)."""
+"""CPU sessions (service/runtime/sessions.py) and DecoderBinding (service/runtime/backends.py)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from export import names
 from export.verify import cpu_session
-from service.runner import Runner
-from service.sessions import DecoderBinding
+from interface import names
+from service.runtime.backends import DecoderBinding
+from service.runtime.runner import Runner
 
 
 @pytest.fixture(scope="module")

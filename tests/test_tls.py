@@ -18,10 +18,11 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from protos.translator.v1 import translator_pb2 as pb
 from protos.translator.v1 import translator_pb2_grpc as pb_grpc
-from service import client, healthcheck, tls
+from service import client, healthcheck
+from service.api import tls
 from service.config import parse_config
-from service.runner import Runner
-from service.search import DecodeOptions
+from service.domain.types import DecodeOptions
+from service.runtime.runner import Runner
 from service.server import BackgroundServer
 from tests.test_server import TEXTS, reference, server_config
 

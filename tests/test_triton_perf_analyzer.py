@@ -14,7 +14,7 @@ import pytest
 import tritonclient.grpc as triton
 
 from bench import perf_analyzer
-from service.runner import Runner
+from service.runtime.runner import Runner
 from service.server import BackgroundServer
 from tests.test_server import TEXTS, server_config
 

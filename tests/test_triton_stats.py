@@ -15,9 +15,9 @@ import pytest
 import tritonclient.grpc as triton
 from tritonclient.grpc import model_config_pb2 as triton_config
 
-from service import metrics
 from service.config import ServerConfig
-from service.runner import Runner
+from service.ops import metrics
+from service.runtime.runner import Runner
 from service.server import BackgroundServer
 from tests.test_server import MAX_BATCH, TEXTS, server_config
 

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import tritonclient.grpc as triton
 
-from service.runner import Runner
-from service.search import DecodeOptions, FinishedEvent, TokenEvent
+from service.domain.types import DecodeOptions, FinishedEvent, TokenEvent
+from service.runtime.runner import Runner
 from service.server import BackgroundServer
 from tests.test_server import TEXTS, server_config
 

@@ -16,6 +16,8 @@ from typing import Any
 
 from google.protobuf.message import Message
 
+from service.domain.errors import InvalidTensor
+
 INPUT_NAME = "TEXT"
 OUTPUT_NAME = "TRANSLATION"
 BYTES_DATATYPE = "BYTES"
@@ -27,10 +29,6 @@ FINAL_RESPONSE_KEY = "triton_final_response"  # response parameter of every stre
 _LENGTH = struct.Struct("<I")
 SHOWN_CHARS = 80  # longest echo of a client-supplied value in an error message
 MAX_DIGITS = 20  # longest decimal string parameter (uint64's maximum), leading zeros aside
-
-
-class InvalidTensor(ValueError):
-    """A request tensor or parameter the model cannot accept (maps to INVALID_ARGUMENT)."""
 
 
 def shown(value: object, limit: int = SHOWN_CHARS) -> str:

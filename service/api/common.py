@@ -1,31 +1,15 @@
-"""What both servicers share: the served model name, readiness, request limits and deadlines."""
+"""What both servicers share: the served model name, deadlines, and the checks of request fields."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 
 from grpc import aio
 
-from service.search import InvalidInput
+from service.domain.errors import InvalidInput
 
 MODEL_NAME = "translator"
 MODEL_VERSION = "1"
-
-
-@dataclass
-class Readiness:
-    """Serving state shared by health, ServerReady and ModelReady: loaded + warmed up, not draining."""
-
-    warmed_up: bool = False
-    draining: bool = False
-    scheduler_healthy: Callable[[], bool] = lambda: True
-
-    @property
-    def ready(self) -> bool:
-        """True while requests can be served."""
-        return self.warmed_up and not self.draining and bool(self.scheduler_healthy())
 
 
 def deadline_of(context: aio.ServicerContext) -> float | None:

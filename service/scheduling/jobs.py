@@ -1,10 +1,10 @@
 """A text in flight between the event loop and the inference worker, and what it comes back as.
 
-A `Job` is created on the event loop (service/scheduler.py), queued to and driven by the worker
-thread (service/worker.py), and answered through its sink: an asyncio Future (submit) or an
-asyncio.Queue of events (stream). The worker collects what it has for its jobs in an `Outbox`,
-sent once per iteration as one post to the `Mailbox` of each event loop, which wakes
-its loop with `loop.call_soon_threadsafe` only when the loop has nothing pending from it: items
+A `Job` is created on the event loop (service/scheduling/scheduler.py), queued to and driven by
+the worker thread (service/scheduling/worker.py), and answered through its sink: an asyncio
+Future (submit) or an asyncio.Queue of events (stream). The worker collects what it has for its
+jobs in an `Outbox`, sent once per iteration as one post to the `Mailbox` of each event loop,
+which wakes its loop with `loop.call_soon_threadsafe` only when the loop has nothing pending from it: items
 posted while a wake-up is pending ride along (fewer self-pipe writes and GIL handoffs when the
 loop lags behind the decode loop). Asyncio objects are only ever touched by their own loop.
 """
@@ -12,33 +12,23 @@ loop lags behind the decode loop). Asyncio objects are only ever touched by thei
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from enum import StrEnum
 
-from service.search import Hypothesis, Request, TokenEvent
+from service.domain.types import Request, Result, TokenEvent
 
-QUEUED, ACTIVE, DONE = "queued", "active", "done"  # Job.state; QUEUED -> ACTIVE under the queue lock
-
-
-@dataclass
-class Timings:
-    """Where a text's time went, in milliseconds: queued, being decoded, submit to result."""
-
-    queue_ms: float
-    compute_ms: float
-    total_ms: float
+Delivery = TokenEvent | Result | BaseException  # what a job's caller receives
 
 
-@dataclass
-class Result:
-    """The outcome of one input text."""
+class RequestStatus(StrEnum):
+    """Where a job is: QUEUED -> ACTIVE (under the queue lock) -> DONE; or QUEUED -> DONE."""
 
-    hypotheses: list[Hypothesis]  # n-best, best first (empty if cancelled)
-    source_ids: list[int]  # tokenizer ids + eos
-    finish_reason: str  # of the best hypothesis: "eos" | "length" | "cancelled"
-    timings: Timings
+    QUEUED = "queued"  # waiting in the JobQueue
+    ACTIVE = "active"  # taken by the worker: being encoded or decoded
+    DONE = "done"  # answered, withdrawn or dropped: nothing more will be sent for it
 
 
 @dataclass(eq=False)
@@ -50,7 +40,7 @@ class Job:
     sink: asyncio.Future | asyncio.Queue  # Future for submit, Queue of events for stream
     deadline: float | None
     submitted: float
-    state: str = QUEUED
+    state: RequestStatus = RequestStatus.QUEUED
     enqueued: float = 0.0
     admitted: float = 0.0
     first_token: float | None = None
@@ -62,7 +52,7 @@ class Job:
         """Rows of the batch this text takes (its beam size)."""
         return self.request.options.beam_size
 
-    def receive(self, item: TokenEvent | Result | BaseException, now: float) -> None:
+    def receive(self, item: Delivery, now: float) -> None:
         """On the event loop: hand an event, result or error to the waiting caller."""
         if isinstance(item, Result):
             item.timings.total_ms = (now - self.submitted) * 1e3
@@ -76,7 +66,7 @@ class Job:
                 sink.set_result(item)
 
 
-def deliver(items: list[tuple[Job, Any]]) -> None:
+def deliver(items: list[tuple[Job, Delivery]]) -> None:
     """On the event loop: deliver a worker iteration's items in order."""
     now = time.monotonic()
     for job, item in items:
@@ -89,9 +79,9 @@ class Mailbox:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self._lock = threading.Lock()
-        self._items: list[tuple[Job, Any]] = []
+        self._items: list[tuple[Job, Delivery]] = []
 
-    def post(self, items: list[tuple[Job, Any]]) -> None:
+    def post(self, items: list[tuple[Job, Delivery]]) -> None:
         """Worker thread: queue items for the loop; wake it unless a wake-up is already pending."""
         with self._lock:
             wake = not self._items
@@ -114,14 +104,14 @@ class Outbox:
     """Worker thread: (job, item) pairs collected during an iteration, then sent in one post per loop."""
 
     def __init__(self) -> None:
-        self._items: list[tuple[Job, Any]] = []
+        self._items: list[tuple[Job, Delivery]] = []
         self._boxes: dict[asyncio.AbstractEventLoop, Mailbox] = {}
 
-    def append(self, pair: tuple[Job, Any]) -> None:
+    def append(self, pair: tuple[Job, Delivery]) -> None:
         """Collect one item for a job."""
         self._items.append(pair)
 
-    def extend(self, pairs: list[tuple[Job, Any]]) -> None:
+    def extend(self, pairs: list[tuple[Job, Delivery]]) -> None:
         """Collect items for jobs."""
         self._items.extend(pairs)
 
@@ -130,7 +120,7 @@ class Outbox:
         if not self._items:
             return
         items, self._items = self._items, []
-        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Job, Any]]] = {}
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Job, Delivery]]] = {}
         for job, item in items:
             by_loop.setdefault(job.loop, []).append((job, item))
         for loop, batch in by_loop.items():
@@ -144,3 +134,27 @@ class Outbox:
                 del self._boxes[old]
             box = self._boxes[loop] = Mailbox(loop)
         return box
+
+
+class Waiters:
+    """Futures of event loops waiting for a worker condition (idle, stopped); not thread-safe by itself."""
+
+    def __init__(self) -> None:
+        self._futures: list[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = []
+
+    def add(self, loop: asyncio.AbstractEventLoop, future: asyncio.Future) -> None:
+        """Wait with this future of this loop."""
+        self._futures.append((loop, future))
+
+    def resolve(self) -> None:
+        """Resolve (on their loops) and forget every waiting future."""
+        for loop, future in self._futures:
+            with contextlib.suppress(RuntimeError):  # closed loop: nobody waits
+                loop.call_soon_threadsafe(_resolve, future)
+        self._futures.clear()
+
+
+def _resolve(future: asyncio.Future) -> None:
+    """On the event loop: resolve a waiter future unless it was cancelled."""
+    if not future.done():
+        future.set_result(None)

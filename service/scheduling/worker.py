@@ -1,21 +1,20 @@
-"""The inference worker thread behind a Scheduler: bounded queue, admission, decode loop, fan-out.
+"""The inference worker thread behind a Scheduler: one loop of schedule -> execute -> update.
 
-One thread owns the Runner's `DecodeBatch` and is the only one to call `add` / `step` / `cancel`
-/ `clear`. The event loop hands it `Job`s (one per text) through a deque guarded by a
+One thread owns a `DecodeBatch` and is the only one to call `add` / `step` / `cancel` / `clear`.
+The event loop hands it `Job`s (one per text) through a bounded `JobQueue` guarded by a
 `threading.Condition`; the worker sends token events, results and errors back through one
-`Mailbox` per event loop (service/jobs.py: at most one `loop.call_soon_threadsafe` pending),
-which resolves each job's asyncio Future (submit) or feeds its asyncio.Queue (stream). The loop
-never waits on inference; the worker never touches asyncio objects.
+`Mailbox` per event loop (service/scheduling/jobs.py: at most one `loop.call_soon_threadsafe`
+pending), which resolves each job's asyncio Future (submit) or feeds its asyncio.Queue (stream).
+The loop never waits on inference; the worker never touches asyncio objects.
 
-Each iteration of the worker: take the jobs whose callers gave up and ask the mode's admission
-policy (a callable of the Scheduler subclass) how many queued texts may join now; outside the
-lock, cancel given-up and expired jobs (`batch.cancel` frees their rows), encode the newcomers
-(`batch.add`, one encoder run), run one decoder step (`batch.step`), deliver. Who joins is the
-bounded FIFO's rule (service/jobqueue.py: in order while rows fit, the newcomers pad well
-together in one encoder run, and the batch stays within `max_tokens`, its token budget). An
-exception in
-add/step fails only the jobs of that batch with BatchFailed (`batch.clear()`), and the loop goes
-on. Idle waits use the condition with a timeout: no busy waiting.
+Each round: **schedule** (under the lock: take the jobs whose callers gave up, ask the admission
+policy (service/scheduling/policies.py) how many queued texts may join, and let the queue pick
+them: FIFO while rows fit, the newcomers pad well together in one encoder run, and the batch
+stays within its token budget), **execute** (outside the lock: cancel given-up and expired jobs,
+encode the newcomers with `batch.add`, run one decoder step with `batch.step`), **update** (turn
+the step's events into deliveries and send them). An exception in add/step fails only the jobs of
+that batch with BatchFailed (`batch.clear()`), and the loop goes on. Idle waits use the condition
+with a timeout: no busy waiting.
 """
 
 from __future__ import annotations
@@ -26,42 +25,35 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
 
-from service import metrics, statistics
-from service.errors import BatchFailed, DeadlineExceeded, NotReady, ShuttingDown, error_id
-from service.jobqueue import JobQueue
-from service.jobs import ACTIVE, DONE, Job, Mailbox, Outbox, Result, Timings
-from service.search import Hypothesis, TokenEvent
+from service.domain.errors import BatchFailed, DeadlineExceeded, NotReady, ShuttingDown, error_id
+from service.domain.types import FinishReason, Hypothesis, Result, Timings, TokenEvent
+from service.ops import metrics, statistics
+from service.runtime.batch import DecodeBatch
+from service.scheduling.jobqueue import JobQueue
+from service.scheduling.jobs import Delivery, Job, Mailbox, Outbox, RequestStatus, Waiters
+from service.scheduling.policies import AdmissionPolicy, QueueView, SchedulerSettings
 
 log = logging.getLogger(__name__)
 
 IDLE_WAIT_S = 0.5  # longest sleep of an idle worker between checks of its flags
 
-# (batch idle, rows queued, seconds the oldest queued text waited or None, draining)
-#   -> (texts that may join now, seconds to wait before asking again or None)
-Admission = Callable[[bool, int, float | None, bool], tuple[int, float | None]]
-
 
 class Worker:
     """The thread that owns a DecodeBatch and drives it with jobs taken from a bounded queue."""
 
-    def __init__(self, runner: Any, admission: Admission, max_rows: int, queue_size: int,
-                 watchdog_s: float, encoder_padding: float = math.inf, max_tokens: float = math.inf) -> None:
-        if not max_tokens > 0:
-            raise ValueError(f"max_tokens must be > 0, got {max_tokens}")
-        self._queue = JobQueue(queue_size, encoder_padding)  # guarded by _cond
-        self.runner, self.batch = runner, runner.new_batch(max_rows)
-        self.watchdog_s, self.max_tokens = watchdog_s, max_tokens
-        self._admission = admission
+    def __init__(self, batch: DecodeBatch, policy: AdmissionPolicy, settings: SchedulerSettings) -> None:
+        if batch.max_rows != settings.max_batch_size:
+            raise ValueError(f"a batch of {batch.max_rows} rows for max_batch_size {settings.max_batch_size}")
+        self._queue = JobQueue(settings.queue_size, policy.encoder_padding)  # guarded by _cond
+        self.batch, self.policy = batch, policy
+        self.watchdog_s, self.max_tokens = settings.watchdog_s, settings.token_budget
         self._cond = threading.Condition()
         self._dropped: list[Job] = []  # active jobs whose caller gave up (cancelled, timed out)
         self._timed: set[Job] = set()  # active jobs that have a deadline
         self._fresh: list[Job] = []  # admitted, no token yet
         self._outbox = Outbox()
-        self._idle_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = []
-        self._stop_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = []
+        self._idle_waiters, self._stop_waiters = Waiters(), Waiters()  # guarded by _cond
         self.draining = self.stopping = self.stopped = False
         self.crashed = False  # the thread died of an exception (see _run)
         self._in_hand: list[Job] = []  # popped from the queue, not in the batch yet
@@ -72,16 +64,6 @@ class Worker:
         self._thread: threading.Thread | None = None
 
     # ----- called from the event loop -----------------------------------------------------
-    @property
-    def queue_size(self) -> int:
-        """Most texts the queue holds."""
-        return self._queue.size
-
-    @property
-    def encoder_padding(self) -> float:
-        """Most padding of one encoder run, as a fraction of its real tokens (service/jobqueue.py)."""
-        return self._queue.encoder_padding
-
     @property
     def started(self) -> bool:
         """The thread was started."""
@@ -135,7 +117,7 @@ class Worker:
         """The callers of these jobs stopped waiting: take them out of the queue or the batch."""
         with self._cond:
             for j in jobs:
-                if not self._queue.withdraw(j) and j.state == ACTIVE:
+                if not self._queue.withdraw(j) and j.state == RequestStatus.ACTIVE:
                     self._dropped.append(j)
             self._cond.notify()
 
@@ -152,7 +134,7 @@ class Worker:
             if self._thread is None or (not len(self._queue) and not len(self.batch)):
                 fut.set_result(None)
             else:
-                self._idle_waiters.append((loop, fut))
+                self._idle_waiters.add(loop, fut)
                 self._cond.notify()
         return fut
 
@@ -164,7 +146,7 @@ class Worker:
             if self._thread is None or self.stopped:
                 fut.set_result(None)
             else:
-                self._stop_waiters.append((loop, fut))
+                self._stop_waiters.add(loop, fut)
             self._cond.notify()
         return fut
 
@@ -179,13 +161,14 @@ class Worker:
         with self._cond:
             queued = self._queue.clear()
             # list() copies atomically; the stuck thread is not changing the batch meanwhile
-            active = [j for j in (*self._in_hand, *(r.tag for r in self.batch.requests)) if j.state == ACTIVE]
+            held = (*self._in_hand, *(r.tag for r in self.batch.requests))
+            active = [j for j in held if j.state == RequestStatus.ACTIVE]
             self._stuck_failed = True
         message = (f"the inference worker is stuck (one model run has taken over {self.watchdog_s:g} s); "
                    "this request was given up, retry later or elsewhere")
         log.error("inference worker stuck for over %gs: failing %d queued and %d active text(s)",
                   self.watchdog_s, len(queued), len(active))
-        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Job, Any]]] = {}
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Job, Delivery]]] = {}
         for j in [*queued, *active]:  # active ones stay ACTIVE: callers abandon them, the worker drops them
             by_loop.setdefault(j.loop, []).append((j, NotReady(message)))
         for loop, items in by_loop.items():
@@ -232,8 +215,8 @@ class Worker:
         except Exception:  # a bug of ours, not of a request: fail the batch, keep serving
             what = _logged_failure("scheduler error")
             for j in newcomers:  # popped from the queue but never added
-                if j.state == ACTIVE and not self.batch.rows_of(j.request):
-                    j.state = DONE
+                if j.state == RequestStatus.ACTIVE and not self.batch.rows_of(j.request):
+                    j.state = RequestStatus.DONE
                     self._outbox.append((j, BatchFailed(what)))
             self._fail_batch(what)
         self._in_hand = []
@@ -247,16 +230,18 @@ class Worker:
                 return None
             idle = not len(self.batch)
             oldest = self._queue.oldest_wait(time.monotonic())
-            n, wait = self._admission(idle, self._queue.rows, oldest, self.draining)
-            if n and len(self._queue):
+            admission = self.policy.admit(QueueView(idle, self._queue.rows, oldest, self.draining))
+            wait = admission.wait_s
+            if admission.count and len(self._queue):
                 room = self.max_tokens - self.batch.tokens if math.isfinite(self.max_tokens) else math.inf
-                out, expired = self._queue.take(n, self.batch.free_rows, time.monotonic(), room, idle)
+                out, expired = self._queue.take(admission.count, self.batch.free_rows, time.monotonic(), room,
+                                                idle)
                 self._outbox.extend(expired)
                 return out
             if not idle or self._dropped or attempt:
                 return []
             if not len(self._queue):
-                self._signal(self._idle_waiters)
+                self._idle_waiters.resolve()
             self._cond.wait(IDLE_WAIT_S if wait is None else min(wait, IDLE_WAIT_S))
         return []
 
@@ -264,7 +249,7 @@ class Worker:
         """Free the rows of active jobs whose callers gave up."""
         for j in jobs:
             if self.batch.cancel(j.request):
-                j.state = DONE
+                j.state = RequestStatus.DONE
                 self._timed.discard(j)
 
     def _expire(self) -> None:
@@ -273,7 +258,7 @@ class Worker:
         for j in [j for j in self._timed if now >= j.deadline]:
             self._timed.discard(j)
             self.batch.cancel(j.request)
-            j.state = DONE
+            j.state = RequestStatus.DONE
             steps = self._steps - j.admit_step
             error = DeadlineExceeded(f"deadline exceeded while decoding (after {steps} steps)")
             self._outbox.append((j, error))
@@ -293,7 +278,7 @@ class Worker:
         except Exception:
             what = _logged_failure(f"encoder failed for a batch of {len(jobs)} new text(s)")
             for j in jobs:
-                j.state = DONE
+                j.state = RequestStatus.DONE
                 self._outbox.append((j, BatchFailed(what)))
             if len(self.batch) != before:  # add was not all-or-nothing: the batch is suspect
                 self._fail_batch(what)
@@ -328,7 +313,7 @@ class Worker:
         now = time.monotonic()
         if self._fresh:
             for j in self._fresh:
-                if j.state == ACTIVE:
+                if j.state == RequestStatus.ACTIVE:
                     j.first_token = now
                     metrics.TIME_TO_FIRST_TOKEN.observe(now - j.submitted)
             self._fresh.clear()
@@ -341,7 +326,7 @@ class Worker:
 
     def _finish(self, job: Job, hyps: list[Hypothesis], now: float) -> None:
         """Build a finished job's Result and record its per-text metrics."""
-        job.state = DONE
+        job.state = RequestStatus.DONE
         self._timed.discard(job)
         steps = self._steps - job.admit_step
         if hyps:
@@ -350,14 +335,14 @@ class Worker:
             metrics.TIME_PER_OUTPUT_TOKEN.observe((now - job.first_token) / (steps - 1))
         timings = Timings((job.admitted - job.enqueued) * 1e3, (now - job.admitted) * 1e3,
                           (now - job.submitted) * 1e3)
-        reason = hyps[0].finish_reason if hyps else "cancelled"
+        reason = hyps[0].finish_reason if hyps else FinishReason.CANCELLED
         self._outbox.append((job, Result(hyps, list(job.request.source), reason, timings)))
 
     def _fail_batch(self, what: str) -> None:
         """Drop every active job with BatchFailed(what) and empty the batch."""
         for r in self.batch.clear():
             job = r.tag
-            job.state = DONE
+            job.state = RequestStatus.DONE
             self._outbox.append((job, BatchFailed(what)))
         self._timed.clear()
         self._fresh.clear()
@@ -370,13 +355,6 @@ class Worker:
             metrics.QUEUE_DEPTH.set(gauges[0])
             metrics.ACTIVE_SEQUENCES.set(gauges[1])
         self._outbox.send()
-
-    def _signal(self, waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future]]) -> None:
-        """Under the lock: resolve and forget waiting futures."""
-        for loop, fut in waiters:
-            with contextlib.suppress(RuntimeError):  # closed loop: nobody waits
-                loop.call_soon_threadsafe(_resolve, fut)
-        waiters.clear()
 
     def _shutdown(self) -> None:
         """Thread exit: fail queued and active jobs with ShuttingDown, then tell drain()."""
@@ -391,22 +369,22 @@ class Worker:
             return ShuttingDown(f"the server shut down {when}")
 
         for j in queued:
-            j.state = DONE
+            j.state = RequestStatus.DONE
             self._outbox.append((j, error("before this text was decoded")))
         active = [*self._in_hand, *(r.tag for r in self.batch.requests)]
         with contextlib.suppress(Exception):  # after a crash the batch may be beyond repair: drop it anyway
             self.batch.clear()
         for j in active:
-            if j.state != DONE:
-                j.state = DONE
+            if j.state != RequestStatus.DONE:
+                j.state = RequestStatus.DONE
                 self._outbox.append((j, error("while this text was decoding")))
         self._in_hand = []
         self._timed.clear()
         self._flush()
         with self._cond:
             self.stopped = self.stopping = True
-            self._signal(self._idle_waiters)
-            self._signal(self._stop_waiters)
+            self._idle_waiters.resolve()
+            self._stop_waiters.resolve()
 
 
 def _logged_failure(what: str) -> str:
@@ -416,8 +394,3 @@ def _logged_failure(what: str) -> str:
     log.exception("%s [error id %s]", what, eid)
     return f"{what}; the server keeps serving (error id {eid}; details in the server log)"
 
-
-def _resolve(fut: asyncio.Future) -> None:
-    """On the event loop: resolve a waiter future unless it was cancelled."""
-    if not fut.done():
-        fut.set_result(None)

@@ -1,6 +1,6 @@
 """The decoder's self-attention KV cache, in the two layouts a bundle's decoder can take.
 
-Both are row-indexed like the rest of a DecodeBatch (service/batch.py): `grow` appends hole
+Both are row-indexed like the rest of a DecodeBatch (service/runtime/batch.py): `grow` appends hole
 rows, `start` gives rows to new requests, `free` turns rows into holes, `keep` drops or gathers
 rows, `reorder` copies parent rows over child rows (beam search). `feeds` are the step's inputs
 that depend on the layout, `past` the cache tensors to bind, `advance` takes the step's result.
@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from export.names import ATTENTION_MASK, POSITION_IDS, SEQLENS_K, TOTAL_SEQUENCE_LENGTH
+from interface.names import ATTENTION_MASK, POSITION_IDS, SEQLENS_K, TOTAL_SEQUENCE_LENGTH
 
 
 class ConcatCache:
@@ -244,7 +244,7 @@ class InplaceCache(_RowBuffers):
         """position_ids (n_rows, 1), seqlens_k (n_rows,), total_sequence_length () of the next step.
 
         The same arrays, rewritten in place, while n_rows stays the same: a binding that holds
-        them (service/sessions.py DecoderBinding) need not bind them again.
+        them (service/runtime/sessions.py DecoderBinding) need not bind them again.
         """
         lens = self._len[: self.rows]
         if len(self._feeds[SEQLENS_K]) != self.rows:

@@ -5,12 +5,12 @@ output TRANSLATION (BYTES, same shape). Request parameters: `max_output_tokens` 
 `max_tokens`) and `beam_size`, with the limits of the native API, and on ModelStreamInfer
 `stream` (bool): one response per generated piece of text, then a final response; every
 response of a stream carries `triton_final_response` (false on pieces, true on the last).
-Tensors and parameters are decoded and encoded by service/kserve_codec.py; errors are domain
-exceptions mapped by service/interceptor.py (inside ModelStreamInfer they travel as
-`error_message`, prefixed with the request id as Triton does, and the stream goes on).
-ModelConfig reports the server's real batching settings; ModelStatistics reports
-service/statistics.py. Repository, shared-memory, trace and log RPCs answer UNIMPLEMENTED
-(from the generated base class).
+Tensors and parameters are decoded and encoded by service/api/kserve_codec.py; errors are domain
+exceptions mapped by service/api/interceptor.py with the table of service/api/status.py (inside
+ModelStreamInfer they travel as `error_message`, prefixed with the request id as Triton does,
+and the stream goes on). ModelConfig reports the server's real batching settings;
+ModelStatistics reports service/ops/statistics.py. Repository, shared-memory, trace and log RPCs
+answer UNIMPLEMENTED (from the generated base class).
 """
 
 from __future__ import annotations
@@ -27,12 +27,20 @@ from grpc import aio
 from protos.inference import grpc_service_pb2 as pb
 from protos.inference import grpc_service_pb2_grpc as pb_grpc
 from protos.inference import model_config_pb2 as config_pb
-from service import kserve_codec, statistics
-from service.errors import UnknownModel, status_of
-from service.rpc import MODEL_NAME, MODEL_VERSION, check_max_output_tokens, check_text_count, deadline_of
-from service.runner import Runner
-from service.scheduler import Scheduler
-from service.search import DecodeOptions, InvalidInput, TokenEvent
+from service.api import kserve_codec
+from service.api.common import (
+    MODEL_NAME,
+    MODEL_VERSION,
+    check_max_output_tokens,
+    check_text_count,
+    deadline_of,
+)
+from service.api.status import status_of
+from service.domain.errors import InvalidInput, UnknownModel
+from service.domain.types import BatchingMode, DecodeOptions, TokenEvent
+from service.ops import statistics
+from service.runtime.runner import Runner
+from service.scheduling.scheduler import Scheduler
 
 log = logging.getLogger(__name__)
 
@@ -61,17 +69,14 @@ def check_model(name: str, version: str) -> None:
         )
 
 
-def decode_options(options: kserve_codec.InferOptions, runner: Runner) -> DecodeOptions:
-    """DecodeOptions from v2 request parameters, validated like the native API's."""
+def decode_options(options: kserve_codec.InferOptions, max_len: int) -> DecodeOptions:
+    """DecodeOptions from v2 request parameters (the scheduler validates them, as for the native API)."""
     defaults = DecodeOptions()
-    name = "parameter max_output_tokens/max_tokens"
-    check_max_output_tokens(options.max_output_tokens, runner.max_len, name)
-    decoded = DecodeOptions(
+    check_max_output_tokens(options.max_output_tokens, max_len, "parameter max_output_tokens/max_tokens")
+    return DecodeOptions(
         beam_size=options.beam_size or defaults.beam_size,
         max_new_tokens=options.max_output_tokens or defaults.max_new_tokens,
     )
-    decoded.resolved(runner.max_len, runner.max_beam)  # raises InvalidInput naming the bad value
-    return decoded
 
 
 def _tensor(name: str) -> pb.ModelMetadataResponse.TensorMetadata:
@@ -101,17 +106,18 @@ def model_config(runner: Runner, scheduler: Scheduler) -> config_pb.ModelConfig:
             kind=config_pb.ModelInstanceGroup.KIND_GPU if gpu else config_pb.ModelInstanceGroup.KIND_CPU)],
         model_transaction_policy=config_pb.ModelTransactionPolicy(decoupled=False),
     )
-    if scheduler.mode != "none":
+    settings = scheduler.settings
+    if scheduler.mode != BatchingMode.NONE:
         batching = config.dynamic_batching
-        if scheduler.mode == "dynamic":
-            batching.preferred_batch_size.append(scheduler.max_batch_size)
-            batching.max_queue_delay_microseconds = round(scheduler.max_queue_delay_ms * 1000)
-        batching.default_queue_policy.max_queue_size = scheduler.queue_size
+        if scheduler.mode == BatchingMode.DYNAMIC:
+            batching.preferred_batch_size.append(settings.max_batch_size)
+            batching.max_queue_delay_microseconds = round(settings.max_queue_delay_ms * 1000)
+        batching.default_queue_policy.max_queue_size = settings.queue_size
     parameters = {
-        "batching_mode": scheduler.mode, "max_batch_size": scheduler.max_batch_size,
-        "max_texts_per_request": scheduler.max_batch_size, "max_batch_tokens": scheduler.max_batch_tokens,
-        "max_queue_delay_ms": scheduler.max_queue_delay_ms,
-        "queue_size": scheduler.queue_size, "max_beam_size": runner.max_beam,
+        "batching_mode": scheduler.mode.value, "max_batch_size": settings.max_batch_size,
+        "max_texts_per_request": settings.max_batch_size, "max_batch_tokens": settings.max_batch_tokens,
+        "max_queue_delay_ms": settings.max_queue_delay_ms,
+        "queue_size": settings.queue_size, "max_beam_size": scheduler.limits.max_beam,
         "max_output_tokens": scheduler.limits.max_output_tokens,
         "max_source_tokens": scheduler.limits.max_source_tokens,
         "execution_provider": runner.provider, "stream_parameter": kserve_codec.STREAM_KEY,
@@ -127,7 +133,7 @@ def _duration(value: statistics.Duration) -> pb.StatisticDuration:
 
 
 def model_statistics(snapshot: statistics.Snapshot) -> pb.ModelStatistics:
-    """The ModelStatistics message of `translator` (definitions in service/statistics.py)."""
+    """The ModelStatistics message of `translator` (definitions in service/ops/statistics.py)."""
     return pb.ModelStatistics(
         name=MODEL_NAME, version=MODEL_VERSION, last_inference=snapshot.last_inference_ms,
         inference_count=snapshot.inference_count, execution_count=snapshot.execution_count,
@@ -216,8 +222,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         """Validate a request: model, tensor, text count and decoding options."""
         check_model(request.model_name, request.model_version)
         decoded = kserve_codec.decode_request(request)
-        check_text_count(len(decoded.texts), self.scheduler.max_batch_size)
-        return decoded, decode_options(decoded.options, self.runner)
+        check_text_count(len(decoded.texts), self.scheduler.settings.max_batch_size)
+        return decoded, decode_options(decoded.options, self.runner.max_len)
 
     def _response(self, request_id: str, texts: Sequence[str] | None,
                   final: bool | None = None) -> pb.ModelInferResponse:
@@ -285,7 +291,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         async def read_all() -> None:
             """Start a task per request (at most queue_size at once), wait for all of them, mark the end."""
             tasks: set[asyncio.Task] = set()  # running ones only: a long-lived stream does not accumulate
-            slots = asyncio.Semaphore(self.scheduler.queue_size)  # a flood waits in HTTP/2 flow control
+            # a flood waits in HTTP/2 flow control
+            slots = asyncio.Semaphore(self.scheduler.settings.queue_size)
 
             async def bounded(request: pb.ModelInferRequest) -> None:
                 """answer() within a slot."""

@@ -1,7 +1,7 @@
 """The inference worker's bounded FIFO of queued texts, and the rule for who joins the batch next.
 
-A `JobQueue` holds `Job`s (service/jobs.py) in arrival order and counts their rows. It has no
-lock of its own: the worker (service/worker.py) calls it under its condition's lock. `take`
+A `JobQueue` holds `Job`s (service/scheduling/jobs.py) in arrival order and counts their rows. It has no
+lock of its own: the worker (service/scheduling/worker.py) calls it under its condition's lock. `take`
 pops the jobs that may join the decode batch now: FIFO while their rows fit and, with an
 `encoder_padding` limit, while the encoder input (every newcomer right-padded to the longest)
 stays mostly real tokens: padding at most `encoder_padding` times the real tokens or
@@ -10,7 +10,7 @@ of the queue for the next encoder run (one long source padded with short ones co
 times their separate encoder runs); nobody overtakes it, and the texts of one request
 (`joins_previous`) are never separated for it. With a token budget (`--max-batch-tokens`),
 newcomers also join only while the batch's tokens (every row's source plus what it has decoded,
-service/batch.py `DecodeBatch.tokens`) and theirs (source x beam rows) stay within it; into an
+service/runtime/batch.py `DecodeBatch.tokens`) and theirs (source x beam rows) stay within it; into an
 empty batch the head joins whatever its length. Jobs whose deadline passed while queued leave
 with DeadlineExceeded.
 """
@@ -21,8 +21,8 @@ import math
 from collections import deque
 from collections.abc import Iterator
 
-from service.errors import DeadlineExceeded, QueueFull
-from service.jobs import ACTIVE, DONE, QUEUED, Job
+from service.domain.errors import DeadlineExceeded, QueueFull
+from service.scheduling.jobs import Job, RequestStatus
 
 PAD_SLACK_TOKENS = 32  # padding always tolerated in one encoder run, whatever encoder_padding says
 
@@ -61,11 +61,11 @@ class JobQueue:
 
     def withdraw(self, job: Job) -> bool:
         """Take a queued job out (its caller gave up); False if it is not queued."""
-        if job.state != QUEUED:
+        if job.state != RequestStatus.QUEUED:
             return False
         self._jobs.remove(job)
         self.rows -= job.rows
-        job.state = DONE
+        job.state = RequestStatus.DONE
         return True
 
     def clear(self) -> list[Job]:
@@ -74,7 +74,7 @@ class JobQueue:
         self._jobs.clear()
         self.rows = 0
         for j in jobs:
-            j.state = DONE
+            j.state = RequestStatus.DONE
         return jobs
 
     def take(self, limit: int, free_rows: int, now: float, free_tokens: float = math.inf,
@@ -100,10 +100,10 @@ class JobQueue:
             self._jobs.popleft()
             self.rows -= job.rows
             if late:
-                job.state = DONE
+                job.state = RequestStatus.DONE
                 expired.append((job, DeadlineExceeded("deadline exceeded while queued")))
                 continue
-            job.state = ACTIVE
+            job.state = RequestStatus.ACTIVE
             free_rows, free_tokens = free_rows - job.rows, free_tokens - cost
             longest, real = max(longest, n), real + n
             out.append(job)

@@ -8,15 +8,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from export.names import BUNDLE_FILE, BUNDLE_FORMAT_VERSION, DECODER_FILE, ENCODER_FILE, TOKENIZER_FILE
+from interface.names import BUNDLE_FILE, BUNDLE_FORMAT_VERSION, DECODER_FILE, ENCODER_FILE, TOKENIZER_FILE
+from service.domain.errors import BundleError
 
 SUPPORTED_FORMAT_VERSIONS = (BUNDLE_FORMAT_VERSION,)
 REQUIRED_FILES = (ENCODER_FILE, DECODER_FILE, TOKENIZER_FILE)
 REQUIRED_MODEL_KEYS = ("vocab_size", "d_model", "n_heads", "n_decoder_layers", "max_len")
-
-
-class BundleError(Exception):
-    """A bundle directory that cannot be served: missing, malformed, truncated or corrupt."""
 
 
 @dataclass(frozen=True)

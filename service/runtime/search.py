@@ -1,4 +1,4 @@
-"""Per-request decoding: options, requests, events, and the greedy / beam search state.
+"""Per-request search state: greedy and beam search over the rows of one request.
 
 The algorithms are those of `model/decoding.py`, step for step, in float32 like PyTorch:
 a finished beam stays in the beam with a frozen score and is only followed by padding, beams
@@ -9,125 +9,12 @@ of each decoder step's log-probs and reorders the KV cache rows by the returned 
 
 from __future__ import annotations
 
-import itertools
 import math
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 
-_request_ids = itertools.count(1)
-
-
-class InvalidInput(ValueError):
-    """A request the model cannot serve: empty or too long text, out-of-range option values."""
-
-
-class BatchFull(RuntimeError):
-    """Not enough free rows in a DecodeBatch for the requests being added."""
-
-
-@dataclass(frozen=True)
-class DecodeOptions:
-    """How to decode one request; max_new_tokens None means the model's limit (max_len - 1)."""
-
-    beam_size: int = 1
-    n_best: int = 1
-    alpha: float = 0.0
-    max_new_tokens: int | None = None
-    with_alignment: bool = False
-    stream: bool = False  # emit a TokenEvent per generated token (greedy only)
-
-    def resolved(self, max_len: int, max_beam: int) -> DecodeOptions:
-        """Validated copy with max_new_tokens filled in; raises InvalidInput on bad values."""
-        limit = max_len - 1
-        for name in ("beam_size", "n_best"):
-            if not _is_int(getattr(self, name)):
-                raise InvalidInput(f"{name} must be an integer, got {_shown(getattr(self, name))}")
-        if not 1 <= self.beam_size <= max_beam:
-            raise InvalidInput(f"beam_size must be between 1 and {max_beam}, got {_shown(self.beam_size)}")
-        if not 1 <= self.n_best <= self.beam_size:
-            raise InvalidInput(
-                f"n_best must be between 1 and beam_size ({self.beam_size}), got {_shown(self.n_best)}"
-            )
-        if not _is_length_penalty(self.alpha):
-            raise InvalidInput(
-                f"alpha (length penalty) must be a finite number >= 0, got {_shown(self.alpha)}")
-        steps = limit if self.max_new_tokens is None else self.max_new_tokens
-        if not _is_int(steps) or not 1 <= steps <= limit:
-            raise InvalidInput(
-                f"max_new_tokens must be between 1 and {limit}, got {_shown(self.max_new_tokens)}")
-        if self.stream and self.beam_size != 1:
-            raise InvalidInput(f"streaming needs beam_size 1, got {self.beam_size}")
-        return DecodeOptions(self.beam_size, self.n_best, float(self.alpha), int(steps),
-                             bool(self.with_alignment), bool(self.stream))
-
-
-def _is_int(x: Any) -> bool:
-    """True for ints (numpy included), False for bools and anything else."""
-    return isinstance(x, int | np.integer) and not isinstance(x, bool)
-
-
-def _shown(x: Any, limit: int = 80) -> str:
-    """repr() of an option value for a message, cut to `limit` characters; a huge int by its size
-    (repr() refuses ints of over 4300 digits)."""
-    if isinstance(x, int) and x.bit_length() > 4 * limit:
-        return f"a {x.bit_length()}-bit integer"
-    text = repr(x)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _is_length_penalty(x: Any) -> bool:
-    """True for a finite real number >= 0 (numpy included); False for bools, ints too large for a
-    float, and anything else."""
-    if isinstance(x, bool) or not isinstance(x, int | float | np.integer | np.floating):
-        return False
-    try:
-        return math.isfinite(x) and x >= 0
-    except OverflowError:
-        return False
-
-
-@dataclass(eq=False)
-class Request:
-    """One source to decode: ids (tokenizer ids + eos), options, and an opaque caller tag."""
-
-    source: list[int]
-    options: DecodeOptions = field(default_factory=DecodeOptions)
-    tag: Any = None
-    id: int = field(default_factory=lambda: next(_request_ids))
-
-
-@dataclass
-class Hypothesis:
-    """One result: tokens (no bos/eos), text, total log-prob, ranking score, why it stopped."""
-
-    tokens: list[int]
-    text: str
-    log_prob: float
-    score: float
-    finish_reason: str  # "eos" | "length"
-    alignment: list[list[float]] | None = None  # (len(tokens), src_len incl. eos)
-
-
-@dataclass
-class TokenEvent:
-    """A greedy streaming request produced `token`; `text` is the newly decodable text ("" if none)."""
-
-    request: Request
-    token: int
-    text: str
-
-
-@dataclass
-class FinishedEvent:
-    """A request finished; its n-best hypotheses, best first."""
-
-    request: Request
-    hypotheses: list[Hypothesis]
-
-
-Event = TokenEvent | FinishedEvent
+from service.domain.types import FinishReason, ResolvedOptions
 
 
 def length_penalty(length: int, alpha: float) -> float:
@@ -142,7 +29,7 @@ class RawHypothesis:
     tokens: list[int]
     log_prob: float
     score: float
-    finish_reason: str
+    finish_reason: FinishReason
     alignment: np.ndarray | None  # (len(tokens), src_len)
 
 
@@ -154,7 +41,7 @@ class GreedySearch:
     tokens and the alignment, and builds the result.
     """
 
-    def __init__(self, options: DecodeOptions, src_len: int, eos: int) -> None:
+    def __init__(self, options: ResolvedOptions, src_len: int, eos: int) -> None:
         self.options, self.eos, self.src_len = options, eos, src_len
         self.tokens: list[int] = []  # generated, the final eos included
         self.log_prob = np.float32(0.0)
@@ -186,14 +73,14 @@ class GreedySearch:
         if self.attn is not None:
             rows = self.attn[: len(body)]
             align = np.stack(rows) if rows else np.zeros((0, self.src_len), np.float32)
-        reason = "eos" if self.finished else "length"
+        reason = FinishReason.EOS if self.finished else FinishReason.LENGTH
         return [RawHypothesis(body, lp, lp / length_penalty(n, self.options.alpha), reason, align)]
 
 
 class BeamSearch:
     """Beam search over the k rows of one request, as `model.decoding.beam_search` does per source."""
 
-    def __init__(self, options: DecodeOptions, src_len: int, eos: int, pad: int) -> None:
+    def __init__(self, options: ResolvedOptions, src_len: int, eos: int, pad: int) -> None:
         k, t = options.beam_size, options.max_new_tokens
         self.options, self.eos, self.pad, self.src_len, self.steps = options, eos, pad, src_len, 0
         self.scores = np.full(k, -np.inf, np.float32)
@@ -243,6 +130,7 @@ class BeamSearch:
             body = self.tokens[j, : n - 1 if done else n].tolist()
             align = self.attn[j, : len(body)].copy() if self.attn is not None else None
             score = log_prob / length_penalty(n, self.options.alpha)
-            hyps.append(RawHypothesis(body, log_prob, score, "eos" if done else "length", align))
+            reason = FinishReason.EOS if done else FinishReason.LENGTH
+            hyps.append(RawHypothesis(body, log_prob, score, reason, align))
         hyps.sort(key=lambda h: h.score, reverse=True)
         return hyps[: self.options.n_best]

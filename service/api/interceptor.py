@@ -19,8 +19,8 @@ from typing import Any
 import grpc
 from grpc import aio
 
-from service import metrics
-from service.errors import clip, status_of
+from service.api.status import clip, status_of
+from service.ops import metrics
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""ONNX Runtime sessions of a bundle: providers, one shared CPU thread pool, the host backend.
+"""ONNX Runtime sessions of a bundle: providers, one shared CPU thread pool.
 
 Two sessions that each own an intra-op pool spin on the same cores and starve each other
 (docs/performance.md): by default both sessions use ORT's process-wide pool, created once
@@ -16,14 +16,9 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from export.names import (
-    CROSS_ATTENTIONS,
-    INPUT_IDS,
-    LOGPROBS,
+from interface.names import (
     SEQLENS_K,
-    decoder_outputs,
     past_name,
-    self_cache_io,
 )
 
 log = logging.getLogger(__name__)
@@ -137,108 +132,3 @@ def open_sessions(
         log.warning("requested %s but ONNX Runtime uses %s (missing libraries?)", chosen[0], in_use)
     log.info("ONNX Runtime providers in use: %s (shared thread pool: %s)", in_use, shared)
     return Sessions(enc, dec, list(in_use), shared)
-
-
-class DecoderBinding:
-    """A decoder IO binding that rebinds only what changed since the last run.
-
-    Arrays are bound through OrtValues over their own memory, so the caller may edit them in
-    place between runs (next tokens, lengths, cache rows) and the next run sees the edits; an
-    array is rebound only when a different object comes under its name. The bound arrays are
-    kept alive, so an identity check is enough. Self-attention caches of an in-place decoder
-    are bound as their present outputs too; log-probs and cross-attention go to output buffers
-    reused while their shapes stay the same.
-    """
-
-    def __init__(self, session: ort.InferenceSession, in_place: dict[str, str]) -> None:
-        self.session, self.in_place = session, in_place
-        self.io = session.io_binding()
-        outputs = {o.name: o for o in session.get_outputs()}
-        self._out_dtypes = (ORT_DTYPES[outputs[LOGPROBS].type], ORT_DTYPES[outputs[CROSS_ATTENTIONS].type])
-        self._vocab = int(outputs[LOGPROBS].shape[-1])
-        self._bound: dict[str, np.ndarray | None] = {}
-        self._out: tuple[np.ndarray, np.ndarray] | None = None
-
-    def bind(self, name: str, arr: np.ndarray) -> None:
-        """Bind arr under name unless it is already the bound object."""
-        if self._bound.get(name) is arr:
-            return
-        if not arr.flags.c_contiguous:  # bound as a copy: rebound at every run
-            self.io.bind_cpu_input(name, np.ascontiguousarray(arr))
-            self._bound[name] = None
-            return
-        value = ort.OrtValue.ortvalue_from_numpy(arr)  # shares arr's memory
-        self.io.bind_ortvalue_input(name, value)
-        if name in self.in_place:
-            self.io.bind_ortvalue_output(self.in_place[name], value)
-        self._bound[name] = arr
-
-    def outputs(self, rows: int, steps: int, src: int) -> tuple[np.ndarray, np.ndarray]:
-        """Output buffers (rows, steps, V) and (rows, steps, S), bound; reused while shapes match."""
-        if self._out is None or self._out[1].shape != (rows, steps, src):
-            logp = np.empty((rows, steps, self._vocab), self._out_dtypes[0])
-            attn = np.empty((rows, steps, src), self._out_dtypes[1])
-            self.io.bind_ortvalue_output(LOGPROBS, ort.OrtValue.ortvalue_from_numpy(logp))
-            self.io.bind_ortvalue_output(CROSS_ATTENTIONS, ort.OrtValue.ortvalue_from_numpy(attn))
-            self._out = (logp, attn)
-        return self._out
-
-    def run(self, feeds: dict[str, np.ndarray], past: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        """One run; log-probs and cross-attention are views of buffers the next run overwrites."""
-        for name, arr in feeds.items():
-            self.bind(name, arr)
-        for name, arr in past.items():
-            self.bind(name, arr)
-        rows, steps = feeds[INPUT_IDS].shape
-        out = self.outputs(rows, steps, past[CROSS_KEY].shape[2])  # (rows, H, S, Dh)
-        self.session.run_with_iobinding(self.io)
-        return out
-
-
-class HostBackend:
-    """Runs both graphs on numpy arrays: the KV cache lives in host memory (CPU provider).
-
-    A decoder with an in-place cache (export/inplace.py) runs through a `DecoderBinding` per
-    thread: each self-attention cache array is bound as its past input and its present output
-    (one OrtValue over the same memory), so ONNX Runtime writes the new column into it and
-    copies nothing; inputs that did not change object since the last run are not rebound.
-    """
-
-    device = "cpu"
-    host_memory = True  # cache tensors are numpy arrays that may be edited in place
-
-    def __init__(self, sessions: Sessions, n_layers: int) -> None:
-        self.sessions = sessions
-        self.outputs = decoder_outputs(n_layers)
-        assert self.outputs[0] == LOGPROBS and self.outputs[-1] == CROSS_ATTENTIONS
-        self.in_place = self_cache_io(n_layers)
-        self._local = threading.local()  # the thread's DecoderBinding (a binding is not thread-safe)
-
-    def encode(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        """Cross-attention K/V of every decoder layer, each (B, H, S, Dh)."""
-        return self.sessions.encoder.run(None, feeds)
-
-    def decode(
-        self, feeds: dict[str, np.ndarray], past: dict[str, Any], inplace: bool = False
-    ) -> tuple[np.ndarray, np.ndarray, list[Any]]:
-        """One decoder run: log-probs (B, T, V), cross-attention (B, T, S), presents (B, H, P+T, Dh).
-
-        inplace: the self-attention arrays of `past` are updated in place; no presents returned,
-        and the log-probs / cross-attention are buffers that this thread's next run overwrites.
-        """
-        if not inplace:
-            out = self.sessions.decoder.run(self.outputs, {**feeds, **past})
-            return out[0], out[-1], out[1:-1]
-        binding = getattr(self._local, "binding", None)
-        if binding is None:
-            binding = self._local.binding = DecoderBinding(self.sessions.decoder, self.in_place)
-        logp, attn = binding.run(feeds, past)
-        return logp, attn, []
-
-    def to_host(self, x: Any) -> np.ndarray:
-        """Cache tensor as numpy (already is)."""
-        return x
-
-    def to_device(self, a: np.ndarray) -> Any:
-        """Cache tensor for the next run: contiguous numpy."""
-        return np.ascontiguousarray(a)

@@ -1,7 +1,8 @@
 """The translator.v1 servicer: protobuf <-> domain types around the scheduler, nothing more.
 
 Errors are raised as domain exceptions (InvalidInput, QueueFull, ...) and mapped to gRPC statuses
-by service/interceptor.py; this module never chooses a status code.
+by service/api/interceptor.py with the table of service/api/status.py; this module never chooses
+a status code. Options are only converted here: the scheduler resolves and validates them.
 """
 
 from __future__ import annotations
@@ -16,39 +17,38 @@ from grpc import aio
 
 from protos.translator.v1 import translator_pb2 as pb
 from protos.translator.v1 import translator_pb2_grpc as pb_grpc
-from service.rpc import MODEL_NAME, check_max_output_tokens, check_text_count, deadline_of
-from service.runner import Runner
-from service.scheduler import Result, Scheduler
-from service.search import DecodeOptions, Hypothesis, TokenEvent
+from service.api.common import MODEL_NAME, check_max_output_tokens, check_text_count, deadline_of
+from service.domain.types import BatchingMode, DecodeOptions, FinishReason, Hypothesis, Result, TokenEvent
+from service.runtime.runner import Runner
+from service.scheduling.scheduler import Scheduler
 
 log = logging.getLogger(__name__)
 
 FINISH_REASONS = {
-    "eos": pb.FINISH_REASON_EOS,
-    "length": pb.FINISH_REASON_LENGTH,
-    "cancelled": pb.FINISH_REASON_CANCELLED,
+    FinishReason.EOS: pb.FINISH_REASON_EOS,
+    FinishReason.LENGTH: pb.FINISH_REASON_LENGTH,
+    FinishReason.CANCELLED: pb.FINISH_REASON_CANCELLED,
 }
 BATCHING_MODES = {
-    "none": pb.BATCHING_MODE_NONE,
-    "dynamic": pb.BATCHING_MODE_DYNAMIC,
-    "continuous": pb.BATCHING_MODE_CONTINUOUS,
+    BatchingMode.NONE: pb.BATCHING_MODE_NONE,
+    BatchingMode.DYNAMIC: pb.BATCHING_MODE_DYNAMIC,
+    BatchingMode.CONTINUOUS: pb.BATCHING_MODE_CONTINUOUS,
 }
 _CONFIG_FIELDS = [f.name for f in pb.ModelConfig.DESCRIPTOR.fields]
 
 
-def decode_options(options: pb.TranslateOptions, runner: Runner) -> DecodeOptions:
-    """DecodeOptions from the request (zero = server default), validated against the runner's limits."""
+def decode_options(options: pb.TranslateOptions, max_len: int) -> DecodeOptions:
+    """DecodeOptions from the request (zero = server default); InvalidInput naming max_output_tokens
+    when it is beyond the model's limit (the scheduler validates the rest)."""
     defaults = DecodeOptions()
-    check_max_output_tokens(options.max_output_tokens or None, runner.max_len)
-    decoded = DecodeOptions(
+    check_max_output_tokens(options.max_output_tokens or None, max_len)
+    return DecodeOptions(
         beam_size=options.beam_size or defaults.beam_size,
         n_best=options.n_best or 1,
         alpha=options.length_penalty if options.HasField("length_penalty") else defaults.alpha,
         max_new_tokens=options.max_output_tokens or defaults.max_new_tokens,
         with_alignment=options.return_alignment,
     )
-    decoded.resolved(runner.max_len, runner.max_beam)  # raises InvalidInput naming the bad option
-    return decoded
 
 
 def _tokens(runner: Runner, ids: list[int]) -> list[str]:
@@ -61,7 +61,7 @@ def hypothesis_message(hyp: Hypothesis, options: pb.TranslateOptions, runner: Ru
     """One Hypothesis message; optional fields filled as the options ask."""
     message = pb.Hypothesis(
         text=hyp.text, token_ids=hyp.tokens,
-        finish_reason=FINISH_REASONS["cancelled" if cancelled else hyp.finish_reason],
+        finish_reason=FINISH_REASONS[FinishReason.CANCELLED if cancelled else hyp.finish_reason],
     )
     if options.return_tokens:
         message.tokens.extend(_tokens(runner, hyp.tokens))
@@ -74,7 +74,7 @@ def hypothesis_message(hyp: Hypothesis, options: pb.TranslateOptions, runner: Ru
 
 def result_message(result: Result, options: pb.TranslateOptions, runner: Runner) -> pb.TranslationResult:
     """One TranslationResult message from a scheduler Result."""
-    cancelled = result.finish_reason == "cancelled"
+    cancelled = result.finish_reason == FinishReason.CANCELLED
     message = pb.TranslationResult(
         hypotheses=[hypothesis_message(h, options, runner, cancelled) for h in result.hypotheses],
         timings=pb.Timings(queue_ms=result.timings.queue_ms, compute_ms=result.timings.compute_ms,
@@ -92,8 +92,7 @@ def model_info(runner: Runner, scheduler: Scheduler) -> pb.GetModelInfoResponse:
     bundle = runner.bundle
     config: dict[str, Any] = {k: v for k, v in runner.config.items() if k in _CONFIG_FIELDS}
     files = bundle.manifest.get("files", {})
-    asked = DecodeOptions()
-    defaults = scheduler.limits.outputs(asked, asked.resolved(runner.max_len, runner.max_beam))
+    defaults, settings = scheduler.limits.resolve(DecodeOptions()), scheduler.settings
     return pb.GetModelInfoResponse(
         model_name=MODEL_NAME,
         config=pb.ModelConfig(**config),
@@ -104,10 +103,10 @@ def model_info(runner: Runner, scheduler: Scheduler) -> pb.GetModelInfoResponse:
         ),
         execution_providers=runner.providers,
         limits=pb.Limits(
-            max_batch_size=scheduler.max_batch_size, max_source_tokens=scheduler.limits.max_source_tokens,
-            max_beam_size=runner.max_beam, max_output_tokens=scheduler.limits.max_output_tokens,
+            max_batch_size=settings.max_batch_size, max_source_tokens=scheduler.limits.max_source_tokens,
+            max_beam_size=scheduler.limits.max_beam, max_output_tokens=scheduler.limits.max_output_tokens,
             batching_mode=BATCHING_MODES.get(scheduler.mode, pb.BATCHING_MODE_UNSPECIFIED),
-            max_batch_tokens=scheduler.max_batch_tokens,
+            max_batch_tokens=settings.max_batch_tokens,
         ),
         defaults=pb.TranslateOptions(
             max_output_tokens=defaults.max_new_tokens, beam_size=defaults.beam_size, n_best=defaults.n_best,
@@ -130,8 +129,8 @@ class TranslatorServicer(pb_grpc.TranslatorServicer):
         """Translate every text of the request with the same options; results in request order."""
         request_id = request.request_id or uuid.uuid4().hex
         texts = list(request.texts)
-        check_text_count(len(texts), self.scheduler.max_batch_size)
-        options = decode_options(request.options, self.runner)
+        check_text_count(len(texts), self.scheduler.settings.max_batch_size)
+        options = decode_options(request.options, self.runner.max_len)
         log.debug("Translate %s: %d text(s)", request_id, len(texts))
         results = await self.scheduler.submit(texts, options, deadline_of(context))
         return pb.TranslateResponse(
@@ -143,7 +142,7 @@ class TranslatorServicer(pb_grpc.TranslatorServicer):
     ) -> AsyncIterator[pb.TranslateStreamResponse]:
         """Pieces as they are generated (greedy), then the complete result."""
         request_id = request.request_id or uuid.uuid4().hex
-        options = decode_options(request.options, self.runner)
+        options = decode_options(request.options, self.runner.max_len)
         deadline = deadline_of(context)
         log.debug("TranslateStream %s", request_id)
         if options.beam_size > 1:  # the best beam is only known at the end

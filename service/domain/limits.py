@@ -1,4 +1,4 @@
-"""Per-text limits the server enforces before any model work: source and output tokens.
+"""Per-text limits the server enforces before any model work, and the one place options are resolved.
 
 The model's own limits (the bundle's max_len) cap both; `--max-source-tokens` and
 `--max-output-tokens` may lower them. A text far longer in characters than any text of
@@ -14,26 +14,31 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from service.search import DecodeOptions, InvalidInput
+from service.domain.errors import InvalidInput
+from service.domain.types import DEFAULT_MAX_BEAM, DecodeOptions, ResolvedOptions
 
 CHAR_SLACK = 2  # normalizers may shrink a text a little: refuse unseen only texts twice over the bound
 
 
 @dataclass(frozen=True)
 class RequestLimits:
-    """Most source tokens (incl. eos) and output tokens per text, and the character bound they imply."""
+    """The model's max_len, the widest beam, most source tokens (incl. eos) and output tokens per
+    text, and the character bound they imply."""
 
+    max_len: int
+    max_beam: int
     max_source_tokens: int
     max_output_tokens: int
     max_text_chars: int
 
     @classmethod
-    def of(cls, runner: Any, max_source_tokens: int = 0, max_output_tokens: int = 0) -> RequestLimits:
-        """The limits of a runner's model, lowered by the given values (0: the model's own)."""
-        source = min(runner.max_len, max_source_tokens or runner.max_len)
-        output = min(runner.max_len - 1, max_output_tokens or runner.max_len - 1)
-        longest = max((len(token) for token in runner.tokenizer.get_vocab()), default=1)
-        return cls(source, output, source * max(1, longest) * CHAR_SLACK)
+    def of(cls, max_len: int, longest_token: int, max_beam: int = DEFAULT_MAX_BEAM,
+           max_source_tokens: int = 0, max_output_tokens: int = 0) -> RequestLimits:
+        """The limits of a model (its max_len and longest vocabulary entry in bytes), lowered by the
+        given values (0: the model's own)."""
+        source = min(max_len, max_source_tokens or max_len)
+        output = min(max_len - 1, max_output_tokens or max_len - 1)
+        return cls(max_len, max_beam, source, output, source * max(1, longest_token) * CHAR_SLACK)
 
     def check_texts(self, texts: Sequence[Any]) -> None:
         """InvalidInput for a text too long in characters to fit max_source_tokens (before tokenizing)."""
@@ -49,9 +54,12 @@ class RequestLimits:
                 raise InvalidInput(f"text {i} is {len(ids)} tokens long (incl. eos); this server accepts at "
                                    f"most {self.max_source_tokens} (--max-source-tokens)")
 
-    def outputs(self, asked: DecodeOptions, resolved: DecodeOptions) -> DecodeOptions:
-        """Resolved options within max_output_tokens: the default shrinks to it, an explicit larger
-        value is InvalidInput."""
+    def resolve(self, asked: DecodeOptions) -> ResolvedOptions:
+        """The options a request decodes with, validated once: the model's limits and max_beam, then
+        max_output_tokens (the default shrinks to it, an explicit larger value is InvalidInput)."""
+        if not isinstance(asked, DecodeOptions):
+            raise InvalidInput(f"options must be DecodeOptions, got {type(asked).__name__}")
+        resolved = asked.resolved(self.max_len, self.max_beam)
         if resolved.max_new_tokens <= self.max_output_tokens:
             return resolved
         if asked.max_new_tokens is not None:

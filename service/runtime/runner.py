@@ -1,9 +1,10 @@
-"""Torch-free runner of a model bundle: sessions, tokenization, validation, batched translation.
+"""Torch-free runner of a model bundle: sessions, tokenizer, backend, and in-process translation.
 
 `Runner` owns the ONNX Runtime sessions, the tokenizer and the backend (host numpy cache on the
-CPU provider, device-resident cache through IO binding on CUDA); `DecodeBatch`
-(service/batch.py) is the step-wise engine that the schedulers drive; `Runner.translate` is
-the simplest driver of it (add what fits, step until done).
+CPU provider, device-resident cache through IO binding on CUDA: service/runtime/backends.py),
+and describes the model to its batches with a `ModelSpec`. `DecodeBatch` (service/runtime/batch.py)
+is the step-wise engine that the scheduler drives; `Runner.translate` is the simplest driver of
+it (add what fits, step until done).
 """
 
 from __future__ import annotations
@@ -11,35 +12,22 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from tokenizers import Tokenizer
 
-from export.names import decoder_inputs
-from service.batch import DecodeBatch
-from service.bundle import Bundle, BundleError, load_bundle
-from service.search import (
-    BatchFull,
-    DecodeOptions,
-    Event,
-    FinishedEvent,
-    Hypothesis,
-    InvalidInput,
-    Request,
-    TokenEvent,
-)
-from service.sessions import CUDA, HostBackend, open_sessions
+from interface.names import decoder_inputs
+from service.domain.errors import BundleError, InvalidInput
+from service.domain.types import DEFAULT_MAX_BEAM, DecodeOptions, FinishedEvent, Hypothesis, Request
+from service.runtime.backends import Backend, FaultHook, HostBackend, IoBindingBackend
+from service.runtime.batch import DecodeBatch
+from service.runtime.bundle import Bundle, load_bundle
+from service.runtime.sessions import CUDA, open_sessions
+from service.runtime.spec import ModelSpec
 
 log = logging.getLogger(__name__)
-
-MAX_BEAM = 16
-
-__all__ = [
-    "BatchFull", "DecodeBatch", "DecodeOptions", "Event", "FinishedEvent", "Hypothesis", "InvalidInput",
-    "Request", "Runner", "TokenEvent",
-]
 
 
 class Runner:
@@ -53,7 +41,8 @@ class Runner:
     variant: a bundle variant such as "fp16". profile_prefix: turn on ORT's profiler (files
     `<prefix>_encoder_*.json`, `<prefix>_decoder_*.json`; bench/profile.py). Thread-safe for
     concurrent `translate` calls (each thread reuses its own DecodeBatch, so a call finds the
-    buffers of the previous one allocated and bound); `fault_hook` is for tests.
+    buffers of the previous one allocated and bound); `fault_hook` is for tests (called with
+    "encoder" or "decoder" before each run of the backend).
     """
 
     def __init__(
@@ -63,7 +52,7 @@ class Runner:
         intra_op_threads: int = 0,
         provider_options: dict[str, dict[str, Any]] | None = None,
         shared_thread_pool: bool = True,
-        max_beam: int = MAX_BEAM,
+        max_beam: int = DEFAULT_MAX_BEAM,
         io_binding: bool | None = None,
         variant: str | None = None,
         profile_prefix: str | None = None,
@@ -86,18 +75,19 @@ class Runner:
             encoder, decoder, tuple(providers) if providers else None,
             provider_options, intra_op_threads, shared_thread_pool, profile_prefix,
         )
-        self.kv_cache = self.sessions.kv_cache  # "concat" or "inplace" (service/kvcache.py)
-        self.fault_hook: Callable[[str], None] | None = None  # tests: called before each ORT run
+        self.kv_cache = self.sessions.kv_cache  # "concat" or "inplace" (service/runtime/kvcache.py)
         self._local = threading.local()  # the thread's DecodeBatch for translate()
         n_layers = self.bundle.n_decoder_layers
         check_decoder_inputs(self.sessions.decoder, n_layers, self.kv_cache, decoder)
+        heads = int(self.config["n_heads"])
+        d_head = int(self.config["d_model"]) // heads
+        self.spec = ModelSpec(self.vocab_size, self.max_len, n_layers, heads, d_head, self.special,
+                              self.kv_cache, self.sessions.cache_dtype)
         if io_binding or (io_binding is None and self.provider == CUDA):
-            from service.cuda import IoBindingBackend  # only imported when used
-
             device = "cuda" if self.provider == CUDA else "cpu"
             cuda_options = (provider_options or {}).get(CUDA, {}) if device == "cuda" else {}
             device_id = int(cuda_options.get("device_id", 0))
-            self.backend: Any = IoBindingBackend(self.sessions, n_layers, device, device_id)
+            self.backend: Backend = IoBindingBackend(self.sessions, n_layers, device, device_id)
         else:
             self.backend = HostBackend(self.sessions, n_layers)
         log.info("runner for %s %s on %s (%s)", self.bundle.name, self.bundle.version, self.provider,
@@ -113,10 +103,19 @@ class Runner:
         """All providers of the decoder session, in priority order."""
         return list(self.sessions.providers)
 
-    def run_hook(self, stage: str) -> None:
-        """Call the fault-injection hook, if any, before an "encoder" or "decoder" run."""
-        if self.fault_hook is not None:
-            self.fault_hook(stage)
+    @property
+    def fault_hook(self) -> FaultHook | None:
+        """Tests: called with "encoder" or "decoder" before each run (raise to fail it, block to stall it)."""
+        return self.backend.fault_hook
+
+    @fault_hook.setter
+    def fault_hook(self, hook: FaultHook | None) -> None:
+        self.backend.fault_hook = hook
+
+    @property
+    def longest_token(self) -> int:
+        """Characters of the longest vocabulary entry (a text of C characters has >= C / this tokens)."""
+        return max((len(token) for token in self.tokenizer.get_vocab()), default=1)
 
     # ----- tokenization and validation ----------------------------------------------------
     def encode_texts(self, texts: Sequence[str]) -> list[list[int]]:
@@ -138,38 +137,21 @@ class Runner:
         """Text of generated ids (special tokens skipped)."""
         return self.tokenizer.decode(list(ids), skip_special_tokens=True)
 
-    def check_source(self, ids: Sequence[int]) -> None:
-        """InvalidInput unless ids is a non-empty list of in-vocabulary ids no longer than max_len."""
-        if len(ids) == 0:
-            raise InvalidInput("source is empty")
-        if len(ids) > self.max_len:
-            raise InvalidInput(f"source is {len(ids)} tokens long; the model accepts at most {self.max_len}")
-        v = self.vocab_size
-        if set(map(type, ids)) == {int} and min(ids) >= 0 and max(ids) < v:
-            return  # the common case, checked in C
-        bad = [t for t in ids if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < v]
-        if bad:
-            raise InvalidInput(f"source token ids must be integers in [0, {self.vocab_size}), got {bad[0]!r}")
-
-    def check_request(self, request: Request) -> DecodeOptions:
-        """Validate a request's source and options; returns the resolved options."""
-        self.check_source(request.source)
-        if not isinstance(request.options, DecodeOptions):
-            raise InvalidInput(f"options must be DecodeOptions, got {type(request.options).__name__}")
-        return request.options.resolved(self.max_len, self.max_beam)
-
     def make_request(self, source: str | Sequence[int], options: DecodeOptions | None = None,
                      tag: Any = None) -> Request:
-        """A validated Request from a text, or from source ids (tokenizer ids + eos) used as is."""
+        """A validated Request from a text, or from source ids (tokenizer ids + eos) used as is; its
+        options resolved against the model's limits and max_beam."""
         ids = self.encode_texts([source])[0] if isinstance(source, str) else [int(t) for t in source]
-        request = Request(ids, options or DecodeOptions(), tag)
-        self.check_request(request)
-        return request
+        self.spec.check_source(ids)
+        asked = options or DecodeOptions()
+        if not isinstance(asked, DecodeOptions):
+            raise InvalidInput(f"options must be DecodeOptions, got {type(asked).__name__}")
+        return Request(ids, asked.resolved(self.max_len, self.max_beam), tag)
 
     # ----- decoding -----------------------------------------------------------------------
     def new_batch(self, max_rows: int = 64) -> DecodeBatch:
         """An empty DecodeBatch with room for max_rows rows (a beam-k request takes k)."""
-        return DecodeBatch(self, max_rows)
+        return DecodeBatch(self.spec, self.backend, self.tokenizer, max_rows)
 
     def translate(
         self,
@@ -205,7 +187,7 @@ class Runner:
     def _drive(self, batch: DecodeBatch, requests: list[Request]) -> list[list[Hypothesis]]:
         """Add what fits, step until every request finished; n-best hypotheses in request order."""
         pending, results = deque(requests), {}
-        budget = sum(r.options.resolved(self.max_len, self.max_beam).max_new_tokens for r in requests) + 1
+        budget = sum(r.options.max_new_tokens or 0 for r in requests) + 1
         for _ in range(budget):
             if pending:
                 fitting, free = [], batch.free_rows
@@ -224,7 +206,7 @@ class Runner:
 
 
 def check_decoder_inputs(decoder: Any, n_layers: int, kv_cache: str, path: Path) -> None:
-    """BundleError unless the decoder takes exactly the inputs of its interface in export/names.py
+    """BundleError unless the decoder takes exactly the inputs of its interface in interface/names.py
     (e.g. an in-place decoder exported before it took per-row source lengths)."""
     got, want = {i.name for i in decoder.get_inputs()}, set(decoder_inputs(n_layers, kv_cache))
     if got != want:

@@ -12,12 +12,12 @@ rows become holes: still computed (masked, output ignored) until a new request r
 Holes at the end are trimmed (a view, no copy); when holes are at least half of the rows, the
 live rows are compacted with one gather. Other rows' caches are never copied when one leaves.
 
-Self-attention cache: service/kvcache.py, in the layout of the bundle's decoder: `ConcatCache`
+Self-attention cache: service/runtime/kvcache.py, in the layout of the bundle's decoder: `ConcatCache`
 (the decoder returns past ++ new; rows of different ages share columns, masked) or
 `InplaceCache` (fixed-length buffers the decoder writes in place; each row has its own length).
 Beam search reorders a request's rows by copying parent rows in place.
 
-Cross-attention K/V, per layer: (n_rows, H, S, Dh) (service/kvcache.py `CrossCache`), computed
+Cross-attention K/V, per layer: (n_rows, H, S, Dh) (service/runtime/kvcache.py `CrossCache`), computed
 once by the encoder when the request joins, repeated over its beam rows, in the first columns of
 an axis S >= the longest source present (the columns beyond a row's source keep finite leftovers
 that no decoder reads). A concat decoder takes `encoder_attention_mask` (n_rows, S); S grows when
@@ -30,19 +30,19 @@ Masked entries are always finite (zeros, a former row's values or the encoder's 
 padding) and column 0 of every row's encoder mask is valid, so no NaN can leak through a mask.
 
 Tensors go through the backend's `to_host`/`to_device` when restructured: identity for the CPU
-backend, a device round trip for the CUDA IO-binding backend (service/cuda.py).
+backend, a device round trip for the CUDA IO-binding backend (service/runtime/backends.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
+from tokenizers import Tokenizer
 from tokenizers.decoders import DecodeStream
 
-from export.names import (
+from interface.names import (
     ATTENTION_MASK,
     ENCODER_ATTENTION_MASK,
     ENCODER_SEQLENS_K,
@@ -51,22 +51,12 @@ from export.names import (
     past_name,
     self_cache_io,
 )
-from service.kvcache import ConcatCache, CrossCache, InplaceCache
-from service.search import (
-    BatchFull,
-    BeamSearch,
-    DecodeOptions,
-    Event,
-    FinishedEvent,
-    GreedySearch,
-    Hypothesis,
-    InvalidInput,
-    Request,
-    TokenEvent,
-)
-
-if TYPE_CHECKING:
-    from service.runner import Runner
+from service.domain.errors import BatchFull, InvalidInput
+from service.domain.types import Event, FinishedEvent, Hypothesis, Request, ResolvedOptions, TokenEvent
+from service.runtime.backends import Backend
+from service.runtime.kvcache import ConcatCache, CrossCache, InplaceCache
+from service.runtime.search import BeamSearch, GreedySearch
+from service.runtime.spec import ModelSpec
 
 SOURCE_AXIS_MIN = 64  # source-lengths mode: the smallest S, doubled as longer sources come
 
@@ -76,7 +66,7 @@ class _Active:
     """A request in the batch: its rows, options and search state."""
 
     request: Request
-    options: DecodeOptions
+    options: ResolvedOptions
     rows: np.ndarray  # (beam_size,) row indices
     search: GreedySearch | BeamSearch
     stream: DecodeStream | None
@@ -89,21 +79,18 @@ class DecodeBatch:
     per request are fine; a request takes beam_size of the max_rows rows.
     """
 
-    def __init__(self, runner: Runner, max_rows: int = 64) -> None:
+    def __init__(self, spec: ModelSpec, backend: Backend, tokenizer: Tokenizer, max_rows: int = 64) -> None:
         if max_rows < 1:
             raise ValueError(f"max_rows must be >= 1, got {max_rows}")
-        self.runner, self.max_rows = runner, max_rows
-        self._be = runner.backend
-        n = runner.bundle.n_decoder_layers
-        self._heads = int(runner.config["n_heads"])
-        self._d_head = int(runner.config["d_model"]) // self._heads
-        self._dtype = runner.sessions.cache_dtype
+        self.spec, self.max_rows, self._be, self._tokenizer = spec, max_rows, backend, tokenizer
+        n = spec.n_decoder_layers
+        self._heads, self._d_head, self._dtype = spec.n_heads, spec.d_head, spec.cache_dtype
         self._self_names = list(self_cache_io(n))
-        self._source_lengths = runner.kv_cache == "inplace"  # else a source mask (export/names.py)
+        self._source_lengths = spec.kv_cache == "inplace"  # else a source mask (interface/names.py)
         shape = (self._be, len(self._self_names), self._heads, self._d_head, self._dtype)
         self._cache: ConcatCache | InplaceCache = (
-            InplaceCache(*shape, runner.bundle.max_len, max_rows) if self._source_lengths
-            else ConcatCache(*shape, runner.bundle.max_len)
+            InplaceCache(*shape, spec.max_len, max_rows) if self._source_lengths
+            else ConcatCache(*shape, spec.max_len)
         )
         self._cross_names = [past_name(i, "encoder", kv) for i in range(n) for kv in ("key", "value")]
         self._cross = CrossCache(self._be, len(self._cross_names), self._heads, self._d_head, self._dtype,
@@ -155,7 +142,7 @@ class DecodeBatch:
             return
         if len({id(r) for r in reqs}) != len(reqs) or any(r in self._active for r in reqs):
             raise ValueError("a request can be added to a batch only once")
-        opts = [self.runner.check_request(r) for r in reqs]
+        opts = [self.spec.check_request(r) for r in reqs]
         for r, o in zip(reqs, opts, strict=True):
             if o.beam_size > self.max_rows:
                 raise InvalidInput(
@@ -172,9 +159,9 @@ class DecodeBatch:
         lengths = np.array([len(r.source) for r in reqs], np.int64)[owner]
         self._cross.write(new, enc, owner)  # a request's K/V repeated over its beam rows
         self._cache.start(new)
-        self._next[new], self._score[new] = self.runner.special.bos, 0.0
+        self._next[new], self._score[new] = self.spec.special.bos, 0.0
         self._live[new], self._row_src[new] = True, lengths
-        eos, pad = self.runner.special.eos, self.runner.special.pad
+        eos, pad = self.spec.special.eos, self.spec.special.pad
         for r, o, rr in zip(reqs, opts, rows, strict=True):
             n = len(r.source)
             search = GreedySearch(o, n, eos) if o.beam_size == 1 else BeamSearch(o, n, eos, pad)
@@ -202,7 +189,7 @@ class DecodeBatch:
     def step(self) -> list[Event]:
         """One decoder run for all rows; returns token events then finished results.
 
-        If the run raises (including the runner's fault hook), the batch is left unchanged.
+        If the run raises (including the backend's fault hook), the batch is left unchanged.
         """
         if not self._active:
             return []
@@ -211,7 +198,6 @@ class DecodeBatch:
         feeds = {INPUT_IDS: self._ids, **self._cache.feeds(), **self._source_feeds()}
         past = dict(zip(self._self_names, self._cache.past(), strict=True))
         past.update(zip(self._cross_names, self._cross.tensors(), strict=True))
-        self.runner.run_hook("decoder")
         logp, attn, present = self._be.decode(feeds, past, self._cache.inplace)
         logp, attn = logp[:, -1].astype(np.float32, copy=False), attn[:, -1]  # (n_rows, V), (n_rows, S)
         self._cache.advance(present, self._live)
@@ -262,7 +248,7 @@ class DecodeBatch:
         tokens = picked.argmax(axis=-1)
         self._score[rows] += picked[np.arange(len(tokens)), tokens]
         self._next[rows] = tokens
-        eos, tok, done = self.runner.special.eos, self.runner.tokenizer, []
+        eos, tok, done = self.spec.special.eos, self._tokenizer, []
         for a, t in zip(greedy, tokens.tolist(), strict=True):
             search = a.search
             if search.advance(t, None if search.attn is None else attn[a.rows[0]]):
@@ -291,9 +277,10 @@ class DecodeBatch:
         """Remove a finished request and build its hypotheses."""
         del self._active[act.request]
         self._free(act)
+        detok = self._tokenizer.decode
         hyps = [
-            Hypothesis(h.tokens, self.runner.decode_tokens(h.tokens), h.log_prob, h.score, h.finish_reason,
-                       None if h.alignment is None else h.alignment.tolist())
+            Hypothesis(h.tokens, detok(h.tokens, skip_special_tokens=True), h.log_prob, h.score,
+                       h.finish_reason, None if h.alignment is None else h.alignment.tolist())
             for h in act.search.results()
         ]
         return FinishedEvent(act.request, hyps)
@@ -302,11 +289,10 @@ class DecodeBatch:
     def _encode(self, sources: list[list[int]]) -> list[np.ndarray]:
         """Run the encoder on right-padded sources; cross K/V per layer, each (B, H, S_new, Dh)."""
         s = max(len(x) for x in sources)
-        ids = np.full((len(sources), s), self.runner.special.pad, np.int64)
+        ids = np.full((len(sources), s), self.spec.special.pad, np.int64)
         mask = np.zeros((len(sources), s), np.int64)
         for i, x in enumerate(sources):
             ids[i, : len(x)], mask[i, : len(x)] = x, 1
-        self.runner.run_hook("encoder")
         return [self._be.to_host(e) for e in self._be.encode({INPUT_IDS: ids, ATTENTION_MASK: mask})]
 
     def _reset(self) -> None:
@@ -337,7 +323,7 @@ class DecodeBatch:
         """Append k empty rows to every row-indexed tensor (the caches copy only when full)."""
         self._cache.grow(k)
         self._cross.grow(k)
-        self._next = np.concatenate([self._next, np.full(k, self.runner.special.pad, np.int64)])
+        self._next = np.concatenate([self._next, np.full(k, self.spec.special.pad, np.int64)])
         self._score = np.concatenate([self._score, np.zeros(k, np.float32)])
         self._live = np.concatenate([self._live, np.zeros(k, bool)])
         self._row_src = np.concatenate([self._row_src, np.zeros(k, np.int64)])
@@ -351,7 +337,7 @@ class DecodeBatch:
         s = max(self._cross.src, SOURCE_AXIS_MIN)
         while s < longest:
             s *= 2
-        return min(s, self.runner.max_len) if s > self._cross.src else self._cross.src
+        return min(s, self.spec.max_len) if s > self._cross.src else self._cross.src
 
     def _fit_src(self, s: int) -> None:
         """Zero-pad (s > S) or cut (s < S) the source axis of the cross K/V and its mask."""
@@ -365,7 +351,7 @@ class DecodeBatch:
         self._live[act.rows] = False
         self._rows_changed()
         self._cache.free(act.rows)
-        self._next[act.rows] = self.runner.special.pad
+        self._next[act.rows] = self.spec.special.pad
 
     def _tidy(self) -> None:
         """Trim trailing holes, compact rows / columns / source axis when enough is wasted."""

@@ -1,9 +1,9 @@
 """Cumulative per-model inference statistics as Triton keeps them (KServe v2 `ModelStatistics`).
 
-A side channel next to the Prometheus metrics (service/metrics.py), module-level and
-thread-safe: the scheduler (service/scheduler.py) times every request with `RequestTimer`, the
-inference worker (service/worker.py) reports every model execution, and the KServe v2 servicer
-reads a `snapshot()`. Both APIs (translator.v1 and KServe v2) count: these are the model's
+A side channel next to the Prometheus metrics (service/ops/metrics.py), module-level and
+thread-safe: the scheduler times every request (service/scheduling/timer.py `RequestTimer`), the
+inference worker (service/scheduling/worker.py) reports every model execution, and the KServe v2
+servicer reads a `snapshot()`. Both APIs (translator.v1 and KServe v2) count: these are the model's
 statistics, not one protocol's.
 
 Definitions, following Triton's for a model that batches inside its backend:
@@ -35,13 +35,7 @@ from __future__ import annotations
 import copy
 import threading
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from types import TracebackType
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from service.jobs import Job, Result
 
 
 @dataclass
@@ -112,43 +106,3 @@ class ModelStatistics:
 
 
 STATS = ModelStatistics()
-
-
-class RequestTimer:
-    """Times one scheduler request; on leaving the with-block records it as a success or a failure.
-
-    Call `succeeded(jobs, results)` when the results are ready: the request then counts as a
-    success even if the block is left by an exception afterwards (a stream closed after its
-    final result). Leaving by an exception before that counts a failure; leaving quietly
-    without results (nothing to do) counts nothing.
-    """
-
-    def __init__(self, stats: ModelStatistics = STATS) -> None:
-        self.stats = stats
-        self.started = time.monotonic()
-        self._done = False
-
-    def __enter__(self) -> RequestTimer:
-        """Start timing now."""
-        self.started = time.monotonic()
-        return self
-
-    def succeeded(self, jobs: Sequence[Job], results: Sequence[Result]) -> None:
-        """The request's texts (with their enqueue / admission times) and results are ready."""
-        now = time.monotonic()
-        if not jobs:
-            return
-        enqueued = min(j.enqueued for j in jobs)
-        first_admitted = min(j.admitted for j in jobs)
-        pairs = zip(jobs, results, strict=True)
-        last_finished = max(j.admitted + r.timings.compute_ms / 1e3 for j, r in pairs)
-        last_finished = min(max(last_finished, first_admitted), now)  # ms round trip: stay ordered
-        self.stats.record_success(len(jobs), enqueued - self.started, first_admitted - enqueued,
-                                  last_finished - first_admitted, now - last_finished)
-        self._done = True
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        """Record a failure if the request ended with an error before its results."""
-        if exc_type is not None and not self._done:
-            self.stats.record_failure(time.monotonic() - self.started)

@@ -1,0 +1,1 @@
+"""The gRPC layer: servicers, codecs, the exception -> status table, the interceptor, TLS."""

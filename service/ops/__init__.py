@@ -1,0 +1,1 @@
+"""Process-level concerns without gRPC: metrics, model statistics, readiness, allocator settings."""

@@ -1,0 +1,1 @@
+"""Synchronous ONNX Runtime inference: bundle, sessions, backends, KV caches, search, decode batch."""

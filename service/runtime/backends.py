@@ -1,0 +1,226 @@
+"""Backends: how a DecodeBatch runs the encoder and decoder graphs and where its KV cache lives.
+
+`HostBackend` (CPU provider): the cache is numpy arrays in host memory; an in-place decoder
+(export/inplace.py) runs through a `DecoderBinding` that binds each cache array as its own past
+input and present output, so ONNX Runtime writes the new column into it and nothing is copied.
+
+`IoBindingBackend` (CUDA provider): the decoder's KV cache stays in device memory between steps.
+Each step binds the small inputs (ids, positions, masks) from host memory, the self-attention
+cache and the cross-attention K/V as device OrtValues, and binds every `present.*` output to the
+device so ORT allocates it there; those OrtValues are fed back as `past_key_values.*` next step.
+Only log-probs and cross-attention weights come back to the host. Restructuring the cache (rows
+joining or leaving, beam reordering, dropping columns) goes through host memory via
+`to_host`/`to_device`: free for greedy steady state, one round trip per step with beams. With an
+in-place decoder each self-attention cache OrtValue is bound as its own `present.*` output as
+well (service/runtime/kvcache.py, InplaceCache in device mode). The Runner selects it only when
+the CUDA provider is really active (or when asked to, which the tests do on the CPU device to
+exercise the binding logic).
+
+Every run first calls the backend's `fault_hook` (tests inject failures and stalls through it).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import numpy as np
+import onnxruntime as ort
+
+from interface.names import CROSS_ATTENTIONS, INPUT_IDS, LOGPROBS, decoder_outputs, self_cache_io
+from service.runtime.sessions import CROSS_KEY, ORT_DTYPES, Sessions
+
+FaultHook = Callable[[str], None]  # called with "encoder" or "decoder" before each run
+
+
+class Backend(Protocol):
+    """What a DecodeBatch needs to run the graphs and to move cache tensors."""
+
+    host_memory: bool  # cache tensors are numpy arrays that may be edited in place
+    fault_hook: FaultHook | None
+
+    def encode(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """Cross-attention K/V of every decoder layer, each (B, H, S, Dh), as host arrays."""
+        ...
+
+    def decode(self, feeds: dict[str, np.ndarray], past: dict[str, Any], inplace: bool = False
+               ) -> tuple[np.ndarray, np.ndarray, list[Any]]:
+        """One decoder run: log-probs (B, T, V), cross-attention (B, T, S), presents (none if inplace)."""
+        ...
+
+    def to_host(self, x: Any) -> np.ndarray:
+        """A cache tensor as a numpy array."""
+        ...
+
+    def to_device(self, a: np.ndarray) -> Any:
+        """A numpy array as a cache tensor for the next run."""
+        ...
+
+
+class DecoderBinding:
+    """A decoder IO binding that rebinds only what changed since the last run.
+
+    Arrays are bound through OrtValues over their own memory, so the caller may edit them in
+    place between runs (next tokens, lengths, cache rows) and the next run sees the edits; an
+    array is rebound only when a different object comes under its name. The bound arrays are
+    kept alive, so an identity check is enough. Self-attention caches of an in-place decoder
+    are bound as their present outputs too; log-probs and cross-attention go to output buffers
+    reused while their shapes stay the same.
+    """
+
+    def __init__(self, session: ort.InferenceSession, in_place: dict[str, str]) -> None:
+        self.session, self.in_place = session, in_place
+        self.io = session.io_binding()
+        outputs = {o.name: o for o in session.get_outputs()}
+        self._out_dtypes = (ORT_DTYPES[outputs[LOGPROBS].type], ORT_DTYPES[outputs[CROSS_ATTENTIONS].type])
+        self._vocab = int(outputs[LOGPROBS].shape[-1])
+        self._bound: dict[str, np.ndarray | None] = {}
+        self._out: tuple[np.ndarray, np.ndarray] | None = None
+
+    def bind(self, name: str, arr: np.ndarray) -> None:
+        """Bind arr under name unless it is already the bound object."""
+        if self._bound.get(name) is arr:
+            return
+        if not arr.flags.c_contiguous:  # bound as a copy: rebound at every run
+            self.io.bind_cpu_input(name, np.ascontiguousarray(arr))
+            self._bound[name] = None
+            return
+        value = ort.OrtValue.ortvalue_from_numpy(arr)  # shares arr's memory
+        self.io.bind_ortvalue_input(name, value)
+        if name in self.in_place:
+            self.io.bind_ortvalue_output(self.in_place[name], value)
+        self._bound[name] = arr
+
+    def outputs(self, rows: int, steps: int, src: int) -> tuple[np.ndarray, np.ndarray]:
+        """Output buffers (rows, steps, V) and (rows, steps, S), bound; reused while shapes match."""
+        if self._out is None or self._out[1].shape != (rows, steps, src):
+            logp = np.empty((rows, steps, self._vocab), self._out_dtypes[0])
+            attn = np.empty((rows, steps, src), self._out_dtypes[1])
+            self.io.bind_ortvalue_output(LOGPROBS, ort.OrtValue.ortvalue_from_numpy(logp))
+            self.io.bind_ortvalue_output(CROSS_ATTENTIONS, ort.OrtValue.ortvalue_from_numpy(attn))
+            self._out = (logp, attn)
+        return self._out
+
+    def run(self, feeds: dict[str, np.ndarray], past: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """One run; log-probs and cross-attention are views of buffers the next run overwrites."""
+        for name, arr in feeds.items():
+            self.bind(name, arr)
+        for name, arr in past.items():
+            self.bind(name, arr)
+        rows, steps = feeds[INPUT_IDS].shape
+        out = self.outputs(rows, steps, past[CROSS_KEY].shape[2])  # (rows, H, S, Dh)
+        self.session.run_with_iobinding(self.io)
+        return out
+
+
+class HostBackend:
+    """Runs both graphs on numpy arrays: the KV cache lives in host memory (CPU provider).
+
+    A decoder with an in-place cache (export/inplace.py) runs through a `DecoderBinding` per
+    thread: each self-attention cache array is bound as its past input and its present output
+    (one OrtValue over the same memory), so ONNX Runtime writes the new column into it and
+    copies nothing; inputs that did not change object since the last run are not rebound.
+    """
+
+    device = "cpu"
+    host_memory = True  # cache tensors are numpy arrays that may be edited in place
+
+    def __init__(self, sessions: Sessions, n_layers: int) -> None:
+        self.sessions = sessions
+        self.fault_hook: FaultHook | None = None
+        self.outputs = decoder_outputs(n_layers)
+        assert self.outputs[0] == LOGPROBS and self.outputs[-1] == CROSS_ATTENTIONS
+        self.in_place = self_cache_io(n_layers)
+        self._local = threading.local()  # the thread's DecoderBinding (a binding is not thread-safe)
+
+    def encode(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """Cross-attention K/V of every decoder layer, each (B, H, S, Dh)."""
+        if self.fault_hook is not None:
+            self.fault_hook("encoder")
+        return self.sessions.encoder.run(None, feeds)
+
+    def decode(
+        self, feeds: dict[str, np.ndarray], past: dict[str, Any], inplace: bool = False
+    ) -> tuple[np.ndarray, np.ndarray, list[Any]]:
+        """One decoder run: log-probs (B, T, V), cross-attention (B, T, S), presents (B, H, P+T, Dh).
+
+        inplace: the self-attention arrays of `past` are updated in place; no presents returned,
+        and the log-probs / cross-attention are buffers that this thread's next run overwrites.
+        """
+        if self.fault_hook is not None:
+            self.fault_hook("decoder")
+        if not inplace:
+            out = self.sessions.decoder.run(self.outputs, {**feeds, **past})
+            return out[0], out[-1], out[1:-1]
+        binding = getattr(self._local, "binding", None)
+        if binding is None:
+            binding = self._local.binding = DecoderBinding(self.sessions.decoder, self.in_place)
+        logp, attn = binding.run(feeds, past)
+        return logp, attn, []
+
+    def to_host(self, x: Any) -> np.ndarray:
+        """Cache tensor as numpy (already is)."""
+        return x
+
+    def to_device(self, a: np.ndarray) -> Any:
+        """Cache tensor for the next run: contiguous numpy."""
+        return np.ascontiguousarray(a)
+
+
+class IoBindingBackend:
+    """Runs the decoder through IO binding with device-resident cache OrtValues."""
+
+    host_memory = False
+
+    def __init__(self, sessions: Sessions, n_layers: int, device: str = "cuda", device_id: int = 0) -> None:
+        self.sessions, self.device, self.device_id = sessions, device, device_id
+        self.fault_hook: FaultHook | None = None
+        self.presents = decoder_outputs(n_layers)[1:-1]
+        self.in_place = self_cache_io(n_layers)
+
+    def encode(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """Cross-attention K/V as host arrays (the batch places them, then uploads)."""
+        if self.fault_hook is not None:
+            self.fault_hook("encoder")
+        return self.sessions.encoder.run(None, feeds)
+
+    def decode(
+        self, feeds: dict[str, np.ndarray], past: dict[str, Any], inplace: bool = False
+    ) -> tuple[np.ndarray, np.ndarray, list[Any]]:
+        """One decoder run; presents stay on the device as OrtValues.
+
+        inplace (export/inplace.py): each self-attention cache OrtValue is bound as its own
+        present too, so the decoder writes the new column into it; no presents returned.
+        """
+        if self.fault_hook is not None:
+            self.fault_hook("decoder")
+        binding = self.sessions.decoder.io_binding()
+        binding.bind_output(LOGPROBS, "cpu")  # outputs come back in binding order
+        binding.bind_output(CROSS_ATTENTIONS, "cpu")
+        for name, arr in feeds.items():
+            binding.bind_cpu_input(name, arr)
+        for name, value in past.items():
+            if isinstance(value, ort.OrtValue):
+                binding.bind_ortvalue_input(name, value)
+                if inplace and name in self.in_place:
+                    binding.bind_ortvalue_output(self.in_place[name], value)
+            else:  # empty cache at the first step: nothing worth uploading
+                binding.bind_cpu_input(name, np.ascontiguousarray(value))
+        if not inplace:
+            for name in self.presents:
+                binding.bind_output(name, self.device, self.device_id)
+        self.sessions.decoder.run_with_iobinding(binding)
+        out = binding.get_outputs()
+        return self.to_host(out[0]), self.to_host(out[1]), [] if inplace else list(out[2:])
+
+    def to_host(self, x: Any) -> np.ndarray:
+        """Device cache tensor -> numpy array that owns its memory."""
+        # copy=True: on the CPU device numpy() may be a view of memory that dies with the OrtValue
+        return np.array(x.numpy(), copy=True) if isinstance(x, ort.OrtValue) else x
+
+    def to_device(self, a: np.ndarray) -> Any:
+        """Numpy -> device OrtValue (empty arrays stay on the host)."""
+        if a.size == 0:
+            return np.ascontiguousarray(a)
+        return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(a), self.device, self.device_id)

@@ -1,0 +1,53 @@
+"""What a decode batch needs to know of the model it runs: sizes, special ids, cache layout, limits.
+
+Built once by the Runner from the bundle and its open sessions, and handed down to every
+`DecodeBatch`, which reads nothing else of the Runner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from service.domain.errors import InvalidInput
+from service.domain.types import Request, ResolvedOptions
+from service.runtime.bundle import SpecialIds
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Shape and vocabulary of a served model, and the layout and dtype of its decoder's KV cache."""
+
+    vocab_size: int
+    max_len: int  # longest source (incl. eos); at most max_len - 1 generated tokens
+    n_decoder_layers: int
+    n_heads: int
+    d_head: int
+    special: SpecialIds
+    kv_cache: str  # "concat" or "inplace" (interface/names.py KV_CACHES)
+    cache_dtype: type  # numpy float32, or float16 for an fp16 variant
+
+    def check_source(self, ids: Sequence[int]) -> None:
+        """InvalidInput unless ids is a non-empty list of in-vocabulary ids no longer than max_len."""
+        if len(ids) == 0:
+            raise InvalidInput("source is empty")
+        if len(ids) > self.max_len:
+            raise InvalidInput(f"source is {len(ids)} tokens long; the model accepts at most {self.max_len}")
+        v = self.vocab_size
+        if set(map(type, ids)) == {int} and min(ids) >= 0 and max(ids) < v:
+            return  # the common case, checked in C
+        bad = [t for t in ids if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < v]
+        if bad:
+            raise InvalidInput(f"source token ids must be integers in [0, {v}), got {bad[0]!r}")
+
+    def check_request(self, request: Request) -> ResolvedOptions:
+        """A request's resolved options after checking its source; InvalidInput for unresolved options
+        (resolve them once: RequestLimits.resolve or Runner.make_request)."""
+        self.check_source(request.source)
+        if not isinstance(request.options, ResolvedOptions):
+            raise InvalidInput(f"request {request.id}: options must be resolved (ResolvedOptions), "
+                               f"got {type(request.options).__name__}")
+        if request.options.max_new_tokens > self.max_len - 1:
+            raise InvalidInput(f"request {request.id}: max_new_tokens {request.options.max_new_tokens} "
+                               f"exceeds the model's limit of {self.max_len - 1}")
+        return request.options

@@ -1,0 +1,248 @@
+"""The scheduler: the asyncio face of the inference worker (service/scheduling/worker.py).
+
+API (used by the gRPC servicers)::
+
+    sched = make_scheduler("continuous", runner, max_batch_size=32, queue_size=256)  # ValueError: bad mode
+    await sched.start()                                               # starts ONE worker thread
+    results = await sched.submit(texts, DecodeOptions(...), deadline)  # list[Result], one per text
+    async for item in sched.stream(text, options, deadline): ...      # TokenEvent..., then Result
+    await sched.drain(grace_s)                                        # idempotent
+    sched.settings, sched.policy, sched.mode, sched.limits            # what it was built with
+    sched.healthy, sched.state, sched.queue_depth, sched.active_sequences
+    sched.fail_if_stuck()                   # polled by the server: stuck worker -> callers get UNAVAILABLE
+
+`deadline` is an absolute `time.monotonic()` value or None. `submit` resolves the options once
+against the `RequestLimits` (service/domain/limits.py), tokenizes and validates before queueing,
+and raises InvalidInput (also for a beam wider than max_batch_size or more texts than
+queue_size), NotReady (not started), QueueFull (the bounded queue counts queued texts; a request
+is queued whole or not at all), ShuttingDown, DeadlineExceeded, BatchFailed (its batch failed; the
+worker keeps going). If one text of a submit fails, the others are withdrawn. If the awaiting
+task is cancelled (the gRPC client cancelled), CancelledError propagates and the texts leave the
+queue or the batch, freeing their rows; `stream` does the same when the iterator is closed early.
+Streaming forces `DecodeOptions.stream` (greedy only), and its events come from the same decode
+loop as everything else.
+
+`max_batch_size` counts rows in every mode: a beam-k text takes k rows. Modes differ only in
+their admission policy (service/scheduling/policies.py); FIFO in all of them, nobody overtakes
+the head. In continuous mode the requests joining in one step must pad well together
+(encoder_padding 0.5: padding at most half the real tokens or 32 tokens): a long source queued
+behind short ones joins one step later, in its own encoder run; the texts of one request are
+never split for that. With `max_batch_tokens` (0 = none; the server's default is a budget) texts
+also join only while the batch's rows hold at most that many tokens, source plus decoded so far;
+into an empty batch the head of the queue joins whatever its length. All modes return the same
+tokens as `runner.translate([text])`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from collections.abc import AsyncIterator, Sequence
+from enum import StrEnum
+from typing import Any
+
+from service.domain.errors import DeadlineExceeded, InvalidInput, NotReady, ShuttingDown
+from service.domain.limits import RequestLimits
+from service.domain.types import BatchingMode, DecodeOptions, Request, Result, TokenEvent
+from service.runtime.runner import Runner
+from service.scheduling.jobs import Job, RequestStatus
+from service.scheduling.policies import AdmissionPolicy, SchedulerSettings, make_policy
+from service.scheduling.timer import RequestTimer
+from service.scheduling.worker import Worker
+
+log = logging.getLogger(__name__)
+
+
+class SchedulerState(StrEnum):
+    """Lifecycle of a scheduler."""
+
+    NEW = "new"  # built, worker not started
+    RUNNING = "running"
+    DRAINING = "draining"  # finishing in-flight work, accepting none
+    STOPPING = "stopping"  # failing what is left
+    STOPPED = "stopped"
+
+
+class Scheduler:
+    """Bounded queue + one inference worker thread, admitting texts by its policy."""
+
+    def __init__(self, runner: Runner, policy: AdmissionPolicy, settings: SchedulerSettings | None = None,
+                 limits: RequestLimits | None = None) -> None:
+        self.settings = settings or SchedulerSettings()
+        self.policy, self.runner = policy, runner
+        self.limits = limits or RequestLimits.of(runner.max_len, runner.longest_token, runner.max_beam)
+        self._worker = Worker(runner.new_batch(self.settings.max_batch_size), policy, self.settings)
+        self._drain_task: asyncio.Future | None = None
+
+    # ----- state ----------------------------------------------------------------------------
+    @property
+    def mode(self) -> BatchingMode:
+        """The batching mode of its admission policy."""
+        return self.policy.mode
+
+    @property
+    def healthy(self) -> bool:
+        """Worker thread alive, not shutting down, and not stuck in one step beyond the watchdog limit."""
+        return self._worker.healthy
+
+    @property
+    def state(self) -> SchedulerState:
+        """Where the scheduler is in its lifecycle."""
+        w = self._worker
+        if w.stopped:
+            return SchedulerState.STOPPED
+        if w.stopping:
+            return SchedulerState.STOPPING
+        if w.draining:
+            return SchedulerState.DRAINING
+        return SchedulerState.RUNNING if w.started else SchedulerState.NEW
+
+    @property
+    def queue_depth(self) -> int:
+        """Texts waiting in the queue."""
+        return self._worker.queue_depth
+
+    @property
+    def active_sequences(self) -> int:
+        """Texts being decoded."""
+        return self._worker.active_sequences
+
+    def fail_if_stuck(self) -> int:
+        """While a model run is stuck beyond watchdog_s, answer every queued and active caller with
+        UNAVAILABLE (NotReady) rather than let them hang; the number answered (the server polls this)."""
+        return self._worker.fail_if_stuck()
+
+    # ----- lifecycle ------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Start the inference worker thread (a second call does nothing)."""
+        if self._worker.draining:
+            raise ShuttingDown("the scheduler was drained and cannot be restarted")
+        self._worker.start()
+        s = self.settings
+        log.info("%s scheduler started: max_batch_size=%d rows, max_batch_tokens=%s, max_queue_delay_ms=%g, "
+                 "queue_size=%d", self.mode, s.max_batch_size, s.max_batch_tokens or "no limit",
+                 s.max_queue_delay_ms, s.queue_size)
+
+    async def drain(self, grace_s: float) -> None:
+        """Refuse new work, let in-flight and queued work finish within grace_s, fail the rest, stop."""
+        if self._drain_task is None:
+            self._drain_task = asyncio.ensure_future(self._drain(grace_s))
+        await asyncio.shield(self._drain_task)
+
+    async def _drain(self, grace_s: float) -> None:
+        """The body of drain(), run once."""
+        loop, w = asyncio.get_running_loop(), self._worker
+        w.begin_drain()
+        try:
+            await asyncio.wait_for(w.idle_future(loop), max(0.0, grace_s))
+        except TimeoutError:
+            log.warning("drain: work still in flight after %gs; failing it with ShuttingDown", grace_s)
+        try:
+            await asyncio.wait_for(w.stop(loop), w.watchdog_s)
+        except TimeoutError:
+            log.error("drain: the inference worker did not stop within %gs", w.watchdog_s)
+            w.abort()
+
+    # ----- requests -------------------------------------------------------------------------
+    def _jobs(self, texts: Sequence[str], options: DecodeOptions, deadline: float | None,
+              stream: bool) -> list[Job]:
+        """Tokenize and validate texts into jobs (not queued yet)."""
+        if not self._worker.started:
+            raise NotReady("the scheduler is not started")
+        if isinstance(texts, str) or not isinstance(texts, Sequence):
+            raise InvalidInput("texts must be a sequence of strings")
+        if not isinstance(options, DecodeOptions):
+            raise InvalidInput(f"options must be DecodeOptions, got {type(options).__name__}")
+        queue_size, max_batch_size = self.settings.queue_size, self.settings.max_batch_size
+        if len(texts) > queue_size:
+            raise InvalidInput(f"{len(texts)} texts in one request; at most {queue_size} are accepted")
+        submitted = time.monotonic()
+        if deadline is not None and deadline <= submitted:
+            raise DeadlineExceeded("the deadline passed before the request was queued")
+        self.limits.check_texts(texts)  # before tokenizing: a huge text costs nothing
+        resolved = self.limits.resolve(options)  # the one place options are resolved
+        if resolved.beam_size > max_batch_size:
+            raise InvalidInput(f"beam_size {resolved.beam_size} exceeds the batch size {max_batch_size}")
+        loop = asyncio.get_running_loop()
+        jobs = []
+        sources = self.runner.encode_texts(texts)
+        self.limits.check_sources(sources)
+        for ids in sources:
+            request = Request(ids, resolved)  # ids come from our tokenizer: in vocabulary, length checked
+            sink: asyncio.Future | asyncio.Queue = asyncio.Queue() if stream else loop.create_future()
+            request.tag = Job(request, loop, sink, deadline, submitted, joins_previous=bool(jobs))
+            jobs.append(request.tag)
+        return jobs
+
+    async def submit(self, texts: Sequence[str], options: DecodeOptions,
+                     deadline: float | None = None) -> list[Result]:
+        """Decode texts; one Result per text, in order (see the module docstring for errors)."""
+        with RequestTimer() as timer:
+            jobs = self._jobs(texts, options, deadline, stream=False)
+            if not jobs:
+                return []
+            self._worker.enqueue(jobs)
+            futures = [j.sink for j in jobs]
+            try:
+                async with asyncio.timeout_at(_loop_time(deadline)):
+                    if len(futures) == 1:
+                        results = [await futures[0]]
+                    else:
+                        results = list(await asyncio.gather(*futures))
+            except TimeoutError:
+                raise DeadlineExceeded("deadline exceeded before the result was ready") from None
+            finally:
+                unfinished = [j for j, f in zip(jobs, futures, strict=True)
+                              if j.state != RequestStatus.DONE or not f.done()]
+                if unfinished:
+                    for f in futures:
+                        f.cancel()  # a later delivery is ignored; no "exception never retrieved"
+                    self._worker.abandon(unfinished)
+            timer.succeeded(jobs, results)
+            return results
+
+    async def stream(self, text: str, options: DecodeOptions,
+                     deadline: float | None = None) -> AsyncIterator[TokenEvent | Result]:
+        """Greedy-decode one text: a TokenEvent per generated token, then the Result."""
+        if not isinstance(options, DecodeOptions):
+            raise InvalidInput(f"options must be DecodeOptions, got {type(options).__name__}")
+        with RequestTimer() as timer:
+            (job,) = self._jobs([text], dataclasses.replace(options, stream=True), deadline, stream=True)
+            self._worker.enqueue([job])
+            events: asyncio.Queue = job.sink
+            when = _loop_time(deadline)
+            try:
+                for _ in range(job.request.options.max_new_tokens + 1):  # tokens (at most), then the result
+                    try:
+                        async with asyncio.timeout_at(when):
+                            item = await events.get()
+                    except TimeoutError:
+                        raise DeadlineExceeded("deadline exceeded before the stream finished") from None
+                    if isinstance(item, BaseException):
+                        raise item
+                    if isinstance(item, Result):
+                        timer.succeeded([job], [item])
+                    yield item
+                    if isinstance(item, Result):
+                        return
+                raise RuntimeError("stream produced more events than max_new_tokens")
+            finally:
+                if job.state != RequestStatus.DONE:
+                    self._worker.abandon([job])
+
+
+def _loop_time(deadline: float | None) -> float | None:
+    """A time.monotonic() deadline on the running loop's clock."""
+    if deadline is None:
+        return None
+    return asyncio.get_running_loop().time() + (deadline - time.monotonic())
+
+
+def make_scheduler(mode: BatchingMode | str, runner: Runner, *, limits: RequestLimits | None = None,
+                   **settings: Any) -> Scheduler:
+    """A scheduler of a batching mode ("none", "dynamic", "continuous"; ValueError for another), with
+    SchedulerSettings given as keywords."""
+    chosen = SchedulerSettings(**settings)
+    return Scheduler(runner, make_policy(mode, chosen), chosen, limits)
