@@ -32,6 +32,7 @@ from interface.names import CROSS_ATTENTIONS, INPUT_IDS, LOGPROBS, decoder_outpu
 from service.runtime.sessions import CROSS_KEY, ORT_DTYPES, Sessions
 
 FaultHook = Callable[[str], None]  # called with "encoder" or "decoder" before each run
+CacheTensor = Any  # a KV-cache tensor: np.ndarray in host memory, ort.OrtValue on a device
 
 
 class Backend(Protocol):
@@ -44,16 +45,16 @@ class Backend(Protocol):
         """Cross-attention K/V of every decoder layer, each (B, H, S, Dh), as host arrays."""
         ...
 
-    def decode(self, feeds: dict[str, np.ndarray], past: dict[str, Any], inplace: bool = False
-               ) -> tuple[np.ndarray, np.ndarray, list[Any]]:
+    def decode(self, feeds: dict[str, np.ndarray], past: dict[str, CacheTensor], inplace: bool = False
+               ) -> tuple[np.ndarray, np.ndarray, list[CacheTensor]]:
         """One decoder run: log-probs (B, T, V), cross-attention (B, T, S), presents (none if inplace)."""
         ...
 
-    def to_host(self, x: Any) -> np.ndarray:
+    def to_host(self, x: CacheTensor) -> np.ndarray:
         """A cache tensor as a numpy array."""
         ...
 
-    def to_device(self, a: np.ndarray) -> Any:
+    def to_device(self, a: np.ndarray) -> CacheTensor:
         """A numpy array as a cache tensor for the next run."""
         ...
 
@@ -114,7 +115,26 @@ class DecoderBinding:
         return out
 
 
-class HostBackend:
+class _SessionBackend:
+    """What both backends share: the sessions, the fault hook, and the encoder run."""
+
+    def __init__(self, sessions: Sessions, n_layers: int) -> None:
+        self.sessions = sessions
+        self.fault_hook: FaultHook | None = None
+        self.in_place = self_cache_io(n_layers)  # past name -> present name of the self-attention cache
+
+    def _before(self, stage: str) -> None:
+        """Call the fault hook, if any, before a run of "encoder" or "decoder"."""
+        if self.fault_hook is not None:
+            self.fault_hook(stage)
+
+    def encode(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """Cross-attention K/V of every decoder layer, each (B, H, S, Dh), as host arrays."""
+        self._before("encoder")
+        return self.sessions.encoder.run(None, feeds)
+
+
+class HostBackend(_SessionBackend):
     """Runs both graphs on numpy arrays: the KV cache lives in host memory (CPU provider).
 
     A decoder with an in-place cache (export/inplace.py) runs through a `DecoderBinding` per
@@ -127,29 +147,20 @@ class HostBackend:
     host_memory = True  # cache tensors are numpy arrays that may be edited in place
 
     def __init__(self, sessions: Sessions, n_layers: int) -> None:
-        self.sessions = sessions
-        self.fault_hook: FaultHook | None = None
+        super().__init__(sessions, n_layers)
         self.outputs = decoder_outputs(n_layers)
         assert self.outputs[0] == LOGPROBS and self.outputs[-1] == CROSS_ATTENTIONS
-        self.in_place = self_cache_io(n_layers)
         self._local = threading.local()  # the thread's DecoderBinding (a binding is not thread-safe)
 
-    def encode(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        """Cross-attention K/V of every decoder layer, each (B, H, S, Dh)."""
-        if self.fault_hook is not None:
-            self.fault_hook("encoder")
-        return self.sessions.encoder.run(None, feeds)
-
     def decode(
-        self, feeds: dict[str, np.ndarray], past: dict[str, Any], inplace: bool = False
-    ) -> tuple[np.ndarray, np.ndarray, list[Any]]:
+        self, feeds: dict[str, np.ndarray], past: dict[str, CacheTensor], inplace: bool = False
+    ) -> tuple[np.ndarray, np.ndarray, list[CacheTensor]]:
         """One decoder run: log-probs (B, T, V), cross-attention (B, T, S), presents (B, H, P+T, Dh).
 
         inplace: the self-attention arrays of `past` are updated in place; no presents returned,
         and the log-probs / cross-attention are buffers that this thread's next run overwrites.
         """
-        if self.fault_hook is not None:
-            self.fault_hook("decoder")
+        self._before("decoder")
         if not inplace:
             out = self.sessions.decoder.run(self.outputs, {**feeds, **past})
             return out[0], out[-1], out[1:-1]
@@ -159,42 +170,35 @@ class HostBackend:
         logp, attn = binding.run(feeds, past)
         return logp, attn, []
 
-    def to_host(self, x: Any) -> np.ndarray:
+    def to_host(self, x: CacheTensor) -> np.ndarray:
         """Cache tensor as numpy (already is)."""
         return x
 
-    def to_device(self, a: np.ndarray) -> Any:
+    def to_device(self, a: np.ndarray) -> CacheTensor:
         """Cache tensor for the next run: contiguous numpy."""
         return np.ascontiguousarray(a)
 
 
-class IoBindingBackend:
-    """Runs the decoder through IO binding with device-resident cache OrtValues."""
+class IoBindingBackend(_SessionBackend):
+    """Runs the decoder through IO binding with device-resident cache OrtValues; the encoder's K/V
+    come back as host arrays (the batch places them, then uploads)."""
 
     host_memory = False
 
     def __init__(self, sessions: Sessions, n_layers: int, device: str = "cuda", device_id: int = 0) -> None:
-        self.sessions, self.device, self.device_id = sessions, device, device_id
-        self.fault_hook: FaultHook | None = None
+        super().__init__(sessions, n_layers)
+        self.device, self.device_id = device, device_id
         self.presents = decoder_outputs(n_layers)[1:-1]
-        self.in_place = self_cache_io(n_layers)
-
-    def encode(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        """Cross-attention K/V as host arrays (the batch places them, then uploads)."""
-        if self.fault_hook is not None:
-            self.fault_hook("encoder")
-        return self.sessions.encoder.run(None, feeds)
 
     def decode(
-        self, feeds: dict[str, np.ndarray], past: dict[str, Any], inplace: bool = False
-    ) -> tuple[np.ndarray, np.ndarray, list[Any]]:
+        self, feeds: dict[str, np.ndarray], past: dict[str, CacheTensor], inplace: bool = False
+    ) -> tuple[np.ndarray, np.ndarray, list[CacheTensor]]:
         """One decoder run; presents stay on the device as OrtValues.
 
         inplace (export/inplace.py): each self-attention cache OrtValue is bound as its own
         present too, so the decoder writes the new column into it; no presents returned.
         """
-        if self.fault_hook is not None:
-            self.fault_hook("decoder")
+        self._before("decoder")
         binding = self.sessions.decoder.io_binding()
         binding.bind_output(LOGPROBS, "cpu")  # outputs come back in binding order
         binding.bind_output(CROSS_ATTENTIONS, "cpu")
@@ -214,12 +218,12 @@ class IoBindingBackend:
         out = binding.get_outputs()
         return self.to_host(out[0]), self.to_host(out[1]), [] if inplace else list(out[2:])
 
-    def to_host(self, x: Any) -> np.ndarray:
+    def to_host(self, x: CacheTensor) -> np.ndarray:
         """Device cache tensor -> numpy array that owns its memory."""
         # copy=True: on the CPU device numpy() may be a view of memory that dies with the OrtValue
         return np.array(x.numpy(), copy=True) if isinstance(x, ort.OrtValue) else x
 
-    def to_device(self, a: np.ndarray) -> Any:
+    def to_device(self, a: np.ndarray) -> CacheTensor:
         """Numpy -> device OrtValue (empty arrays stay on the host)."""
         if a.size == 0:
             return np.ascontiguousarray(a)

@@ -25,11 +25,12 @@ leaving at the end of the batch copy nothing.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
 
 import numpy as np
 
 from interface.names import ATTENTION_MASK, POSITION_IDS, SEQLENS_K, TOTAL_SEQUENCE_LENGTH
+from service.runtime.backends import Backend, CacheTensor
 
 
 class ConcatCache:
@@ -37,7 +38,7 @@ class ConcatCache:
 
     inplace = False
 
-    def __init__(self, backend: Any, n_tensors: int, heads: int, d_head: int, dtype: type, max_len: int
+    def __init__(self, backend: Backend, n_tensors: int, heads: int, d_head: int, dtype: type, max_len: int
                  ) -> None:
         self._be, self._n, self._shape, self._dtype = backend, n_tensors, (heads, d_head), dtype
         self._max_pos = max_len - 1
@@ -80,11 +81,11 @@ class ConcatCache:
             ATTENTION_MASK: (cols[None, :] >= self._start[:, None]).astype(np.int64),
         }
 
-    def past(self) -> list[Any]:
+    def past(self) -> list[CacheTensor]:
         """Cache tensors to feed, in the order of the decoder's past_key_values inputs."""
         return self._kv
 
-    def advance(self, presents: list[Any], live: np.ndarray) -> None:
+    def advance(self, presents: list[CacheTensor], live: np.ndarray) -> None:
         """Take the decoder's presents (one column longer) as the cache."""
         self._kv, self.length = list(presents), self.length + 1
 
@@ -110,16 +111,16 @@ class _RowBuffers:
     and every edit goes through host memory.
     """
 
-    def __init__(self, backend: Any, n_tensors: int, heads: int, d_head: int, dtype: type,
+    def __init__(self, backend: Backend, n_tensors: int, heads: int, d_head: int, dtype: type,
                  max_rows: int | None = None) -> None:
         self._be, self._n, self._shape, self._dtype = backend, n_tensors, (heads, d_head), dtype
-        self._host = bool(getattr(backend, "host_memory", False))
+        self._host = backend.host_memory
         self.rows = 0
         self.max_rows = max_rows  # the batch's limit: host capacity never doubles beyond it
         self._buf = self._alloc(0, 0)
-        self._views: list[Any] = []
+        self._views: list[CacheTensor] = []
 
-    def _alloc(self, rows: int, cols: int) -> list[Any]:
+    def _alloc(self, rows: int, cols: int) -> list[CacheTensor]:
         """Zeroed buffers, so that what a hole reads is finite."""
         h, dh = self._shape
         return [self._be.to_device(np.zeros((rows, h, cols, dh), self._dtype)) for _ in range(self._n)]
@@ -128,7 +129,7 @@ class _RowBuffers:
         """Rows the buffers hold."""
         return int(self._buf[0].shape[0]) if self._host else self.rows
 
-    def _edit(self, fn: Any, *per_tensor: list[Any]) -> None:
+    def _edit(self, fn: Callable[..., np.ndarray], *per_tensor: list[CacheTensor]) -> None:
         """buffer = fn(buffer as a host array, *its items of per_tensor), for every buffer."""
         items = zip(self._buf, *per_tensor, strict=True) if per_tensor else ((b,) for b in self._buf)
         if self._host:
@@ -171,7 +172,7 @@ class _RowBuffers:
         self.rows = len(index)
         return index
 
-    def tensors(self) -> list[Any]:
+    def tensors(self) -> list[CacheTensor]:
         """The n_rows tensors to bind (on the host, the same view objects until something changes)."""
         if not self._host:
             return self._buf
@@ -191,7 +192,7 @@ class InplaceCache(_RowBuffers):
 
     inplace = True
 
-    def __init__(self, backend: Any, n_tensors: int, heads: int, d_head: int, dtype: type, max_len: int,
+    def __init__(self, backend: Backend, n_tensors: int, heads: int, d_head: int, dtype: type, max_len: int,
                  max_rows: int | None = None) -> None:
         super().__init__(backend, n_tensors, heads, d_head, dtype, max_rows)
         self._max_len = max_len
@@ -255,11 +256,11 @@ class InplaceCache(_RowBuffers):
         f[TOTAL_SEQUENCE_LENGTH][...] = lens.max(initial=0) + 1
         return f
 
-    def past(self) -> list[Any]:
+    def past(self) -> list[CacheTensor]:
         """Cache tensors of the n_rows rows, bound as past and present (updated in place)."""
         return self.tensors()
 
-    def advance(self, presents: list[Any], live: np.ndarray) -> None:
+    def advance(self, presents: list[CacheTensor], live: np.ndarray) -> None:
         """Live rows grew by one token (holes stay empty); the buffers already hold it."""
         if len(live) != self.rows:
             raise ValueError(f"{len(live)} row flags for {self.rows} rows")
@@ -284,7 +285,7 @@ class CrossCache(_RowBuffers):
     a change of S copies.
     """
 
-    def __init__(self, backend: Any, n_tensors: int, heads: int, d_head: int, dtype: type,
+    def __init__(self, backend: Backend, n_tensors: int, heads: int, d_head: int, dtype: type,
                  max_rows: int | None = None) -> None:
         super().__init__(backend, n_tensors, heads, d_head, dtype, max_rows)
         self.src = 0

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import onnxruntime as ort
 from tokenizers import Tokenizer
 
 from interface.names import decoder_inputs
@@ -205,7 +206,7 @@ class Runner:
         return [results[r.id] for r in requests]
 
 
-def check_decoder_inputs(decoder: Any, n_layers: int, kv_cache: str, path: Path) -> None:
+def check_decoder_inputs(decoder: ort.InferenceSession, n_layers: int, kv_cache: str, path: Path) -> None:
     """BundleError unless the decoder takes exactly the inputs of its interface in interface/names.py
     (e.g. an in-place decoder exported before it took per-row source lengths)."""
     got, want = {i.name for i in decoder.get_inputs()}, set(decoder_inputs(n_layers, kv_cache))
