@@ -2,36 +2,11 @@
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 import pytest
 
-TINY_MODEL_ARGS = [
-    "--vocab-size", "300", "--d-model", "32", "--heads", "2", "--encoder-layers", "2",
-    "--decoder-layers", "2", "--d-ff", "64", "--dropout", "0.0", "--pre-ln", "--max-len", "96",
-    "--max-tokens", "800", "--warmup", "50", "--lr-scale", "2.0", "--eval-size", "40",
-]
-
-
-def tiny_pairs(n: int, seed: int) -> list[tuple[str, str]]:
-    """Short sentences of the default task with a small vocabulary (learnable in seconds)."""
-    from model.corpus import cardinal, ordinal
-
-    rng = random.Random(seed)
-    words = ["the", "cat", "saw", "Anna", "big", "red", "apples", "on", "day", "we"]
-    pairs = []
-    for _ in range(n):
-        w = rng.sample(words, 2)
-        written, spoken = (cardinal if rng.random() < 0.7 else ordinal)(rng)
-        pairs.append((f"{w[0]} {written} {w[1]}.", f"{w[0]} {spoken} {w[1]}."))
-    return pairs
-
-
-def write_tsv(path: Path, pairs: list[tuple[str, str]]) -> Path:
-    """Write pairs as TSV and return the path."""
-    path.write_text("".join(f"{s}\t{t}\n" for s, t in pairs), encoding="utf-8")
-    return path
+from tests.support.corpus import TINY_MODEL_ARGS, tiny_pairs, write_tsv
 
 
 def pytest_configure(config) -> None:
@@ -91,13 +66,6 @@ def tiny_model(tiny_checkpoint):
     return load_checkpoint(tiny_checkpoint)[0]
 
 
-def graph_ops(path: Path) -> list[tuple[str, str]]:
-    """(domain, op_type) of every node of an ONNX graph file."""
-    import onnx
-
-    return [(n.domain, n.op_type) for n in onnx.load(str(path)).graph.node]
-
-
 @pytest.fixture(scope="session")
 def tiny_concat_bundle(tmp_path_factory, tiny_checkpoint) -> Path:
     """The tiny checkpoint exported with the "fused" lowering: a decoder with a concatenated cache."""
@@ -125,14 +93,14 @@ def layout_runner(request, tiny_bundle, tiny_concat_bundle):
 @pytest.fixture(scope="module")
 def texts() -> list[str]:
     """Sources of clearly different lengths (modules with texts of their own override this)."""
-    from tests.decoding_support import varied_texts
+    from tests.support.decoding import varied_texts
 
     return varied_texts()
 
 
 @pytest.fixture(scope="module")
 def runner(tiny_bundle):
-    """CPU runner of the tiny bundle (modules that serve it may override this fixture)."""
+    """CPU runner of the tiny bundle (tests/service/runtime/conftest.py gives its tests both layouts)."""
     from service.runtime.runner import Runner
 
     return Runner(tiny_bundle, providers=["CPUExecutionProvider"])

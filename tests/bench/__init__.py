@@ -1,0 +1,1 @@
+"""Tests of bench/: the benchmarks, soak and fuzz drivers on tiny models."""

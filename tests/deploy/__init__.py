@@ -1,0 +1,1 @@
+"""Tests of the image and deploy/: Dockerfile, Kubernetes, Prometheus."""

@@ -1,0 +1,1 @@
+"""Tests of export/: ONNX export, attention lowerings, verification, the shipped bundle."""

@@ -1,0 +1,1 @@
+"""Tests of model/: the network, decoding, corpus and training."""

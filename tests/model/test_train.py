@@ -1,0 +1,59 @@
+"""Training CLI: the schedule formula, resume, checkpoints and clear errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from model.checkpoint import load_checkpoint
+from model.train import noam_lr, parse_args, train
+from tests.support.corpus import TINY_MODEL_ARGS
+
+
+def test_noam_schedule_matches_paper():
+    d, w = 512, 4000
+    for step in (1, 100, 3999, 4000, 4001, 20000):
+        assert noam_lr(step, d, w) == pytest.approx(d**-0.5 * min(step**-0.5, step * w**-1.5))
+    assert all(noam_lr(w, d, w) >= noam_lr(s, d, w) for s in range(1, 3 * w, 7))  # peak at warmup
+    assert noam_lr(10, 64, 50, scale=2.0) == pytest.approx(2 * noam_lr(10, 64, 50))
+
+
+def test_checkpoint_holds_config_and_loads_weights_only(tiny_checkpoint):
+    state = torch.load(tiny_checkpoint, weights_only=True)
+    assert {"model", "config", "tokenizer", "step", "optimizer"} <= set(state)
+    assert state["config"]["d_model"] == 32 and state["step"] == 150
+    model, _ = load_checkpoint(tiny_checkpoint)
+    assert not model.training
+    assert torch.equal(model.state_dict()["src_embed.lut.weight"], state["model"]["src_embed.lut.weight"])
+
+
+def test_resume_continues_from_last_step(tiny_corpus, tmp_path):
+    common = ["--train", str(tiny_corpus["train"]), "--valid", str(tiny_corpus["valid"]), "--out",
+              str(tmp_path), "--eval-every", "20", *TINY_MODEL_ARGS]
+    train(parse_args([*common, "--max-steps", "20"]))
+    first = torch.load(tmp_path / "last.pt", weights_only=True)
+    train(parse_args([*common, "--max-steps", "40"]))
+    second = torch.load(tmp_path / "last.pt", weights_only=True)
+    assert (first["step"], second["step"]) == (20, 40)
+    log = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in log] == [20, 40]
+    assert second["elapsed"] > first["elapsed"]
+    assert not torch.equal(first["model"]["encoder.layers.0.ffn.w_1.weight"],
+                           second["model"]["encoder.layers.0.ffn.w_1.weight"])
+
+
+def test_cli_reports_malformed_corpus(tmp_path):
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("one\ttwo\nno tab here\n", encoding="utf-8")
+    run = subprocess.run([sys.executable, "-m", "model.train", "--train", str(bad), "--valid", str(bad),
+                          "--out", str(tmp_path / "o")], capture_output=True, text=True, timeout=120)
+    assert run.returncode != 0
+    assert "bad.tsv:2" in run.stderr and "source<TAB>target" in run.stderr
+    missing = subprocess.run([sys.executable, "-m", "model.train", "--train", str(tmp_path / "nope.tsv"),
+                              "--valid", str(bad), "--out", str(tmp_path / "o")],
+                             capture_output=True, text=True, timeout=120)
+    assert missing.returncode != 0 and "corpus file not found" in missing.stderr

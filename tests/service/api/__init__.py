@@ -1,0 +1,1 @@
+"""Tests of service/api: servicers, codecs, KServe v2 / Triton tools, TLS."""

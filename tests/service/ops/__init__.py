@@ -1,0 +1,1 @@
+"""Tests of service/ops: metrics, allocator settings."""

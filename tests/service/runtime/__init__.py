@@ -1,0 +1,1 @@
+"""Tests of service/runtime: sessions, backends, KV caches, the decode batch, the runner."""

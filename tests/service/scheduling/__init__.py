@@ -1,0 +1,1 @@
+"""Tests of service/scheduling: the job queue, policies, the worker and the scheduler."""

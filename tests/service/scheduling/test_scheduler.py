@@ -1,0 +1,281 @@
+"""Schedulers (none / dynamic / continuous) on the tiny bundle: same tokens as unbatched, joins, streams."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from typing import Any
+
+import pytest
+
+from service.domain.errors import DeadlineExceeded, InvalidInput, NotReady
+from service.domain.types import BatchingMode, DecodeOptions, Result, TokenEvent
+from service.scheduling.policies import ContinuousBatching, DynamicBatching, NoBatching
+from service.scheduling.scheduler import SchedulerState, make_scheduler
+from tests.support.corpus import tiny_pairs
+from tests.support.decoding import reference
+from tests.support.polling import until
+from tests.support.scheduling import MAX_NEW, Gate, counts, delta, run, sample_texts, toks
+
+MODES = [mode.value for mode in BatchingMode]
+
+
+@pytest.fixture(scope="module")
+def texts() -> list[str]:
+    """Sources of clearly different lengths; texts[0] is long (many output tokens)."""
+    return sample_texts()
+
+
+# ----- construction ---------------------------------------------------------------------------
+def test_make_scheduler_modes_and_config(runner):
+    policies = {"none": NoBatching, "dynamic": DynamicBatching, "continuous": ContinuousBatching}
+    for mode, cls in policies.items():
+        s = make_scheduler(mode, runner, max_batch_size=5, max_queue_delay_ms=2.5, queue_size=7)
+        assert isinstance(s.policy, cls) and s.mode == mode
+        settings = s.settings
+        assert (settings.max_batch_size, settings.max_queue_delay_ms, settings.queue_size) == (5, 2.5, 7)
+        assert s.state is SchedulerState.NEW and not s.healthy
+        assert s.queue_depth == 0 and s.active_sequences == 0
+    assert s.settings.max_batch_tokens == 0  # no token budget unless asked
+    assert make_scheduler("continuous", runner, max_batch_tokens=300).settings.max_batch_tokens == 300
+    with pytest.raises(ValueError, match="max_batch_tokens must be >= 0"):
+        make_scheduler("continuous", runner, max_batch_tokens=-5)
+    with pytest.raises(ValueError, match="unknown batching mode 'orca'"):
+        make_scheduler("orca", runner)
+    with pytest.raises(AttributeError):
+        s.settings.max_batch_size = 3  # read-only
+    with pytest.raises(NotReady):
+        run(s.submit(["we 5"], DecodeOptions()))
+
+
+def test_invalid_requests_are_rejected_before_queueing(runner):
+    async def main() -> None:
+        s = make_scheduler("continuous", runner, max_batch_size=4, queue_size=3)
+        await s.start()
+        with pytest.raises(InvalidInput, match="text 1 is empty"):
+            await s.submit(["we 5", " "], DecodeOptions())
+        with pytest.raises(InvalidInput, match="beam_size 5 exceeds the batch size 4"):
+            await s.submit(["we 5"], DecodeOptions(beam_size=5))
+        with pytest.raises(InvalidInput, match="4 texts in one request; at most 3"):
+            await s.submit(["we 5"] * 4, DecodeOptions())
+        with pytest.raises(InvalidInput, match="streaming needs beam_size 1"):
+            _ = [e async for e in s.stream("we 5", DecodeOptions(beam_size=2))]
+        with pytest.raises(DeadlineExceeded):
+            await s.submit(["we 5"], DecodeOptions(), deadline=time.monotonic() - 1)
+        assert s.queue_depth == 0 and await s.submit([], DecodeOptions()) == []
+        await s.drain(5)
+
+    run(main())
+
+
+# ----- results equal unbatched decoding -------------------------------------------------------
+@pytest.mark.parametrize("mode", list(MODES))
+def test_concurrent_mixed_requests_equal_unbatched(runner, texts, mode):
+    opts = [DecodeOptions(beam_size=1 + i % 3, n_best=1 + (i % 3 > 0), max_new_tokens=MAX_NEW - i)
+            for i in range(len(texts))]
+    want = [reference(runner, t, o) for t, o in zip(texts, opts, strict=True)]
+    multi = DecodeOptions(beam_size=2, n_best=2, max_new_tokens=MAX_NEW)
+    want_multi = [reference(runner, t, multi) for t in texts[:3]]
+
+    async def main() -> tuple[list[list[Result]], list[Result]]:
+        s = make_scheduler(mode, runner, max_batch_size=6, max_queue_delay_ms=2.0)
+        await s.start()
+        singles = [s.submit([t], o) for t, o in zip(texts, opts, strict=True)]
+        *got, got_multi = await asyncio.gather(*singles, s.submit(texts[:3], multi))
+        assert s.queue_depth == 0 and s.active_sequences == 0
+        await s.drain(5)
+        return got, got_multi
+
+    before = counts()
+    got, got_multi = run(main())
+    assert [toks(r) for (r,) in got] == want
+    assert [toks(r) for r in got_multi] == want_multi
+    results = [r for (r,) in got] + got_multi
+    all_texts = texts + texts[:3]
+    for text, r in zip(all_texts, results, strict=True):
+        assert r.source_ids == runner.encode_texts([text])[0]
+        assert r.finish_reason == r.hypotheses[0].finish_reason
+        t = r.timings
+        assert t.queue_ms >= 0 and t.compute_ms > 0 and t.queue_ms + t.compute_ms <= t.total_ms + 1e-6
+    d = delta(before)
+    n = len(all_texts)
+    assert d["queue_time_seconds"] == n and d["time_to_first_token_seconds"] == n
+    assert d["input_tokens"] == n and d["input_tokens:sum"] == sum(len(r.source_ids) for r in results)
+    assert d["output_tokens:sum"] == sum(len(r.hypotheses[0].tokens) for r in results)
+    if mode == "none":
+        assert d["encoder_compute_seconds"] == n  # one text per encoder run
+        assert d["rows<=4.0"] == d["batch_size"]  # never more than one beam-3 text per step
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_greedy_step_metrics_count_every_row_of_every_step(runner, texts, mode):
+    opts = DecodeOptions(max_new_tokens=MAX_NEW)
+
+    async def main() -> list[Result]:
+        s = make_scheduler(mode, runner, max_batch_size=4, max_queue_delay_ms=1.0)
+        await s.start()
+        got = await asyncio.gather(*(s.submit([t], opts) for t in texts[:8]))
+        await s.drain(5)
+        return [r for (r,) in got]
+
+    before = counts()
+    results = run(main())
+    # a greedy text is in the batch for one step per generated token, eos included
+    steps = [len(r.hypotheses[0].tokens) + (r.finish_reason == "eos") for r in results]
+    d = delta(before)
+    assert d["batch_size:sum"] == sum(steps)
+    assert d["time_per_output_token_seconds"] == sum(k > 1 for k in steps)
+    if mode == "none":
+        assert d["decoder_step_seconds"] == sum(steps) and d["rows<=1.0"] == d["batch_size"]
+    else:
+        assert d["decoder_step_seconds"] < sum(steps)  # texts shared steps
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_request_arriving_mid_decode_joins_only_in_continuous_mode(hooked, texts, mode):
+    a_opts = DecodeOptions(max_new_tokens=MAX_NEW)
+    b_opts = DecodeOptions(beam_size=2, n_best=2, max_new_tokens=MAX_NEW)
+    want_a, want_b = reference(hooked, texts[0], a_opts), reference(hooked, texts[2], b_opts)
+    assert len(want_a[0]) > 6  # A is still decoding after 3 steps
+    gate = Gate("decoder", at=(4,))
+    hooked.fault_hook = gate
+
+    async def main() -> tuple[Result, Result]:
+        s = make_scheduler(mode, hooked, max_batch_size=4, max_queue_delay_ms=0.0)
+        await s.start()
+        a = asyncio.create_task(s.submit([texts[0]], a_opts))
+        await gate.wait()  # A made 3 steps and waits before its 4th
+        b = asyncio.create_task(s.submit([texts[2]], b_opts))
+        await until(lambda: s.queue_depth == 1, "B queued")
+        gate.release()
+        (ra,), (rb,) = await asyncio.gather(a, b)
+        await s.drain(5)
+        return ra, rb
+
+    before = counts()
+    ra, rb = run(main())
+    assert toks(ra) == want_a and toks(rb) == want_b
+    d = delta(before)
+    three_rows = d["rows<=4.0"] - d["rows<=2.0"]  # steps with A (1 row) and B (2 rows) together
+    second_encoder = gate.stages.index("encoder", 1)
+    if mode == "continuous":
+        assert gate.stages[:5] == ["encoder", "decoder", "decoder", "decoder", "decoder"]
+        assert second_encoder == 5 and three_rows > 0  # B joined before A's 5th step
+    else:
+        assert second_encoder == 1 + len(want_a[0]) + (ra.finish_reason == "eos") and three_rows == 0
+
+
+def test_continuous_admission_is_fifo_a_wide_beam_is_not_overtaken(hooked, texts):
+    greedy, beam = DecodeOptions(max_new_tokens=MAX_NEW), DecodeOptions(beam_size=3, max_new_tokens=MAX_NEW)
+    want_a = reference(hooked, texts[0], greedy)
+    gate = Gate("decoder", at=(2,))
+    hooked.fault_hook = gate
+
+    async def main() -> list[Result]:
+        s = make_scheduler("continuous", hooked, max_batch_size=3)
+        await s.start()
+        a = asyncio.create_task(s.submit([texts[0]], greedy))  # 1 row of 3
+        await gate.wait()
+        b = asyncio.create_task(s.submit([texts[1]], beam))  # needs all 3 rows: waits for A
+        c = asyncio.create_task(s.submit([texts[2]], greedy))  # would fit now, but must not overtake B
+        await until(lambda: s.queue_depth == 2, "B and C queued")
+        gate.release()
+        got = [r for (r,) in await asyncio.gather(a, b, c)]
+        await s.drain(5)
+        return got
+
+    ra, rb, rc = run(main())
+    assert toks(ra) == want_a
+    assert [toks(rb), toks(rc)] == [reference(hooked, texts[1], beam), reference(hooked, texts[2], greedy)]
+    a_steps = len(want_a[0]) + (ra.finish_reason == "eos")
+    assert gate.stages.index("encoder", 1) == 1 + a_steps  # nobody joined while A was decoding
+
+
+def test_stream_yields_tokens_then_the_result(runner, texts):
+    opts = DecodeOptions(max_new_tokens=MAX_NEW)
+    want = runner.translate([texts[0]], opts)[0][0]
+
+    async def main() -> list[Any]:
+        s = make_scheduler("continuous", runner)
+        await s.start()
+        other = asyncio.create_task(s.submit(texts[1:4], DecodeOptions(beam_size=2)))
+        items = [e async for e in s.stream(texts[0], opts)]
+        await other
+        await s.drain(5)
+        return items
+
+    items = run(main())
+    *events, final = items
+    assert isinstance(final, Result) and all(isinstance(e, TokenEvent) for e in events)
+    assert [e.token for e in events] == final.hypotheses[0].tokens == want.tokens
+    assert "".join(e.text for e in events) == final.hypotheses[0].text == want.text
+
+
+@pytest.mark.parametrize(("mode", "padding", "one_request", "split"), [
+    ("continuous", None, False, True), ("continuous", None, True, False),
+    ("continuous", math.inf, False, False), ("dynamic", None, False, False),
+])
+def test_continuous_encodes_a_long_newcomer_apart_from_short_ones(hooked, texts, mode, padding, one_request,
+                                                                   split):
+    opts = DecodeOptions(max_new_tokens=MAX_NEW)
+    queued = ["we 5", texts[4], " ".join(p[0] for p in tiny_pairs(6, 3))]  # short, short, long
+    lengths = [len(ids) for ids in hooked.encode_texts(queued)]
+    assert 2 * max(lengths[:2]) - sum(lengths[:2]) <= 32  # the short ones pad well together
+    assert 3 * max(lengths) - sum(lengths) > max(sum(lengths) / 2, 32)  # all three do not
+    gate = Gate("decoder", at=(1,))
+    hooked.fault_hook = gate
+    encoded: list[list[int]] = []  # source lengths of each encoder run
+
+    async def main() -> list[Result]:
+        s = make_scheduler(mode, hooked, max_batch_size=8, max_queue_delay_ms=0.0, encoder_padding=padding)
+        assert s.policy.encoder_padding == (0.5 if mode == "continuous" and padding is None else math.inf)
+        add = s._worker.batch.add
+        s._worker.batch.add = lambda reqs: (encoded.append([len(r.source) for r in reqs]), add(reqs))[1]
+        await s.start()
+        a = asyncio.create_task(s.submit([texts[0]], opts))
+        await gate.wait()  # A is decoding; the other texts queue behind it, in order
+        if one_request:
+            rest = [asyncio.create_task(s.submit(queued, opts))]
+        else:
+            rest = []
+            for k, text in enumerate(queued):
+                rest.append(asyncio.create_task(s.submit([text], opts)))
+                await until(lambda k=k: s.queue_depth == k + 1, "queued")
+        await until(lambda: s.queue_depth == 3, "three texts queued")
+        gate.release()
+        got = await asyncio.gather(a, *rest)
+        await s.drain(5)
+        return [r for results in got for r in results]
+
+    results = run(main())
+    assert [toks(r) for r in results] == [reference(hooked, t, opts) for t in [texts[0], *queued]]
+    first = len(hooked.encode_texts([texts[0]])[0])
+    assert encoded == ([[first], lengths[:2], lengths[2:]] if split else [[first], lengths])
+
+
+@pytest.mark.parametrize("budget", [0, 1])
+def test_a_token_budget_keeps_texts_out_of_a_busy_batch(runner, texts, budget):
+    """With a 1-token budget every text waits for an empty batch (its head joins whatever its size);
+    without one, concurrent texts share the batch. Results are the same either way."""
+    opts = DecodeOptions(max_new_tokens=MAX_NEW)
+    most = [0]
+
+    def watch(stage: str) -> None:
+        if stage == "decoder":
+            most[0] = max(most[0], s.active_sequences)
+
+    async def main() -> list[Result]:
+        await s.start()
+        got = await asyncio.gather(*(s.submit([t], opts) for t in texts[:4]))
+        await s.drain(5)
+        return [r for (r,) in got]
+
+    s = make_scheduler("continuous", runner, max_batch_size=8, max_batch_tokens=budget)
+    runner.fault_hook = watch
+    try:
+        results = run(main())
+    finally:
+        runner.fault_hook = None
+    assert [toks(r) for r in results] == [reference(runner, t, opts) for t in texts[:4]]
+    assert most[0] == 1 if budget else most[0] > 1

@@ -1,0 +1,108 @@
+"""`python -m service.client` against a real in-process server: native, streaming, v2, info, errors."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from service import client
+from service.domain.types import DecodeOptions
+from service.runtime.runner import Runner
+from service.server import BackgroundServer
+from tests.support.server import TEXTS, server_config
+
+
+@pytest.fixture(scope="module")
+def address(tiny_bundle: Path, runner: Runner) -> Iterator[str]:
+    """host:port of a running server."""
+    with BackgroundServer(server_config(tiny_bundle), runner) as srv:
+        yield srv.address
+
+
+def run(address: str, *args: str) -> tuple[int, str]:
+    """Exit code and stdout of the client."""
+    out = io.StringIO()
+    code = client.main(["--address", address, "--timeout", "30", *args], out=out)
+    return code, out.getvalue()
+
+
+def best(runner: Runner, texts: list[str], **options) -> list[str]:
+    """The runner's best translation of each text."""
+    return [h[0].text for h in runner.translate(texts, DecodeOptions(**options))]
+
+
+def test_translate_prints_one_line_per_text(address, runner):
+    """One output line per input text, the runner's translations."""
+    assert run(address, *TEXTS[:2]) == (0, "".join(t + "\n" for t in best(runner, TEXTS[:2])))
+
+
+def test_v2_prints_the_same(address, runner):
+    """--v2 with beam and max tokens prints the runner's translations."""
+    assert run(address, "--v2", "--beam", "2", "--max-tokens", "9", *TEXTS[:2]) == (
+        0, "".join(t + "\n" for t in best(runner, TEXTS[:2], beam_size=2, max_new_tokens=9)))
+
+
+def test_stream_prints_the_pieces_then_ends_the_line(address, runner):
+    """--stream prints the pieces, which add up to the translation."""
+    assert run(address, "--stream", "--max-tokens", "20", TEXTS[0]) == (
+        0, best(runner, TEXTS[:1], max_new_tokens=20)[0] + "\n")
+
+
+def test_n_best_scores_and_alignment(address, runner):
+    """--n-best numbers the hypotheses; --scores and --alignment print their details."""
+    code, out = run(address, "--beam", "3", "--n-best", "2", "--scores", "--alignment", "--max-tokens", "6",
+                    TEXTS[2])
+    hyps = runner.translate([TEXTS[2]], DecodeOptions(beam_size=3, n_best=2, max_new_tokens=6))[0]
+    lines = out.splitlines()
+    assert code == 0
+    ranked = [line for line in lines if line[:3] in ("1. ", "2. ")]
+    assert ranked == [f"{rank}. {h.text}" for rank, h in enumerate(hyps, 1)]
+    assert f"score={hyps[0].score:.4f} log_prob={hyps[0].log_prob:.4f}" in out
+    first_source_token = runner.tokenizer.id_to_token(runner.encode_texts([TEXTS[2]])[0][0])
+    headers = [line for line in lines if line.startswith("   alignment")]
+    assert len(headers) == 2 and all(first_source_token in h for h in headers)
+    rows = [line for line in lines if line.startswith("   ") and line not in headers and "score=" not in line]
+    assert len(rows) == sum(len(h.tokens) for h in hyps)  # one alignment row per output token
+
+def test_info_prints_json(address, runner):
+    """--info prints GetModelInfo as JSON."""
+    code, out = run(address, "--info")
+    info = json.loads(out)
+    assert code == 0 and info["modelName"] == "translator"
+    assert info["bundle"]["version"] == runner.bundle.version
+    assert info["executionProviders"] == ["CPUExecutionProvider"]
+
+
+def test_errors_print_the_status_and_exit_1(address, capsys):
+    """RPC errors print the status name and message and exit 1."""
+    assert run(address, "--beam", "99", "we")[0] == 1
+    assert "error: INVALID_ARGUMENT: beam_size must be between 1 and 8" in capsys.readouterr().err
+    assert run(address, "--v2", " ")[0] == 1
+    assert "error: INVALID_ARGUMENT: text 0 is empty" in capsys.readouterr().err
+
+
+def test_bad_flags_exit_2():
+    """Inconsistent flags are a usage error."""
+    with pytest.raises(SystemExit) as exc:
+        client.main(["--stream", "a", "b"])
+    assert exc.value.code == 2
+
+
+def test_tls_round_trip(tiny_bundle, runner, tmp_path):
+    """A TLS server answers a client that trusts its certificate and refuses a plaintext one."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("openssl CLI not available to make a test certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=test", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True, timeout=60)
+    with BackgroundServer(server_config(tiny_bundle, tls_cert=cert, tls_key=key), runner) as srv:
+        assert run(srv.address, "--ca-cert", str(cert), TEXTS[1]) == (0, best(runner, TEXTS[1:2])[0] + "\n")
+        assert run(srv.address, "--timeout", "5", TEXTS[1])[0] == 1  # plaintext to a TLS port fails
