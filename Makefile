@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TRAIN_MINUTES ?= 300  # total training budget of the default model (resumes count what was spent)
 
-.PHONY: setup serve test prometheus-tools lint protos bench bench-quick soak fuzz corpus train-default evaluate-default default-bundle clean
+.PHONY: setup serve test prometheus-tools perf-analyzer-tools lint protos bench bench-quick soak fuzz corpus train-default evaluate-default default-bundle clean
 
 setup: $(STAMP)
 
@@ -32,7 +32,8 @@ prometheus-tools:
 	  $$sudo apt-get update -q && \
 	  $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus; }
 
-test: $(STAMP) protos prometheus-tools
+# `make test` also installs perf_analyzer (below) and Debian's prometheus, so that no test is skipped.
+test: $(STAMP) protos prometheus-tools perf-analyzer-tools
 	$(PY) -m pytest
 
 # Benchmarks (docs/performance.md): engines, server batching modes, scaling and memory; the last
@@ -58,6 +59,7 @@ fuzz: $(STAMP) protos
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 
 # The default corpus (deterministic from its seed) and the default model, resumable:
 # running `make train-default` again continues from runs/default/last.pt (on a fresh clone, from
@@ -97,9 +99,14 @@ $(PERF_ANALYZER): | $(STAMP)
 	  nvidia-cuda-runtime-cu12==12.9.79
 	touch $@
 
+perf-analyzer-tools: $(PERF_ANALYZER)
+	@dpkg -s libb64-0d >/dev/null 2>&1 || { \
+	  sudo=""; [ "$$(id -u)" -eq 0 ] || sudo="sudo"; \
+	  $$sudo apt-get update -q && \
+	  $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends libb64-0d; }
+
 .PHONY: perf-analyzer
-perf-analyzer: $(STAMP) protos $(PERF_ANALYZER)
-	dpkg -s libb64-0d >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq libb64-0d)
+perf-analyzer: $(STAMP) protos perf-analyzer-tools
 	$(PY) -m bench.perf_analyzer $(PERF_ANALYZER_ARGS)
 
 clean:

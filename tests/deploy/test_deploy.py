@@ -28,6 +28,7 @@ from protos.translator.v1 import translator_pb2_grpc as pb_grpc
 from service.config import _FLAGS, ServerConfig, env_name
 from tests.support import REPO_ROOT
 from tests.support.deploy import base_env, free_port, running
+from tests.support.docs import readme_example
 from tests.support.polling import wait_for
 
 DOCKERFILE = REPO_ROOT / "Dockerfile"
@@ -286,10 +287,11 @@ def test_entrypoint_serves_and_healthcheck_answers_serving(stages, context, tmp_
         wait_for(healthy_or_exited, timeout=180, what="the HEALTHCHECK to pass", interval=0.5)
         assert server.alive(), server.logs()
         assert checks[-1].stdout.strip() == "SERVING"
+        written, spoken = readme_example()
         with grpc.insecure_channel(f"127.0.0.1:{env['TRANSLATOR_PORT']}") as channel:
-            reply = pb_grpc.TranslatorStub(channel).Translate(
-                pb.TranslateRequest(texts=["Send 4,217 apples."]), timeout=60)
-        assert reply.results[0].hypotheses[0].text.strip()
+            request = pb.TranslateRequest(texts=[written])
+            reply = pb_grpc.TranslatorStub(channel).Translate(request, timeout=60)
+        assert reply.results[0].hypotheses[0].text == spoken  # the image serves what the README shows
         url = f"http://127.0.0.1:{env['TRANSLATOR_METRICS_PORT']}/metrics"
         with urllib.request.urlopen(url, timeout=10) as response:
             exposition = response.read().decode()
