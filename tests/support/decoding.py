@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from model.data import pad
-from service.domain.types import DecodeOptions, FinishedEvent
+from service.domain.types import DecodeOptions, FinishedEvent, Hypothesis
 from service.runtime.runner import Runner
 from tests.support.corpus import tiny_pairs
 
@@ -51,3 +52,26 @@ def reference(runner: Runner, text: str, options: DecodeOptions) -> list[list[in
         return [h.tokens for h in runner.translate([text], options)[0]]
     finally:
         runner.fault_hook = hook
+
+
+def reference_hypotheses(runner: Runner, text: str | list[int], options: DecodeOptions) -> list[Hypothesis]:
+    """The n-best hypotheses of a text (or source ids) decoded alone (the fault hook not called)."""
+    hook, runner.fault_hook = runner.fault_hook, None
+    try:
+        return runner.translate([text], options)[0]
+    finally:
+        runner.fault_hook = hook
+
+
+def assert_same_hypotheses(got: list[Hypothesis], want: list[Hypothesis], atol: float = 1e-4) -> None:
+    """Same tokens, and log-probs and scores equal within float32 noise (another batch shape may sum
+    in another order)."""
+    assert [h.tokens for h in got] == [h.tokens for h in want]
+    np.testing.assert_allclose([h.log_prob for h in got], [h.log_prob for h in want], rtol=1e-5, atol=atol)
+    np.testing.assert_allclose([h.score for h in got], [h.score for h in want], rtol=1e-5, atol=atol)
+
+
+def assert_distinct(outputs: list) -> None:
+    """The reference outputs differ across inputs: a test comparing with them cannot pass by
+    returning one output for everything."""
+    assert len({repr(o) for o in outputs}) > 1, "every reference output is the same"

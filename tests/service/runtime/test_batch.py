@@ -9,7 +9,16 @@ import pytest
 from model.decoding import beam_search
 from service.domain.types import DecodeOptions, FinishedEvent
 from service.runtime.batch import SOURCE_AXIS_MIN
-from tests.support.decoding import MAX_NEW, alone, drain, reference_src, tokens
+from tests.support.decoding import (
+    MAX_NEW,
+    alone,
+    assert_distinct,
+    assert_same_hypotheses,
+    drain,
+    reference_hypotheses,
+    reference_src,
+    tokens,
+)
 
 
 # ----- batching ----------------------------------------------------------------------------------
@@ -17,7 +26,10 @@ def test_batched_equals_one_by_one_greedy_and_beam(runner, texts):
     ids = runner.encode_texts(texts)
     beam = DecodeOptions(beam_size=4, n_best=3, max_new_tokens=MAX_NEW)
     for o in (DecodeOptions(max_new_tokens=MAX_NEW), beam):
-        assert tokens(runner.translate(ids, o)) == alone(runner, ids, [o] * len(ids))
+        want = [reference_hypotheses(runner, x, o) for x in ids]
+        assert_distinct([[h.tokens for h in hyps] for hyps in want])
+        for got, w in zip(runner.translate(ids, o), want, strict=True):
+            assert_same_hypotheses(got, w)
 
 
 def test_mixed_beam_sizes_in_one_batch(runner, tiny_model, texts):
@@ -25,7 +37,8 @@ def test_mixed_beam_sizes_in_one_batch(runner, tiny_model, texts):
     sizes = [1, 3, 2, 4, 1]
     opts = [DecodeOptions(beam_size=k, n_best=k, alpha=0.6, max_new_tokens=MAX_NEW) for k in sizes]
     got = runner.translate(ids, opts)
-    assert tokens(got) == alone(runner, ids, opts)
+    for hyps, x, o in zip(got, ids, opts, strict=True):
+        assert_same_hypotheses(hyps, reference_hypotheses(runner, x, o))
     for x, k, gs in zip(ids, sizes, got, strict=True):
         ref = beam_search(tiny_model, reference_src([x]), MAX_NEW, beam_size=k, n_best=k, alpha=0.6)[0]
         assert [g.tokens for g in gs] == [r.tokens for r in ref]
@@ -46,8 +59,8 @@ def test_request_added_midway_matches_alone(runner, texts):
     batch.add(late)
     out |= drain(batch)
     reqs = first + late
-    got = [[h.tokens for h in out[r.id]] for r in reqs]
-    assert got == alone(runner, [r.source for r in reqs], [r.options for r in reqs])
+    for r in reqs:
+        assert_same_hypotheses(out[r.id], reference_hypotheses(runner, r.source, r.options))
     # empty: with a mask S is 0; with source lengths S and the host buffers stay for the next request
     lengths = runner.kv_cache == "inplace"
     assert batch.shape == (0, 0, min(SOURCE_AXIS_MIN, runner.max_len) if lengths else 0)
@@ -168,7 +181,10 @@ def test_finished_rows_become_holes_then_get_compacted(runner, texts):
 def test_continuous_churn_through_a_small_batch(runner, texts):
     ids = runner.encode_texts(texts) * 3
     opts = [DecodeOptions(beam_size=1 + i % 3, n_best=1, max_new_tokens=MAX_NEW - i) for i in range(len(ids))]
-    assert tokens(runner.translate(ids, opts, max_rows=4)) == alone(runner, ids, opts)
+    want = [reference_hypotheses(runner, x, o) for x, o in zip(ids, opts, strict=True)]
+    assert_distinct([[h.tokens for h in hyps] for hyps in want])
+    for got, w in zip(runner.translate(ids, opts, max_rows=4), want, strict=True):
+        assert_same_hypotheses(got, w)
 
 
 def test_fault_hook_fails_a_step_without_corrupting_the_batch(runner, texts):

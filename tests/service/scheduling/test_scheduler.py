@@ -14,7 +14,7 @@ from service.domain.types import BatchingMode, DecodeOptions, Result, TokenEvent
 from service.scheduling.policies import ContinuousBatching, DynamicBatching, NoBatching
 from service.scheduling.scheduler import SchedulerState, make_scheduler
 from tests.support.corpus import tiny_pairs
-from tests.support.decoding import reference
+from tests.support.decoding import assert_distinct, assert_same_hypotheses, reference, reference_hypotheses
 from tests.support.polling import until
 from tests.support.scheduling import MAX_NEW, Gate, counts, delta, run, sample_texts, toks
 
@@ -74,9 +74,10 @@ def test_invalid_requests_are_rejected_before_queueing(runner):
 def test_concurrent_mixed_requests_equal_unbatched(runner, texts, mode):
     opts = [DecodeOptions(beam_size=1 + i % 3, n_best=1 + (i % 3 > 0), max_new_tokens=MAX_NEW - i)
             for i in range(len(texts))]
-    want = [reference(runner, t, o) for t, o in zip(texts, opts, strict=True)]
+    want = [reference_hypotheses(runner, t, o) for t, o in zip(texts, opts, strict=True)]
     multi = DecodeOptions(beam_size=2, n_best=2, max_new_tokens=MAX_NEW)
-    want_multi = [reference(runner, t, multi) for t in texts[:3]]
+    want_multi = [reference_hypotheses(runner, t, multi) for t in texts[:3]]
+    assert_distinct([[h.tokens for h in hyps] for hyps in want])
 
     async def main() -> tuple[list[list[Result]], list[Result]]:
         s = make_scheduler(mode, runner, max_batch_size=6, max_queue_delay_ms=2.0)
@@ -89,8 +90,10 @@ def test_concurrent_mixed_requests_equal_unbatched(runner, texts, mode):
 
     before = counts()
     got, got_multi = run(main())
-    assert [toks(r) for (r,) in got] == want
-    assert [toks(r) for r in got_multi] == want_multi
+    for (r,), w in zip(got, want, strict=True):
+        assert_same_hypotheses(r.hypotheses, w)
+    for r, w in zip(got_multi, want_multi, strict=True):
+        assert_same_hypotheses(r.hypotheses, w)
     results = [r for (r,) in got] + got_multi
     all_texts = texts + texts[:3]
     for text, r in zip(all_texts, results, strict=True):
