@@ -24,7 +24,7 @@ serve: $(STAMP) protos
 protos: $(STAMP)
 	$(PY) -m protos.generate
 
-# The monitoring test (tests/test_prometheus.py) runs a real Prometheus: Debian's package (the
+# The monitoring test (tests/deploy/test_prometheus.py) runs a real Prometheus: Debian's package (the
 # server and promtool; installed once, not started as a service).
 prometheus-tools:
 	@command -v prometheus >/dev/null && command -v promtool >/dev/null || { \

@@ -1,6 +1,6 @@
 """Hostile inputs of the service as hypothesis strategies, and the properties each answer must keep.
 
-Shared by the property tests (tests/test_properties.py) and the fuzz driver (bench/fuzz.py).
+Shared by the property tests (tests/service/test_properties.py) and the fuzz driver (bench/fuzz.py).
 Strategies: raw BYTES tensors (well-formed, mutated, arbitrary) with any element count,
 `inference.ModelInferRequest` messages of any shape, and `translator.v1` requests. Oracles: a
 BYTES tensor parses iff an independent parser finds exactly `count` elements (and then the

@@ -2,7 +2,7 @@
 
 Each op is a `torch.library` custom op whose eager body is the model's own
 `scaled_dot_product_attention` with exactly ONNX Runtime's conventions, so the ops can be checked
-against the model in PyTorch (tests/test_fused_attention.py) and the graph against PyTorch
+against the model in PyTorch (tests/export/test_fused_attention.py) and the graph against PyTorch
 (export/verify.py):
 
 - `bias` (3D,) is the Q, K, V projections' bias, added inside the op (MultiHeadAttention's `bias`

@@ -196,14 +196,14 @@ class Worker:
             self._shutdown()
 
     def _iterate(self) -> bool:
-        """One scheduling round: admit, drop, expire, encode newcomers, one decoder step; False to exit."""
-        with self._cond:
-            newcomers = self._wait_and_admit()
+        """One round of schedule -> execute -> update; False to exit."""
+        with self._cond:  # schedule: who joins, who leaves
+            newcomers = self._schedule()
             if newcomers is None:
                 return False
             dropped, self._dropped = self._dropped, []
             self._in_hand = newcomers
-        try:
+        try:  # execute: leave, expire, encode the newcomers, one decoder step (results into the outbox)
             if dropped:
                 self._drop(dropped)
             if self._timed:
@@ -220,10 +220,10 @@ class Worker:
                     self._outbox.append((j, BatchFailed(what)))
             self._fail_batch(what)
         self._in_hand = []
-        self._flush()
+        self._flush()  # update: deliver what this round produced, refresh the gauges
         return True
 
-    def _wait_and_admit(self) -> list[Job] | None:
+    def _schedule(self) -> list[Job] | None:
         """Under the lock: jobs to add now (popped), [] if none, None to stop; waits when idle."""
         for attempt in range(2):  # decide, and once more after an idle wait
             if self.stopping:
