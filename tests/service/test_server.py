@@ -6,9 +6,7 @@ from __future__ import annotations
 import hashlib
 import math
 import urllib.request
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import grpc
 import numpy as np
@@ -24,25 +22,10 @@ from protos.translator.v1 import translator_pb2 as pb
 from protos.translator.v1 import translator_pb2_grpc as pb_grpc
 from service.config import ServerConfig, env_name, parse_config
 from service.domain.types import DecodeOptions
-from service.runtime.runner import Runner
 from service.server import BackgroundServer
 from tests.support.decoding import reference
 from tests.support.polling import wait_until
 from tests.support.server import MAX_BATCH, MESSAGE_LIMIT, NOT_SERVING, SERVING, TEXTS, server_config
-
-
-@pytest.fixture(scope="module")
-def server(tiny_bundle: Path, runner: Runner) -> Iterator[BackgroundServer]:
-    """A continuous-batching server."""
-    with BackgroundServer(server_config(tiny_bundle), runner) as srv:
-        yield srv
-
-
-@pytest.fixture(scope="module")
-def channel(server: BackgroundServer) -> Iterator[grpc.Channel]:
-    """A channel to `server`."""
-    with grpc.insecure_channel(server.address) as ch:
-        yield ch
 
 
 @pytest.fixture(scope="module")

@@ -66,7 +66,7 @@ def gated(runner: Runner) -> Iterator[Gate]:
 
 
 @pytest.fixture()
-def server(tiny_bundle: Path, runner: Runner) -> Iterator[BackgroundServer]:
+def fresh_server(tiny_bundle: Path, runner: Runner) -> Iterator[BackgroundServer]:
     """A fresh continuous-batching server per test (some tests stop it)."""
     with BackgroundServer(server_config(tiny_bundle), runner) as srv:
         yield srv
@@ -90,11 +90,11 @@ def assert_recovered(srv: BackgroundServer, runner: Runner) -> None:
     assert list(result.hypotheses[0].token_ids) == want
 
 
-def test_deadline_exceeded_frees_the_slot(server, runner):
+def test_deadline_exceeded_frees_the_slot(fresh_server, runner):
     """An expired call is DEADLINE_EXCEEDED; its texts leave the batch and the server stays healthy."""
-    scheduler = server.running.scheduler
+    scheduler = fresh_server.running.scheduler
     before = answered("DEADLINE_EXCEEDED")
-    with gated(runner) as gate, grpc.insecure_channel(server.address) as ch:
+    with gated(runner) as gate, grpc.insecure_channel(fresh_server.address) as ch:
         request = pb.TranslateRequest(texts=TEXTS, options=LONG)
         call = pb_grpc.TranslatorStub(ch).Translate.future(request, timeout=0.5)
         assert gate.entered.wait(20)
@@ -105,14 +105,14 @@ def test_deadline_exceeded_frees_the_slot(server, runner):
         assert wait_until(lambda: answered("DEADLINE_EXCEEDED") == before + 1)  # the server gave up too
         gate.allow(2)  # far fewer steps than the texts need: they leave, they do not finish
         assert wait_until(lambda: scheduler.active_sequences == 0)
-    assert_recovered(server, runner)
+    assert_recovered(fresh_server, runner)
 
 
-def test_cancelled_call_leaves_the_batch(server, runner):
+def test_cancelled_call_leaves_the_batch(fresh_server, runner):
     """A cancelled call's texts leave the batch within a couple of steps; the server stays healthy."""
-    scheduler = server.running.scheduler
+    scheduler = fresh_server.running.scheduler
     before = answered("CANCELLED")
-    with gated(runner) as gate, grpc.insecure_channel(server.address) as ch:
+    with gated(runner) as gate, grpc.insecure_channel(fresh_server.address) as ch:
         request = pb.TranslateRequest(texts=TEXTS, options=LONG)
         call = pb_grpc.TranslatorStub(ch).Translate.future(request, timeout=30)
         assert gate.entered.wait(20)
@@ -121,7 +121,7 @@ def test_cancelled_call_leaves_the_batch(server, runner):
         gate.allow(2)
         assert wait_until(lambda: scheduler.active_sequences == 0)
     assert call.cancelled()
-    assert_recovered(server, runner)
+    assert_recovered(fresh_server, runner)
 
 
 def test_queue_full_is_resource_exhausted(tiny_bundle, runner):
@@ -146,7 +146,7 @@ def test_queue_full_is_resource_exhausted(tiny_bundle, runner):
         assert_recovered(srv, runner)
 
 
-def test_failing_batch_is_internal_and_the_server_keeps_serving(server, runner):
+def test_failing_batch_is_internal_and_the_server_keeps_serving(fresh_server, runner):
     """An injected decoder failure is INTERNAL for its batch; the next call succeeds."""
     failures = []
 
@@ -158,26 +158,26 @@ def test_failing_batch_is_internal_and_the_server_keeps_serving(server, runner):
 
     runner.fault_hook = fail_once
     try:
-        with grpc.insecure_channel(server.address) as ch, pytest.raises(grpc.RpcError) as err:
+        with grpc.insecure_channel(fresh_server.address) as ch, pytest.raises(grpc.RpcError) as err:
             request = pb.TranslateRequest(texts=TEXTS[:2], options=SHORT)
             pb_grpc.TranslatorStub(ch).Translate(request, timeout=30)
     finally:
         runner.fault_hook = None
     assert err.value.code() == grpc.StatusCode.INTERNAL and "decoder step failed" in err.value.details()
     assert "injected" not in err.value.details() and "error id" in err.value.details()  # text: in the log
-    assert_recovered(server, runner)
+    assert_recovered(fresh_server, runner)
 
 
-def test_drain_finishes_in_flight_calls_and_reports_not_serving(server, runner):
+def test_drain_finishes_in_flight_calls_and_reports_not_serving(fresh_server, runner):
     """stop() turns health NOT_SERVING and lets the in-flight call finish with its full result."""
-    with grpc.insecure_channel(server.address) as ch:
+    with grpc.insecure_channel(fresh_server.address) as ch:
         watch = health_pb2_grpc.HealthStub(ch).Watch(health_pb2.HealthCheckRequest(), timeout=30)
         assert next(watch).status == SERVING
         with gated(runner) as gate:
             request = pb.TranslateRequest(texts=TEXTS, options=SHORT)
             call = pb_grpc.TranslatorStub(ch).Translate.future(request, timeout=30)
             assert gate.entered.wait(20)
-            stopper = threading.Thread(target=server.stop, args=(20.0,))
+            stopper = threading.Thread(target=fresh_server.stop, args=(20.0,))
             stopper.start()
             assert next(watch).status == health_pb2.HealthCheckResponse.NOT_SERVING
             watch.cancel()

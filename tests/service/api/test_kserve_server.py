@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import queue
 from collections.abc import Iterator
-from pathlib import Path
 
 import grpc
 import numpy as np
@@ -18,14 +17,7 @@ from service.api.kserve_codec import serialize_bytes
 from service.domain.types import DecodeOptions
 from service.runtime.runner import Runner
 from service.server import BackgroundServer
-from tests.support.server import MAX_BATCH, TEXTS, server_config
-
-
-@pytest.fixture(scope="module")
-def server(tiny_bundle: Path, runner: Runner) -> Iterator[BackgroundServer]:
-    """A continuous-batching server."""
-    with BackgroundServer(server_config(tiny_bundle), runner) as srv:
-        yield srv
+from tests.support.server import MAX_BATCH, TEXTS
 
 
 @pytest.fixture(scope="module")

@@ -9,16 +9,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import tritonclient.grpc as triton
 
 from bench import perf_analyzer
-from service.runtime.runner import Runner
-from service.server import BackgroundServer
-from tests.support.server import TEXTS, server_config
+from tests.support.server import TEXTS
 
 
 def _runs() -> bool:
@@ -41,13 +37,6 @@ def test_perf_analyzer_is_installed():
         pytest.skip("perf_analyzer not installed: `make perf-analyzer-tools` installs it")
     assert RUNS, "perf_analyzer is missing or does not start: `make test` installs it"
 WINDOW = 20
-
-
-@pytest.fixture(scope="module")
-def server(tiny_bundle: Path, runner: Runner) -> Iterator[BackgroundServer]:
-    """A continuous-batching server of the tiny bundle."""
-    with BackgroundServer(server_config(tiny_bundle), runner) as srv:
-        yield srv
 
 
 @needs_perf_analyzer

@@ -26,16 +26,16 @@ DYNAMIC_DELAY_MS = 2000.0  # long enough for 4 concurrent requests to fill a dyn
 
 
 @pytest.fixture(scope="module")
-def server(tiny_bundle: Path, runner: Runner) -> Iterator[BackgroundServer]:
-    """A continuous-batching server of the tiny bundle."""
+def small_queue_server(tiny_bundle: Path, runner: Runner) -> Iterator[BackgroundServer]:
+    """A continuous-batching server of the tiny bundle with a queue of 40 texts."""
     with BackgroundServer(server_config(tiny_bundle, queue_size=40), runner) as srv:
         yield srv
 
 
 @pytest.fixture(scope="module")
-def client(server: BackgroundServer) -> Iterator[triton.InferenceServerClient]:
+def client(small_queue_server: BackgroundServer) -> Iterator[triton.InferenceServerClient]:
     """Triton's client, unchanged."""
-    c = triton.InferenceServerClient(url=server.address)
+    c = triton.InferenceServerClient(url=small_queue_server.address)
     yield c
     c.close()
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import queue
 from collections import defaultdict
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,16 +15,9 @@ import tritonclient.grpc as triton
 from service.domain.types import DecodeOptions, FinishedEvent, TokenEvent
 from service.runtime.runner import Runner
 from service.server import BackgroundServer
-from tests.support.server import TEXTS, server_config
+from tests.support.server import TEXTS
 
 TIMEOUT_S = 60.0
-
-
-@pytest.fixture(scope="module")
-def server(tiny_bundle: Path, runner: Runner) -> Iterator[BackgroundServer]:
-    """A continuous-batching server of the tiny bundle."""
-    with BackgroundServer(server_config(tiny_bundle), runner) as srv:
-        yield srv
 
 
 @pytest.fixture
