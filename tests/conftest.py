@@ -92,15 +92,16 @@ def layout_runner(request, tiny_bundle, tiny_concat_bundle):
 
 @pytest.fixture(scope="module")
 def texts() -> list[str]:
-    """Sources of clearly different lengths (modules with texts of their own override this)."""
-    from tests.support.decoding import varied_texts
-
-    return varied_texts()
+    """Sources of the tiny task of clearly different lengths."""
+    pairs = tiny_pairs(12, 7)
+    long = f"{pairs[1][0]} {pairs[2][0]} {pairs[3][0]}"
+    return [pairs[0][0], long, "we 5", pairs[4][0], f"{pairs[5][0]} 90"]
 
 
 @pytest.fixture(scope="module")
 def runner(tiny_bundle):
-    """CPU runner of the tiny bundle (tests/service/runtime/conftest.py gives its tests both layouts)."""
+    """The tests' one runner: CPU, the tiny bundle, default settings (max_beam DEFAULT_MAX_BEAM); tests
+    that need both KV-cache layouts take `layout_runner`."""
     from service.runtime.runner import Runner
 
     return Runner(tiny_bundle, providers=["CPUExecutionProvider"])
@@ -108,6 +109,11 @@ def runner(tiny_bundle):
 
 @pytest.fixture
 def hooked(runner):
-    """The runner; its fault hook is removed after the test."""
+    """The runner, for a test that sets its fault hook: after the test a Gate left there is opened
+    (the worker never stays held) and the hook is removed."""
+    from tests.support.scheduling import Gate
+
     yield runner
+    if isinstance(runner.fault_hook, Gate):
+        runner.fault_hook.open()
     runner.fault_hook = None

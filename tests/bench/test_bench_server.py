@@ -15,10 +15,10 @@ from bench import scaling
 from bench import server as server_bench
 from bench.loadgen import Record, closed_loop, open_loop, percentiles, poisson_arrivals, summarize
 from bench.workload import Lengths, mixed_texts, sources_of_length
-from service.config import ServerConfig
 from service.runtime.runner import Runner
 from service.server import BackgroundServer
 from tests.support.corpus import tiny_pairs
+from tests.support.server import server_config
 
 MAX_NEW = 12
 
@@ -30,11 +30,9 @@ def sources() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def server(tiny_bundle: Path, runner: Runner) -> Iterator[BackgroundServer]:
-    """An in-process continuous-batching server on a free loopback port."""
-    config = ServerConfig(bundle=tiny_bundle, port=0, metrics_port=-1, providers=("CPUExecutionProvider",),
-                          max_batch_size=4)
-    with BackgroundServer(config, runner) as srv:
+def bench_server(tiny_bundle: Path, runner: Runner) -> Iterator[BackgroundServer]:
+    """An in-process continuous-batching server on a free loopback port, 4 rows."""
+    with BackgroundServer(server_config(tiny_bundle, max_batch_size=4), runner) as srv:
         yield srv
 
 
@@ -95,16 +93,17 @@ def test_workloads_follow_the_bundle_tokenizer(tiny_bundle: Path, sources: list[
         assert [len(x) for x in ids] == [tokens] * 3 and all(x[-1] == lengths.eos for x in ids)
 
 
-def test_closed_and_open_loop_answer_every_request_once(server: BackgroundServer, runner: Runner,
+def test_closed_and_open_loop_answer_every_request_once(bench_server: BackgroundServer, runner: Runner,
                                                         sources: list[str]) -> None:
     texts = sources[:7]
     want = [len(h[0].tokens) for h in runner.translate(texts)]
     n = 23
-    closed = asyncio.run(closed_loop(server.address, texts, concurrency=4, requests=n, stream_every=3))
+    closed = asyncio.run(closed_loop(bench_server.address, texts, concurrency=4, requests=n, stream_every=3))
     check_summary(closed, n)
     assert [r.streamed for r in closed] == [i % 3 == 0 for i in range(n)]
     assert [r.out_tokens for r in closed] == [want[i % len(texts)] for i in range(n)]
-    opened = asyncio.run(open_loop(server.address, texts, rate=200.0, requests=n, seed=2, stream_every=1))
+    address = bench_server.address
+    opened = asyncio.run(open_loop(address, texts, rate=200.0, requests=n, seed=2, stream_every=1))
     check_summary(opened, n)
     assert all(r.streamed for r in opened)
     assert [r.out_tokens for r in opened] == [want[i % len(texts)] for i in range(n)]

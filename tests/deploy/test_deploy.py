@@ -27,9 +27,9 @@ from protos.translator.v1 import translator_pb2 as pb
 from protos.translator.v1 import translator_pb2_grpc as pb_grpc
 from service.config import _FLAGS, ServerConfig, env_name
 from tests.support import REPO_ROOT
-from tests.support.deploy import base_env, free_port, running
 from tests.support.docs import readme_example
-from tests.support.polling import wait_for
+from tests.support.polling import wait_until
+from tests.support.server import base_env, free_port, running
 
 DOCKERFILE = REPO_ROOT / "Dockerfile"
 REQUIREMENTS = REPO_ROOT / "deploy" / "docker" / "requirements.py"
@@ -284,7 +284,7 @@ def test_entrypoint_serves_and_healthcheck_answers_serving(stages, context, tmp_
             checks.append(health())
             return checks[-1].returncode == 0
 
-        wait_for(healthy_or_exited, timeout=180, what="the HEALTHCHECK to pass", interval=0.5)
+        wait_until(healthy_or_exited, "the HEALTHCHECK to pass", timeout=180, interval=0.5)
         assert server.alive(), server.logs()
         assert checks[-1].stdout.strip() == "SERVING"
         written, spoken = readme_example()

@@ -35,15 +35,13 @@ from tests.support import REPO_ROOT
 from tests.support.deploy import (
     DEPLOY,
     adapter_rules,
-    base_env,
-    free_port,
     metric_sample_names,
     promql_selectors,
     render_adapter_query,
-    running,
 )
-from tests.support.polling import wait_for
-from tests.support.server import TEXTS
+from tests.support.polling import wait_until
+from tests.support.server import TEXTS, base_env, free_port, running, wait_for_port_file
+from tests.support.tools import require
 
 RULES = DEPLOY / "prometheus" / "translator-rules.yml"
 RULE_TESTS = DEPLOY / "prometheus" / "translator-rules.test.yml"
@@ -86,11 +84,9 @@ def dashboard_queries() -> list[str]:
 def binary(name: str) -> str:
     """Path of a Prometheus binary; `make test` installs it: skip without it, fail in CI."""
     found = shutil.which(name)
-    if found:
-        return found
-    if os.environ.get("CI"):
-        pytest.fail(f"{name} is missing: `make test` installs the Debian package prometheus")
-    pytest.skip(f"{name} is not installed (`make prometheus-tools` installs it)")
+    require(found is not None, name, "`make test` installs the Debian package prometheus "
+            "(`make prometheus-tools`)")
+    return found
 
 
 def test_rule_expressions_parse_and_read_exported_metrics():
@@ -265,34 +261,32 @@ def test_prometheus_scrapes_the_service_and_every_query_returns_data(tiny_bundle
                    "--metrics-port", str(metrics_port), "--providers", "CPUExecutionProvider"]
     env = base_env() | {"PYTHONPATH": str(REPO_ROOT)}
     with running(server_argv, env, REPO_ROOT, tmp_path / "server") as server:
-        wait_for(lambda: port_file.exists() or not server.alive(), 120, "the server's port file")
-        assert server.alive(), server.logs()
-        targets = [pod_target(f"127.0.0.1:{metrics_port}"),
-                   pod_target(f"127.0.0.1:{port_file.read_text().strip()}", port_name="grpc"),
+        port = wait_for_port_file(server, port_file)
+        targets = [pod_target(f"127.0.0.1:{metrics_port}"), pod_target(f"127.0.0.1:{port}", port_name="grpc"),
                    pod_target("127.0.0.1:9", app="something-else")]
         prom_argv = [prometheus, f"--config.file={derived_config(tmp_path, targets)}",
                      f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{web_port}",
                      "--log.level=warn"]
         with running(prom_argv, os.environ, tmp_path, tmp_path / "prometheus") as prom, \
-                grpc.insecure_channel(f"127.0.0.1:{port_file.read_text().strip()}") as channel:
+                grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
             api = Prometheus(f"http://127.0.0.1:{web_port}")
-            wait_for(lambda: api.ready() or not prom.alive(), 60, "Prometheus to be ready")
+            wait_until(lambda: api.ready() or not prom.alive(), "Prometheus to be ready", 60)
             assert prom.alive(), prom.logs()
-            wait_for(lambda: api.value('up{job="translator"}') == 1, 30, "the first scrape")
+            wait_until(lambda: api.value('up{job="translator"}') == 1, "the first scrape", 30)
             check_targets(api, metrics_port)
 
             stub = pb_grpc.TranslatorStub(channel)
             # every series exists (and is scraped) before the measured traffic, so rates see all of it
             firsts, totals = send_traffic(stub, 1, 1, 1)
             count = f'sum(translator_requests_total{{job="translator",method="{STREAM}"}})'
-            wait_for(lambda: api.value(count) == 1, 20, "the first calls to be scraped")
+            wait_until(lambda: api.value(count) == 1, "the first calls to be scraped", 20)
             more_firsts, more_totals = send_traffic(stub, N_STREAMS - 1, N_UNARY - 1, N_BAD - 1)
             firsts, totals = firsts + more_firsts, totals + more_totals
-            wait_for(lambda: api.value(count) == N_STREAMS, 20, "every call to be scraped")
+            wait_until(lambda: api.value(count) == N_STREAMS, "every call to be scraped", 20)
             done = time.time()
 
             check_latency_against_client(api, firsts, totals)
-            wait_for(lambda: rules_evaluated_since(api, done), 30, "the rules to be evaluated again")
+            wait_until(lambda: rules_evaluated_since(api, done), "the rules to be evaluated again", 30)
             for rule in rules():
                 if "record" in rule:
                     assert api.query(rule["record"]), f"{rule['record']} recorded nothing"

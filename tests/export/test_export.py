@@ -1,4 +1,6 @@
-"""The ONNX export against the PyTorch model: graphs, shapes, parity, greedy, bundle manifest, CLI."""
+"""The ONNX export against the PyTorch model: graphs, shapes, parity, greedy, bundle manifest, CLI; on
+the concatenated-cache decoder interface (the "fused" lowering, `tiny_concat_bundle`; the default
+"inplace" one: test_inplace_attention.py)."""
 
 from __future__ import annotations
 
@@ -37,18 +39,10 @@ from tests.support import REPO_ROOT
 ATOL = 1e-4
 
 
-
 @pytest.fixture(scope="module")
-def tiny_bundle(tiny_concat_bundle):
-    """This module checks the concatenated-cache decoder interface (the "fused" lowering);
-    tests/test_inplace_attention.py the default "inplace" one."""
-    return tiny_concat_bundle
-
-
-@pytest.fixture(scope="module")
-def sessions(tiny_bundle):
-    """(encoder, decoder) ONNX Runtime CPU sessions of the tiny bundle."""
-    return open_session(tiny_bundle / names.ENCODER_FILE), open_session(tiny_bundle / names.DECODER_FILE)
+def sessions(tiny_concat_bundle):
+    """(encoder, decoder) ONNX Runtime CPU sessions of the concatenated-cache bundle."""
+    return tuple(open_session(tiny_concat_bundle / f) for f in (names.ENCODER_FILE, names.DECODER_FILE))
 
 
 def valid_sources(model, checkpoint, corpus, n: int) -> list[list[int]]:
@@ -63,8 +57,8 @@ def dims(value: onnx.ValueInfoProto) -> list[str | int]:
     return [d.dim_param or d.dim_value for d in value.type.tensor_type.shape.dim]
 
 
-def test_graphs_pass_checker_and_load_in_onnxruntime(tiny_bundle):
-    files = [tiny_bundle / f for f in (names.ENCODER_FILE, names.DECODER_FILE, *FP16_FILES.values())]
+def test_graphs_pass_checker_and_load_in_onnxruntime(tiny_concat_bundle):
+    files = [tiny_concat_bundle / f for f in (names.ENCODER_FILE, names.DECODER_FILE, *FP16_FILES.values())]
     check_graphs(files)
     for f in files:
         proto = onnx.load(str(f))
@@ -73,14 +67,14 @@ def test_graphs_pass_checker_and_load_in_onnxruntime(tiny_bundle):
         open_session(f)  # loads: no IR/opset refusal
 
 
-def test_graphs_carry_no_debug_metadata_or_local_paths(tiny_bundle):
+def test_graphs_carry_no_debug_metadata_or_local_paths(tiny_concat_bundle):
     here = str(REPO_ROOT).encode()
-    for f in tiny_bundle.glob("*.onnx"):
+    for f in tiny_concat_bundle.glob("*.onnx"):
         data = f.read_bytes()
         assert b"stack_trace" not in data and here not in data, f.name
 
 
-def test_io_names_and_axes_match_names_py(tiny_bundle, tiny_model):
+def test_io_names_and_axes_match_names_py(tiny_concat_bundle, tiny_model):
     cfg, n = tiny_model.cfg, tiny_model.cfg.n_decoder_layers
     axes = names.dynamic_axes(n)
     expected = {
@@ -88,7 +82,7 @@ def test_io_names_and_axes_match_names_py(tiny_bundle, tiny_model):
         names.DECODER_FILE: ("decoder", names.decoder_inputs(n), names.decoder_outputs(n)),
     }
     for file, (graph, inputs, outputs) in expected.items():
-        proto = onnx.load(str(tiny_bundle / file))
+        proto = onnx.load(str(tiny_concat_bundle / file))
         assert [i.name for i in proto.graph.input] == inputs
         assert [o.name for o in proto.graph.output] == outputs
         for value in [*proto.graph.input, *proto.graph.output]:
@@ -97,7 +91,7 @@ def test_io_names_and_axes_match_names_py(tiny_bundle, tiny_model):
                 assert shape[axis] == axis_name, (value.name, shape)
             if "key" in value.name or "value" in value.name:
                 assert shape[1] == cfg.n_heads and shape[3] == cfg.d_head  # the only fixed dims
-    logprobs = onnx.load(str(tiny_bundle / names.DECODER_FILE)).graph.output[0]
+    logprobs = onnx.load(str(tiny_concat_bundle / names.DECODER_FILE)).graph.output[0]
     assert dims(logprobs) == ["batch", "new_len", cfg.vocab_size]
 
 
@@ -218,21 +212,21 @@ def test_greedy_is_token_identical(sessions, tiny_model, tiny_checkpoint, tiny_c
     assert bad == [] and same == 12
 
 
-def test_verification_fails_for_a_different_model(tiny_bundle, tiny_model):
+def test_verification_fails_for_a_different_model(tiny_concat_bundle, tiny_model):
     other = copy.deepcopy(tiny_model)
     with torch.no_grad():
         other.generator.proj.bias.add_(0.01 * torch.arange(other.cfg.vocab_size) / other.cfg.vocab_size)
     with pytest.raises(ParityError, match="logprobs"):
-        verify_bundle(tiny_bundle, other, sources=[[5, 2]], cases=(Case(2, 4, 1, 1),))
+        verify_bundle(tiny_concat_bundle, other, sources=[[5, 2]], cases=(Case(2, 4, 1, 1),))
 
 
-def test_bundle_json_hashes_and_contents(tiny_bundle, tiny_checkpoint, tiny_model):
-    manifest = json.loads((tiny_bundle / names.BUNDLE_FILE).read_text())
-    files = {p.name for p in tiny_bundle.iterdir()} - {names.BUNDLE_FILE}
+def test_bundle_json_hashes_and_contents(tiny_concat_bundle, tiny_checkpoint, tiny_model):
+    manifest = json.loads((tiny_concat_bundle / names.BUNDLE_FILE).read_text())
+    files = {p.name for p in tiny_concat_bundle.iterdir()} - {names.BUNDLE_FILE}
     assert set(manifest["files"]) == files
     assert {names.ENCODER_FILE, names.DECODER_FILE, names.TOKENIZER_FILE, *FP16_FILES.values()} == files
     for name, entry in manifest["files"].items():
-        path = tiny_bundle / name
+        path = tiny_concat_bundle / name
         assert entry == {"sha256": file_sha256(path), "bytes": path.stat().st_size}
     n = tiny_model.cfg.n_decoder_layers
     io = manifest["io"]
@@ -245,7 +239,7 @@ def test_bundle_json_hashes_and_contents(tiny_bundle, tiny_checkpoint, tiny_mode
     state = torch.load(tiny_checkpoint, weights_only=True)
     assert manifest["checkpoint"] == {"sha256": file_sha256(tiny_checkpoint), "step": state["step"]}
     assert manifest["version"].endswith("-" + file_sha256(tiny_checkpoint)[:8])
-    decoder = onnx.load(str(tiny_bundle / names.DECODER_FILE))
+    decoder = onnx.load(str(tiny_concat_bundle / names.DECODER_FILE))
     assert manifest["onnx"]["opset"] == {o.domain: o.version for o in decoder.opset_import}[""]
     assert manifest["onnx"]["ir_version"] == decoder.ir_version
     assert manifest["onnx"]["attention"] == "fused" and manifest["onnx"]["optimized"] is False
@@ -254,25 +248,25 @@ def test_bundle_json_hashes_and_contents(tiny_bundle, tiny_checkpoint, tiny_mode
     assert manifest["verification"]["logprobs_max_diff"] <= ATOL
     assert manifest["verification"]["greedy_identical"] == manifest["verification"]["greedy_sources"] > 0
     tokenizer = tokenizer_path(tiny_checkpoint, state)
-    assert (tiny_bundle / names.TOKENIZER_FILE).read_bytes() == tokenizer.read_bytes()
+    assert (tiny_concat_bundle / names.TOKENIZER_FILE).read_bytes() == tokenizer.read_bytes()
 
 
-def test_fp16_variant_runs_close_to_pytorch(tiny_bundle, tiny_model):
-    proto = onnx.load(str(tiny_bundle / FP16_FILES["decoder"]))
+def test_fp16_variant_runs_close_to_pytorch(tiny_concat_bundle, tiny_model):
+    proto = onnx.load(str(tiny_concat_bundle / FP16_FILES["decoder"]))
     assert proto.graph.output[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT16
-    result = verify_fp16(tiny_bundle, tiny_model, [[5, 6, 2]], **FP16_FILES)
+    result = verify_fp16(tiny_concat_bundle, tiny_model, [[5, 6, 2]], **FP16_FILES)
     assert result["prob_max_diff"] <= 1e-2
 
 
-def test_optimized_graphs_stay_standard_and_keep_parity(tiny_bundle, tiny_model, tmp_path):
+def test_optimized_graphs_stay_standard_and_keep_parity(tiny_concat_bundle, tiny_model, tmp_path):
     for f in (names.ENCODER_FILE, names.DECODER_FILE):
-        shutil.copy(tiny_bundle / f, tmp_path / f)
+        shutil.copy(tiny_concat_bundle / f, tmp_path / f)
         optimize_offline(tmp_path / f)
         proto = onnx.load(str(tmp_path / f))
-        exported = {(n.domain, n.op_type) for n in onnx.load(str(tiny_bundle / f)).graph.node}
+        exported = {(n.domain, n.op_type) for n in onnx.load(str(tiny_concat_bundle / f)).graph.node}
         added = {(n.domain, n.op_type) for n in proto.graph.node} - exported
         assert {domain for domain, _ in added} <= {"", "ai.onnx"}  # no CPU-only fusions: provider-portable
-    before = len(onnx.load(str(tiny_bundle / names.DECODER_FILE)).graph.node)
+    before = len(onnx.load(str(tiny_concat_bundle / names.DECODER_FILE)).graph.node)
     assert len(onnx.load(str(tmp_path / names.DECODER_FILE)).graph.node) <= before
     report = verify_bundle(tmp_path, tiny_model, sources=[[5, 6, 2], [7, 2]], cases=(Case(3, 10, 4, 2),))
     assert report.logprobs_max_diff <= ATOL and report.greedy_identical == 2

@@ -21,12 +21,6 @@ from tests.support.model import graph_ops
 
 
 @pytest.fixture(scope="module")
-def tiny_bundle(tiny_concat_bundle):
-    """This module checks the "fused" lowering (the "fused" lowering); tests/test_inplace_attention.py the
-    default "inplace" one."""
-    return tiny_concat_bundle
-
-@pytest.fixture(scope="module")
 def plain_dir(tiny_model, tmp_path_factory):
     """The tiny model exported with the plain lowering (standard ONNX attention)."""
     out = tmp_path_factory.mktemp("plain")
@@ -97,19 +91,19 @@ def test_packed_cross_kv_equals_the_models_cross_kv(tiny_model):
             torch.testing.assert_close(a, r, atol=1e-6, rtol=1e-5)
 
 
-def test_graphs_use_the_contrib_op_and_are_smaller(tiny_bundle, plain_dir, tiny_model):
+def test_graphs_use_the_contrib_op_and_are_smaller(tiny_concat_bundle, plain_dir, tiny_model):
     n_enc, n_dec = tiny_model.cfg.n_encoder_layers, tiny_model.cfg.n_decoder_layers
     mha = (MS_DOMAIN, "MultiHeadAttention")
-    fused_dec = graph_ops(tiny_bundle / names.DECODER_FILE)
+    fused_dec = graph_ops(tiny_concat_bundle / names.DECODER_FILE)
     plain_dec = graph_ops(plain_dir / names.DECODER_FILE)
     # every self- and cross-attention (the last one's weights come from MHA's scores + Softmax)
     assert fused_dec.count(mha) == 2 * n_dec
     # the encoder's self-attention: com.microsoft.Attention (packed Q/K/V projection inside)
-    assert graph_ops(tiny_bundle / names.ENCODER_FILE).count((MS_DOMAIN, "Attention")) == n_enc
+    assert graph_ops(tiny_concat_bundle / names.ENCODER_FILE).count((MS_DOMAIN, "Attention")) == n_enc
     assert mha not in plain_dec
     assert len(fused_dec) < len(plain_dec)
     for f in (names.ENCODER_FILE, names.DECODER_FILE):
-        proto = onnx.load(str(tiny_bundle / f))
+        proto = onnx.load(str(tiny_concat_bundle / f))
         assert not any(n.domain == DOMAIN for n in proto.graph.node)  # placeholders rewritten
         imports = {o.domain: o.version for o in proto.opset_import}
         assert imports.get(MS_DOMAIN) == 1 and DOMAIN not in imports
@@ -118,9 +112,9 @@ def test_graphs_use_the_contrib_op_and_are_smaller(tiny_bundle, plain_dir, tiny_
         assert heads and set(heads) == {tiny_model.cfg.n_heads}
 
 
-def test_fused_and_plain_graphs_agree_with_pytorch(tiny_bundle, plain_dir, tiny_model):
+def test_fused_and_plain_graphs_agree_with_pytorch(tiny_concat_bundle, plain_dir, tiny_model):
     cases = (Case(1, 1, 0, 1), Case(3, 7, 5, 1), Case(2, 9, 0, 4), Case(4, 5, 6, 3))
-    for directory in (tiny_bundle, plain_dir):
+    for directory in (tiny_concat_bundle, plain_dir):
         enc = open_session(directory / names.ENCODER_FILE)
         dec = open_session(directory / names.DECODER_FILE)
         for case in cases:
@@ -128,7 +122,7 @@ def test_fused_and_plain_graphs_agree_with_pytorch(tiny_bundle, plain_dir, tiny_
             assert max(diffs.values()) <= 1e-4, (directory.name, case, diffs)
 
 
-def test_fused_decoder_output_equals_plain_decoder_output(tiny_bundle, plain_dir, tiny_model):
+def test_fused_decoder_output_equals_plain_decoder_output(tiny_concat_bundle, plain_dir, tiny_model):
     cfg = tiny_model.cfg
     rng = np.random.default_rng(0)
     b, p, s, h, dh = 3, 6, 8, cfg.n_heads, cfg.d_head
@@ -144,7 +138,7 @@ def test_fused_decoder_output_equals_plain_decoder_output(tiny_bundle, plain_dir
             feeds[names.past_name(i, "encoder", kv)] = rng.standard_normal((b, h, s, dh), np.float32)
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
-    run = {d: cpu_session(d / names.DECODER_FILE, so) for d in (tiny_bundle, plain_dir)}
-    fused, plain = (run[d].run(None, feeds) for d in (tiny_bundle, plain_dir))
+    run = {d: cpu_session(d / names.DECODER_FILE, so) for d in (tiny_concat_bundle, plain_dir)}
+    fused, plain = (run[d].run(None, feeds) for d in (tiny_concat_bundle, plain_dir))
     for name, a, r in zip(names.decoder_outputs(cfg.n_decoder_layers), fused, plain, strict=True):
         np.testing.assert_allclose(a, r, atol=1e-4, err_msg=name)

@@ -6,23 +6,20 @@ import io
 import json
 import shutil
 import subprocess
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from service import client
-from service.domain.types import DecodeOptions
-from service.runtime.runner import Runner
+from service.domain.types import DEFAULT_MAX_BEAM, DecodeOptions
 from service.server import BackgroundServer
+from tests.support.decoding import best_texts
 from tests.support.server import TEXTS, server_config
 
 
 @pytest.fixture(scope="module")
-def address(tiny_bundle: Path, runner: Runner) -> Iterator[str]:
-    """host:port of a running server."""
-    with BackgroundServer(server_config(tiny_bundle), runner) as srv:
-        yield srv.address
+def address(server: BackgroundServer) -> str:
+    """host:port of the service tests' server (tests/service/conftest.py)."""
+    return server.address
 
 
 def run(address: str, *args: str) -> tuple[int, str]:
@@ -32,26 +29,22 @@ def run(address: str, *args: str) -> tuple[int, str]:
     return code, out.getvalue()
 
 
-def best(runner: Runner, texts: list[str], **options) -> list[str]:
-    """The runner's best translation of each text."""
-    return [h[0].text for h in runner.translate(texts, DecodeOptions(**options))]
-
-
 def test_translate_prints_one_line_per_text(address, runner):
     """One output line per input text, the runner's translations."""
-    assert run(address, *TEXTS[:2]) == (0, "".join(t + "\n" for t in best(runner, TEXTS[:2])))
+    assert run(address, *TEXTS[:2]) == (0, "".join(t + "\n" for t in best_texts(runner, TEXTS[:2])))
 
 
 def test_v2_prints_the_same(address, runner):
     """--v2 with beam and max tokens prints the runner's translations."""
+    want = best_texts(runner, TEXTS[:2], DecodeOptions(beam_size=2, max_new_tokens=9))
     assert run(address, "--v2", "--beam", "2", "--max-tokens", "9", *TEXTS[:2]) == (
-        0, "".join(t + "\n" for t in best(runner, TEXTS[:2], beam_size=2, max_new_tokens=9)))
+        0, "".join(t + "\n" for t in want))
 
 
 def test_stream_prints_the_pieces_then_ends_the_line(address, runner):
     """--stream prints the pieces, which add up to the translation."""
     assert run(address, "--stream", "--max-tokens", "20", TEXTS[0]) == (
-        0, best(runner, TEXTS[:1], max_new_tokens=20)[0] + "\n")
+        0, best_texts(runner, TEXTS[:1], DecodeOptions(max_new_tokens=20))[0] + "\n")
 
 
 def test_n_best_scores_and_alignment(address, runner):
@@ -70,6 +63,7 @@ def test_n_best_scores_and_alignment(address, runner):
     rows = [line for line in lines if line.startswith("   ") and line not in headers and "score=" not in line]
     assert len(rows) == sum(len(h.tokens) for h in hyps)  # one alignment row per output token
 
+
 def test_info_prints_json(address, runner):
     """--info prints GetModelInfo as JSON."""
     code, out = run(address, "--info")
@@ -82,7 +76,8 @@ def test_info_prints_json(address, runner):
 def test_errors_print_the_status_and_exit_1(address, capsys):
     """RPC errors print the status name and message and exit 1."""
     assert run(address, "--beam", "99", "we")[0] == 1
-    assert "error: INVALID_ARGUMENT: beam_size must be between 1 and 8" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"error: INVALID_ARGUMENT: beam_size must be between 1 and {DEFAULT_MAX_BEAM}" in err
     assert run(address, "--v2", " ")[0] == 1
     assert "error: INVALID_ARGUMENT: text 0 is empty" in capsys.readouterr().err
 
@@ -104,5 +99,6 @@ def test_tls_round_trip(tiny_bundle, runner, tmp_path):
                     "-subj", "/CN=test", "-addext", "subjectAltName=IP:127.0.0.1",
                     "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True, timeout=60)
     with BackgroundServer(server_config(tiny_bundle, tls_cert=cert, tls_key=key), runner) as srv:
-        assert run(srv.address, "--ca-cert", str(cert), TEXTS[1]) == (0, best(runner, TEXTS[1:2])[0] + "\n")
+        want = best_texts(runner, TEXTS[1:2])[0]
+        assert run(srv.address, "--ca-cert", str(cert), TEXTS[1]) == (0, want + "\n")
         assert run(srv.address, "--timeout", "5", TEXTS[1])[0] == 1  # plaintext to a TLS port fails

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -23,49 +22,21 @@ from protos.translator.v1 import translator_pb2 as pb
 from protos.translator.v1 import translator_pb2_grpc as pb_grpc
 from service.domain.types import DecodeOptions
 from service.runtime.bundle import file_sha256
-from service.runtime.runner import Runner
 from tests.support import REPO_ROOT
-from tests.support.decoding import reference
-from tests.support.deploy import free_port
-from tests.support.polling import wait_for, wait_until
-from tests.support.server import NOT_SERVING, TEXTS, scrape
+from tests.support.decoding import best_tokens
+from tests.support.metrics import key, scrape
+from tests.support.polling import wait_until
+from tests.support.server import NOT_SERVING, SERVING, TEXTS, ServerProcess, free_port, slow_server
 
 GRACE_S = 2.0
 CALLS = 24
-# The real entry point, every decoder step slowed down (by SLOW_STEP_S seconds): the server is
-# surely busy when SIGTERM comes.
-SLOW_SERVER = """
-import os, sys, time
-from service.runtime.backends import HostBackend
-run = HostBackend.decode
-pause = float(os.environ.get("SLOW_STEP_S", "0.01"))
-def slow(self, *args, **kwargs):
-    time.sleep(pause)
-    return run(self, *args, **kwargs)
-HostBackend.decode = slow
-from service.server import main
-sys.exit(main(sys.argv[1:]))
-"""
 
 
-def start(bundle: Path, tmp_path: Path, *extra: str, code: str = SLOW_SERVER,
-          step_s: float = 0.01) -> tuple[subprocess.Popen, int]:
-    """A server subprocess on a free loopback port; (process, port) once it serves."""
-    port_file = tmp_path / "port"
-    args = ["--bundle", str(bundle), "--port", "0", "--port-file", str(port_file), "--metrics-port", "-1",
-            "--providers", "CPUExecutionProvider", *extra]
-    proc = subprocess.Popen([sys.executable, "-c", code, *args], cwd=REPO_ROOT, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**os.environ, "SLOW_STEP_S": str(step_s)})
-    assert wait_until(lambda: port_file.exists() or proc.poll() is not None, timeout=120), "no port file"
-    assert proc.poll() is None, proc.communicate()[1]
-    return proc, int(port_file.read_text())
-
-
-async def load_then_signal(port: int, metrics_port: int, proc: subprocess.Popen,
-                           sig: signal.Signals) -> tuple[list, float, list[int]]:
+async def load_then_signal(port: int, metrics_port: int, server: ServerProcess,
+                           sig: signal.Signals) -> tuple[list, float, list[int], int]:
     """CALLS concurrent calls (unary and streams), the signal once all are in; [(kind, code, message,
-    tokens)], the seconds from the signal to the last answer, and the health statuses seen after it."""
+    tokens)], the seconds from the signal to the last answer, the health statuses a Watch saw (from
+    before the signal until NOT_SERVING), and how many calls were unanswered at NOT_SERVING."""
     async with aio.insecure_channel(f"127.0.0.1:{port}") as channel:
         stub = pb_grpc.TranslatorStub(channel)
         options = pb.TranslateOptions(max_output_tokens=60)
@@ -91,6 +62,8 @@ async def load_then_signal(port: int, metrics_port: int, proc: subprocess.Popen,
             except aio.AioRpcError as exc:
                 return "stream", exc.code().name, exc.details(), None
 
+        watch = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(), timeout=60)
+        statuses = [(await watch.read()).status]
         calls = [asyncio.ensure_future((stream if i % 3 == 0 else unary)(TEXTS[i % len(TEXTS)]))
                  for i in range(CALLS)]
         await asyncio.wait_for(first_piece.wait(), 60)
@@ -99,59 +72,50 @@ async def load_then_signal(port: int, metrics_port: int, proc: subprocess.Popen,
             """Every call is queued, decoding or answered (the server's gauges and our own count)."""
             gauges = scrape(metrics_port)
             answered = sum(c.done() for c in calls)
-            held = gauges["translator_queue_depth"] + gauges["translator_active_sequences"]
+            held = gauges[key("translator_queue_depth")] + gauges[key("translator_active_sequences")]
             return held + answered >= CALLS
 
-        await asyncio.to_thread(wait_for, all_in, 60, "every call to reach the server")
-        proc.send_signal(sig)
+        await asyncio.to_thread(wait_until, all_in, "every call to reach the server", 60, 0.1)
+        server.proc.send_signal(sig)
         signalled = time.monotonic()
-        health, statuses = health_pb2_grpc.HealthStub(channel), []
-        for _ in range(500):  # bounded: the server turns NOT_SERVING once it has handled the signal
-            try:
-                reply = await health.Check(health_pb2.HealthCheckRequest(), timeout=5)
-            except aio.AioRpcError:
-                break
-            statuses.append(reply.status)
-            if reply.status == NOT_SERVING:
-                break
+        while statuses[-1] != NOT_SERVING:  # bounded by the Watch's timeout
+            statuses.append((await watch.read()).status)
+        unanswered = sum(not c.done() for c in calls)
+        watch.cancel()
         late = await unary(TEXTS[0])  # a call after the signal is refused
         results = await asyncio.gather(*calls)
-        return [*results, late], time.monotonic() - signalled, statuses
+        return [*results, late], time.monotonic() - signalled, statuses, unanswered
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_signal_under_load_answers_every_call_and_exits_zero(tiny_bundle, tmp_path, sig):
-    """Health turns NOT_SERVING at once; each call either completes with the right tokens or gets
-    UNAVAILABLE with a clear message, all within the grace period (plus the server's margin); the
-    process exits 0."""
-    runner = Runner(tiny_bundle, providers=["CPUExecutionProvider"])
+def test_signal_under_load_answers_every_call_and_exits_zero(tiny_bundle, tmp_path, runner, sig):
+    """Health turns NOT_SERVING at once, while calls are still in flight; each call either completes
+    with the right tokens or gets UNAVAILABLE with a clear message, all within the grace period (plus
+    the server's margin); the process exits 0."""
     # One text at a time, each decoder step slowed so that the longest text takes half the grace
     # period: the first calls finish within it, while all CALLS together take several times longer.
-    steps = [len(reference(runner, t, DecodeOptions(max_new_tokens=60))[0]) + 1 for t in TEXTS]
+    want = [best_tokens(runner, t, DecodeOptions(max_new_tokens=60)) for t in TEXTS]
+    steps = [len(tokens) + 1 for tokens in want]
     step_s = GRACE_S / 2 / max(steps)
     assert CALLS * min(steps) * step_s > 2 * GRACE_S
     metrics_port = free_port()
-    proc, port = start(tiny_bundle, tmp_path, "--max-batch-size", "1", "--drain-grace-s", str(GRACE_S),
-                       "--metrics-port", str(metrics_port), step_s=step_s)
-    try:
-        answers, seconds, statuses = asyncio.run(
-            asyncio.wait_for(load_then_signal(port, metrics_port, proc, sig), 120))
-        out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 0, err
-    assert "draining" in err and "Traceback" not in err
-    assert statuses and statuses[-1] == NOT_SERVING, statuses  # health said so while draining
+    with slow_server(tiny_bundle, tmp_path, "--max-batch-size", "1", "--drain-grace-s", str(GRACE_S),
+                     "--metrics-port", str(metrics_port), step_s=step_s) as (server, port):
+        answers, seconds, statuses, unanswered = asyncio.run(
+            asyncio.wait_for(load_then_signal(port, metrics_port, server, sig), 120))
+        assert server.exit_code() == 0, server.logs()
+    logs = server.logs()
+    assert "draining" in logs and "Traceback" not in logs
+    assert statuses == [SERVING, NOT_SERVING], statuses  # health said so after the signal ...
+    assert unanswered > 0  # ... while calls were still in flight: draining
     codes = [code for _, code, _, _ in answers]
     assert set(codes) <= {"OK", "UNAVAILABLE"}, answers
     assert "OK" in codes[:-1] and "UNAVAILABLE" in codes[:-1]  # some finished in the grace period, some not
-    assert codes[-1] == "UNAVAILABLE" and "shutting down" in answers[-1][2]  # the call made after SIGTERM
+    assert codes[-1] == "UNAVAILABLE" and "shutting down" in answers[-1][2]  # the call made after the signal
     assert seconds < GRACE_S + 2.0 + 5.0  # grace + the server's margin + slack for a loaded machine
     for i, (_, code, message, tokens) in enumerate(answers[:-1]):
         if code == "OK":
-            assert tokens == reference(runner, TEXTS[i % len(TEXTS)], DecodeOptions(max_new_tokens=60))[0]
+            assert tokens == want[i % len(TEXTS)]
         else:
             assert "the server shut down" in message, message
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
@@ -14,18 +13,26 @@ import pytest
 from google.protobuf import descriptor_pool
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
-from prometheus_client.parser import text_string_to_metric_families
 
 from protos.inference import grpc_service_pb2 as v2
 from protos.inference import grpc_service_pb2_grpc as v2_grpc
 from protos.translator.v1 import translator_pb2 as pb
 from protos.translator.v1 import translator_pb2_grpc as pb_grpc
-from service.config import ServerConfig, env_name, parse_config
-from service.domain.types import DecodeOptions
+from service.config import ServerConfig
+from service.domain.types import DEFAULT_MAX_BEAM, DecodeOptions
 from service.server import BackgroundServer
-from tests.support.decoding import reference
+from tests.support.decoding import assert_distinct, best_tokens, reference
+from tests.support.metrics import key, scrape
 from tests.support.polling import wait_until
-from tests.support.server import MAX_BATCH, MESSAGE_LIMIT, NOT_SERVING, SERVING, TEXTS, server_config
+from tests.support.server import (
+    MAX_BATCH,
+    MESSAGE_LIMIT,
+    NOT_SERVING,
+    SERVING,
+    TEXTS,
+    health_status,
+    server_config,
+)
 
 
 @pytest.fixture(scope="module")
@@ -81,14 +88,14 @@ def test_stream_pieces_then_one_final_result(stub, runner):
     assert {m.request_id for m in messages} == {"s-1"}
     hyp = final.result.hypotheses[0]
     assert [m.piece.index for m in pieces] == list(range(len(pieces)))
-    assert [m.piece.token_id for m in pieces] == list(hyp.token_ids) == reference(runner, TEXTS[0],
-                                                                                  DecodeOptions(max_new_tokens=25))[0]
+    assert [m.piece.token_id for m in pieces] == list(hyp.token_ids) == best_tokens(
+        runner, TEXTS[0], DecodeOptions(max_new_tokens=25))
     assert "".join(m.piece.text for m in pieces) == hyp.text
     beam_options = pb.TranslateOptions(beam_size=2, max_output_tokens=25)
     beam = pb.TranslateStreamRequest(text=TEXTS[0], options=beam_options)
     (only,) = list(stub.TranslateStream(beam, timeout=30))  # beam search: the final message alone
-    assert list(only.result.hypotheses[0].token_ids) == reference(
-        runner, TEXTS[0], DecodeOptions(beam_size=2, max_new_tokens=25))[0]
+    assert list(only.result.hypotheses[0].token_ids) == best_tokens(
+        runner, TEXTS[0], DecodeOptions(beam_size=2, max_new_tokens=25))
 
 
 def test_get_model_info(stub, runner, tiny_bundle):
@@ -105,7 +112,8 @@ def test_get_model_info(stub, runner, tiny_bundle):
         assert (f.sha256, f.size_bytes) == (hashlib.sha256(data).hexdigest(), len(data))
     assert list(info.execution_providers) == runner.providers == ["CPUExecutionProvider"]
     assert (info.limits.max_batch_size, info.limits.max_source_tokens) == (MAX_BATCH, runner.max_len)
-    assert (info.limits.max_beam_size, info.limits.max_output_tokens) == (8, runner.max_len - 1)
+    assert info.limits.max_beam_size == runner.max_beam == DEFAULT_MAX_BEAM
+    assert info.limits.max_output_tokens == runner.max_len - 1
     assert info.limits.batching_mode == pb.BATCHING_MODE_CONTINUOUS
     assert info.limits.max_batch_tokens == ServerConfig().max_batch_tokens  # the default budget
     assert (info.defaults.beam_size, info.defaults.max_output_tokens) == (1, runner.max_len - 1)
@@ -113,24 +121,28 @@ def test_get_model_info(stub, runner, tiny_bundle):
 
 @pytest.mark.parametrize("mode", ["none", "dynamic", "continuous"])
 def test_batching_modes_are_token_identical_under_concurrency(mode, tiny_bundle, runner):
-    """10 concurrent calls of mixed length and beam give runner.translate's tokens in every mode."""
+    """10 concurrent calls of mixed length and beam give the tokens, log-probs and scores of each text
+    decoded alone, in every mode."""
     jobs = [(TEXTS[i % 4], 1 + (i % 3 == 2), 12 + 3 * i) for i in range(10)]  # text, beam, max tokens
-    want = [reference(runner, t, DecodeOptions(beam_size=b, max_new_tokens=m)) for t, b, m in jobs]
+    want = [reference(runner, t, DecodeOptions(beam_size=b, max_new_tokens=m))[0] for t, b, m in jobs]
+    assert_distinct([w.tokens for w in want])
     with BackgroundServer(server_config(tiny_bundle, batching=mode, max_batch_size=4), runner) as srv, \
             grpc.insecure_channel(srv.address) as ch:
         translator = pb_grpc.TranslatorStub(ch)
 
-        def call(job: tuple[str, int, int]) -> list[int]:
-            """One Translate call; the best hypothesis' token ids."""
-            options = pb.TranslateOptions(beam_size=job[1], max_output_tokens=job[2])
-            return list(translator.Translate(pb.TranslateRequest(texts=[job[0]], options=options),
-                                             timeout=60).results[0].hypotheses[0].token_ids)
+        def call(job: tuple[str, int, int]) -> pb.Hypothesis:
+            """One Translate call; the best hypothesis."""
+            options = pb.TranslateOptions(beam_size=job[1], max_output_tokens=job[2], return_scores=True)
+            return translator.Translate(pb.TranslateRequest(texts=[job[0]], options=options),
+                                        timeout=60).results[0].hypotheses[0]
 
         with ThreadPoolExecutor(10) as pool:
             got = list(pool.map(call, jobs))
         limits = translator.GetModelInfo(pb.GetModelInfoRequest()).limits
         assert limits.batching_mode == pb.BatchingMode.Value(f"BATCHING_MODE_{mode.upper()}")
-    assert got == [w[0] for w in want]
+    assert [list(g.token_ids) for g in got] == [w.tokens for w in want]
+    np.testing.assert_allclose([g.log_prob for g in got], [w.log_prob for w in want], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose([g.score for g in got], [w.score for w in want], rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize(("texts", "options", "match"), [
@@ -139,7 +151,7 @@ def test_batching_modes_are_token_identical_under_concurrency(mode, tiny_bundle,
     (["apples " * 120], {}, "tokens long"),
     ([], {}, "at least one text"),
     (["we"] * (MAX_BATCH + 1), {}, f"at most {MAX_BATCH}"),
-    (["we"], {"beam_size": 99}, "beam_size must be between 1 and 8"),
+    (["we"], {"beam_size": 99}, f"beam_size must be between 1 and {DEFAULT_MAX_BEAM}"),
     (["we"], {"beam_size": 2, "n_best": 3}, "n_best must be between 1 and beam_size"),
     (["we"], {"max_output_tokens": 1000}, "max_output_tokens must be between 1 and 95"),
     (["we"], {"length_penalty": -1.0}, "length penalty"),
@@ -180,17 +192,13 @@ def test_health_follows_scheduler_health(server, channel):
     readiness = server.running.readiness
     kserve = v2_grpc.GRPCInferenceServiceStub(channel)
 
-    def status() -> int:
-        """Overall health status."""
-        return health.Check(health_pb2.HealthCheckRequest()).status
-
     readiness.scheduler_healthy = lambda: False
     try:
-        assert wait_until(lambda: status() == NOT_SERVING)
+        wait_until(lambda: health_status(channel) == NOT_SERVING, "health NOT_SERVING")
         assert not kserve.ServerReady(v2.ServerReadyRequest()).ready
     finally:
         readiness.scheduler_healthy = lambda: server.running.scheduler.healthy
-    assert wait_until(lambda: status() == SERVING)
+    wait_until(lambda: health_status(channel) == SERVING, "health SERVING again")
     assert kserve.ServerReady(v2.ServerReadyRequest()).ready
 
 
@@ -212,12 +220,6 @@ def test_reflection_lists_and_describes_every_service(channel):
     check = pool.FindServiceByName("grpc.health.v1.Health").methods_by_name["Check"]
     assert check.input_type.name == "HealthCheckRequest"
 
-def _scrape(port: int) -> dict[tuple[str, tuple], float]:
-    """Every sample of the /metrics endpoint, keyed by (name, sorted labels)."""
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
-
 
 def test_metrics_endpoint_counts_requests(tiny_bundle, runner):
     """The /metrics histograms and counters grow by exactly the calls made, with their status codes."""
@@ -225,7 +227,7 @@ def test_metrics_endpoint_counts_requests(tiny_bundle, runner):
             grpc.insecure_channel(srv.address) as ch:
         translator = pb_grpc.TranslatorStub(ch)
         method = "translator.v1.Translator/Translate"
-        before = _scrape(srv.running.metrics_port)
+        before = scrape(srv.running.metrics_port)
         short = pb.TranslateOptions(max_output_tokens=5)
         for text in TEXTS[:3]:
             translator.Translate(pb.TranslateRequest(texts=[text], options=short))
@@ -236,12 +238,11 @@ def test_metrics_endpoint_counts_requests(tiny_bundle, runner):
             health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service="no.Such"))
         with pytest.raises(grpc.RpcError):  # a domain error of the KServe v2 servicer
             v2_grpc.GRPCInferenceServiceStub(ch).ModelStatistics(v2.ModelStatisticsRequest(name="nope"))
-        after = _scrape(srv.running.metrics_port)
+        after = scrape(srv.running.metrics_port)
 
     def delta(name: str, **labels: str) -> float:
         """Increase of one sample between the two scrapes."""
-        key = (name, tuple(sorted(labels.items())))
-        return after.get(key, 0.0) - before.get(key, 0.0)
+        return after.get(key(name, **labels), 0.0) - before.get(key(name, **labels), 0.0)
 
     assert delta("translator_request_latency_seconds_count", method=method) == 5
     assert delta("translator_request_latency_seconds_bucket", method=method, le="+Inf") == 5
@@ -253,34 +254,3 @@ def test_metrics_endpoint_counts_requests(tiny_bundle, runner):
                  code="NOT_FOUND") == 1
     info = [k for k in after if k[0] == "translator_model_info"]
     assert info and {("batching", "continuous"), ("provider", "CPUExecutionProvider")} <= set(info[0][1])
-
-
-def test_config_flags_override_environment_which_overrides_defaults():
-    """Precedence flag > TRANSLATOR_* variable > default, with values parsed like flags."""
-    env = {"TRANSLATOR_HOST": "0.0.0.0", "TRANSLATOR_PORT": "9000", "TRANSLATOR_BATCHING": "dynamic",
-           "TRANSLATOR_PROVIDER_OPTIONS": '{"CUDAExecutionProvider": {"device_id": 1}}'}
-    config = parse_config(["--port", "9001", "--providers", "CPUExecutionProvider"], env)
-    assert (config.host, config.port, config.batching, config.providers) == (
-        "0.0.0.0", 9001, "dynamic", ("CPUExecutionProvider",))
-    assert config.provider_options == {"CUDAExecutionProvider": {"device_id": 1}}
-    defaults = parse_config([], {})
-    assert (defaults.host, defaults.port, defaults.metrics_port, defaults.batching) == (
-        "127.0.0.1", 8001, 8002, "continuous")
-    assert defaults.bundle.parts[-3:] == ("artifacts", "default", "bundle")
-    assert env_name("--max-queue-delay-ms") == "TRANSLATOR_MAX_QUEUE_DELAY_MS"
-    assert defaults.max_batch_tokens == ServerConfig().max_batch_tokens > 0  # a budget by default
-    budget = {"TRANSLATOR_MAX_BATCH_TOKENS": "900"}
-    assert parse_config(["--max-batch-tokens", "0"], budget).max_batch_tokens == 0
-    assert parse_config([], budget).max_batch_tokens == 900
-
-
-@pytest.mark.parametrize(("argv", "env"), [
-    (["--batching", "sometimes"], {}), ([], {"TRANSLATOR_PORT": "eighty"}), (["--tls-cert", "c.pem"], {}),
-    (["--provider-options", "{not json"], {}), (["--max-batch-size", "0"], {}),
-    (["--max-batch-tokens", "-1"], {}),
-])
-def test_config_rejects_bad_values(argv, env):
-    """Bad flag or environment values are usage errors (exit code 2)."""
-    with pytest.raises(SystemExit) as exc:
-        parse_config(argv, env)
-    assert exc.value.code == 2

@@ -1,4 +1,19 @@
-"""Helpers shared by the tests (fixtures live in conftest.py files); no test module imports another."""
+"""Helpers shared by the tests; fixtures live in conftest.py files, and no test module imports another
+(tests/test_architecture.py checks it).
+
+corpus       the tiny task and the tiny model's flags
+model        a small random PyTorch model, the operators of an ONNX graph
+decoding     the one reference decoder (a text decoded alone) and the checks against it
+scheduling   a bounded event loop and the one fault hook, `Gate`
+polling      the one bounded poll loop, sync (`wait_until`) and async (`until`)
+metrics      samples of the Prometheus registry and of a /metrics endpoint
+server       in-process server configs and health; server processes, free ports
+kserve       TEXT inputs and clients of Triton's own tritonclient
+deploy       exported metric names, PromQL, Kubernetes files
+docs         what README.md and docs/ state (the example translation, the exact match)
+properties   settings of the property-based tests
+tools        tools `make test` installs: skip without them, fail under CI
+"""
 
 from pathlib import Path
 

@@ -1,4 +1,8 @@
-"""Bounded waits on observable state: the one polling loop of the tests, sync and async."""
+"""Bounded waits on observable state: the tests' one polling loop, for threads and for coroutines.
+
+Both fail the test (AssertionError naming what was awaited) when the state does not come in time; the
+short sleeps between polls are the loop's own back-off, never a synchronisation by themselves.
+"""
 
 from __future__ import annotations
 
@@ -6,27 +10,23 @@ import asyncio
 import time
 from collections.abc import Callable
 
+Predicate = Callable[[], bool]
 
-def wait_until(predicate: Callable[[], bool], timeout: float = 15.0, interval: float = 0.02) -> bool:
-    """Poll predicate until true or timeout (bounded); whether it became true."""
+
+def wait_until(predicate: Predicate, what: str, timeout: float = 15.0, interval: float = 0.02) -> None:
+    """Poll `predicate` (blocking this thread) until it is true; fail after `timeout` seconds."""
     end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
+    while not predicate():
+        if time.monotonic() >= end:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
         time.sleep(interval)
-    return predicate()
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float, what: str, interval: float = 0.1) -> None:
-    """Poll `predicate` until it is true; fail the test after `timeout` seconds."""
-    if not wait_until(predicate, timeout, interval):
-        raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-
-
-async def until(cond: Callable[[], bool], what: str, tries: int = 1000) -> None:
-    """Wait (bounded) until cond() holds."""
-    for _ in range(tries):
-        if cond():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
+async def until(predicate: Predicate, what: str, timeout: float = 15.0, interval: float = 0.01) -> None:
+    """Poll `predicate` from a coroutine (the event loop runs meanwhile) until it is true; fail after
+    `timeout` seconds."""
+    end = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() >= end:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        await asyncio.sleep(interval)

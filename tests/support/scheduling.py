@@ -1,25 +1,17 @@
-"""Helpers shared by the scheduler tests: a bounded event loop, a blocking fault hook, metric deltas."""
+"""Helpers of the tests that drive a scheduler or a server's worker: a bounded event loop, and the
+one fault hook of the tests (`Gate`)."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from prometheus_client import REGISTRY
+from service.runtime.runner import Runner
 
-from service.domain.types import Result
-from tests.support.corpus import tiny_pairs
-
-MAX_NEW = 30
-LIMIT_S = 60.0  # every test's event loop is bounded by this
-
-
-def sample_texts() -> list[str]:
-    """Sources of clearly different lengths; the first is long (many output tokens)."""
-    pairs = tiny_pairs(16, 7)
-    return [f"{pairs[1][0]} {pairs[2][0]} {pairs[3][0]}", "we 5", *(p[0] for p in pairs[4:14])]
+LIMIT_S = 60.0  # every test's event loop, and every hold of a Gate, is bounded by this
 
 
 def run(coro: Coroutine[Any, Any, Any]) -> Any:
@@ -27,24 +19,28 @@ def run(coro: Coroutine[Any, Any, Any]) -> Any:
     return asyncio.run(asyncio.wait_for(coro, LIMIT_S))
 
 
-def toks(result: Result) -> list[list[int]]:
-    """Tokens of a result's hypotheses."""
-    return [h.tokens for h in result.hypotheses]
+def injected(stage: str) -> BaseException:
+    """The error a Gate raises for a failing run by default."""
+    return RuntimeError(f"injected {stage} failure")
 
 
 class Gate:
-    """Fault hook that blocks the worker before the n-th run of `stage` (n in `at`) until released."""
+    """The runner fault hook of the tests (`runner.fault_hook = gate`), called by the worker before each
+    ONNX Runtime run: it counts the encoder and decoder runs, holds the worker before the n-th run of
+    `stage` (n in `at`) until that gate is released, and then raises `error(stage)` for the runs that
+    `fail(stage, n)` picks. Every hold is bounded (LIMIT_S)."""
 
     def __init__(self, stage: str | None = "decoder", at: tuple[int, ...] = (1,),
-                 fail: Callable[[str, int], bool] | None = None):
-        self.stage, self.fail = stage, fail
+                 fail: Callable[[str, int], bool] | None = None,
+                 error: Callable[[str], BaseException] = injected):
+        self.stage, self.fail, self.error = stage, fail, error
         self.counts: dict[str, int] = {"encoder": 0, "decoder": 0}
         self.stages: list[str] = []
         self.reached = {n: threading.Event() for n in at}
         self.released = {n: threading.Event() for n in at}
 
     def __call__(self, stage: str) -> None:
-        """Called by the runner in the worker thread before each ORT run."""
+        """Called by the runner in the worker thread before each run."""
         self.counts[stage] += 1
         self.stages.append(stage)
         n = self.counts[stage]
@@ -52,37 +48,35 @@ class Gate:
             self.reached[n].set()
             self.released[n].wait(LIMIT_S)
         if self.fail is not None and self.fail(stage, n):
-            raise RuntimeError(f"injected {stage} failure")
+            raise self.error(stage)
+
+    def _at(self, n: int | None) -> int:
+        return min(self.reached) if n is None else n
+
+    def wait_held(self, n: int | None = None) -> None:
+        """Block this thread until the worker is held at the gate of run n (the first by default)."""
+        assert self.reached[self._at(n)].wait(LIMIT_S), "the worker never reached the gate"
 
     async def wait(self, n: int | None = None) -> None:
-        """Until the worker is blocked at the gate of run n (the first one by default)."""
-        event = self.reached[min(self.reached) if n is None else n]
-        assert await asyncio.to_thread(event.wait, LIMIT_S), "the worker never reached the gate"
+        """From a coroutine: until the worker is held at the gate of run n (the first by default)."""
+        await asyncio.to_thread(self.wait_held, n)
 
     def release(self, n: int | None = None) -> None:
         """Let the worker go on from the gate of run n (the first one by default)."""
-        self.released[min(self.released) if n is None else n].set()
+        self.released[self._at(n)].set()
+
+    def open(self) -> None:
+        """Release every gate, for good."""
+        for event in self.released.values():
+            event.set()
 
 
-def sample(name: str, **labels: str) -> float:
-    """Current value of a sample of the default registry (0 if absent)."""
-    return REGISTRY.get_sample_value(name, labels) or 0.0
-
-
-def counts() -> dict[str, float]:
-    """Counts and sums of the scheduler's metrics, to compare before/after."""
-    out = {}
-    for h in ("queue_time_seconds", "time_to_first_token_seconds", "time_per_output_token_seconds",
-              "encoder_compute_seconds", "decoder_step_seconds", "batch_size", "input_tokens",
-              "output_tokens"):
-        out[h] = sample(f"translator_{h}_count")
-        out[h + ":sum"] = sample(f"translator_{h}_sum")
-    for le in ("1.0", "2.0", "4.0"):
-        out[f"rows<={le}"] = sample("translator_batch_size_bucket", le=le)
-    return out
-
-
-def delta(before: dict[str, float]) -> dict[str, float]:
-    """Change of every metric of counts() since `before`."""
-    after = counts()
-    return {k: after[k] - before[k] for k in after}
+@contextmanager
+def gate_on(runner: Runner, gate: Gate) -> Iterator[Gate]:
+    """Install `gate` as the runner's fault hook; on exit open it and remove it, whatever happened."""
+    runner.fault_hook = gate
+    try:
+        yield gate
+    finally:
+        gate.open()
+        runner.fault_hook = None

@@ -25,17 +25,16 @@ from service.api.kserve_codec import (
     set_final,
 )
 from service.domain.errors import InvalidTensor
+from tests.support.kserve import text_input
 
 TEXTS = ["hello world", "", "gr\u00fc\u00dfe \u2603 \U0001f600", "tab\tnew\nline", "nul\x00inside"]
 
 
 def _client_request(texts: list[str], **kwargs) -> triton_service.ModelInferRequest:
     """The exact ModelInferRequest tritonclient's `infer` would send for a TEXT input."""
-    tensor = triton_grpc.InferInput("TEXT", [len(texts)], "BYTES")
-    tensor.set_data_from_numpy(np.array([t.encode("utf-8") for t in texts], dtype=np.object_))
-    args = dict(model_name="translator", inputs=[tensor], model_version="", request_id="", outputs=None,
-                sequence_id=0, sequence_start=False, sequence_end=False, priority=0, timeout=None,
-                parameters=None)
+    args = dict(model_name="translator", inputs=[text_input(texts)], model_version="", request_id="",
+                outputs=None, sequence_id=0, sequence_start=False, sequence_end=False, priority=0,
+                timeout=None, parameters=None)
     return _get_inference_request(**(args | kwargs))
 
 

@@ -7,101 +7,87 @@ import queue
 from collections.abc import Iterator
 
 import grpc
-import numpy as np
 import pytest
 import tritonclient.grpc as triton
 
 from protos.inference import grpc_service_pb2 as v2
 from protos.inference import grpc_service_pb2_grpc as v2_grpc
 from service.api.kserve_codec import serialize_bytes
-from service.domain.types import DecodeOptions
-from service.runtime.runner import Runner
+from service.domain.types import DEFAULT_MAX_BEAM, DecodeOptions
 from service.server import BackgroundServer
+from tests.support.decoding import best_texts
+from tests.support.kserve import text_input
 from tests.support.server import MAX_BATCH, TEXTS
 
 
 @pytest.fixture(scope="module")
-def client(server: BackgroundServer) -> Iterator[triton.InferenceServerClient]:
-    """Triton's client, unchanged."""
-    c = triton.InferenceServerClient(url=server.address)
-    yield c
-    c.close()
-
-
-@pytest.fixture(scope="module")
-def stub(server: BackgroundServer) -> Iterator[v2_grpc.GRPCInferenceServiceStub]:
+def v2_stub(server: BackgroundServer) -> Iterator[v2_grpc.GRPCInferenceServiceStub]:
     """Our generated v2 stub."""
     with grpc.insecure_channel(server.address) as channel:
         yield v2_grpc.GRPCInferenceServiceStub(channel)
 
 
-def text_input(texts: list[str]) -> triton.InferInput:
-    """A TEXT BYTES input built by tritonclient."""
-    tensor = triton.InferInput("TEXT", [len(texts)], "BYTES")
-    tensor.set_data_from_numpy(np.array([t.encode() for t in texts], dtype=np.object_))
-    return tensor
+def utf8(texts: list[str]) -> list[bytes]:
+    """The texts as the TRANSLATION tensor's elements."""
+    return [t.encode() for t in texts]
 
 
-def texts_of(runner: Runner, texts: list[str], options: DecodeOptions) -> list[bytes]:
-    """Best hypotheses of runner.translate as UTF-8 bytes."""
-    return [hyps[0].text.encode() for hyps in runner.translate(texts, options)]
-
-
-def test_tritonclient_health_and_metadata(client):
+def test_tritonclient_health_and_metadata(triton_client):
     """Liveness, readiness, server/model metadata and config through tritonclient; errors for the rest."""
-    assert client.is_server_live() and client.is_server_ready()
-    assert client.is_model_ready("translator") and client.is_model_ready("translator", "1")
-    server = client.get_server_metadata()
+    assert triton_client.is_server_live() and triton_client.is_server_ready()
+    assert triton_client.is_model_ready("translator") and triton_client.is_model_ready("translator", "1")
+    server = triton_client.get_server_metadata()
     assert server.name == "translator" and "parameters" in server.extensions
-    meta = client.get_model_metadata("translator")
+    meta = triton_client.get_model_metadata("translator")
     assert (meta.name, list(meta.versions), meta.platform) == ("translator", ["1"], "onnxruntime_onnx")
     assert [(t.name, t.datatype, list(t.shape)) for t in meta.inputs] == [("TEXT", "BYTES", [-1])]
     assert [(t.name, t.datatype, list(t.shape)) for t in meta.outputs] == [("TRANSLATION", "BYTES", [-1])]
-    config = client.get_model_config("translator").config
+    config = triton_client.get_model_config("translator").config
     assert config.input[0].name == "TEXT"
     assert config.parameters["max_texts_per_request"].string_value == str(MAX_BATCH)
     with pytest.raises(triton.InferenceServerException, match="NOT_FOUND|unknown model"):
-        client.get_model_metadata("nope")
-    assert client.get_inference_statistics("translator").model_stats[0].name == "translator"
+        triton_client.get_model_metadata("nope")
+    assert triton_client.get_inference_statistics("translator").model_stats[0].name == "translator"
     with pytest.raises(triton.InferenceServerException, match="UNIMPLEMENTED|Unimplemented"):
-        client.get_model_repository_index()
+        triton_client.get_model_repository_index()
 
 
-def test_tritonclient_infer_matches_runner(client, runner):
+def test_tritonclient_infer_matches_runner(triton_client, runner):
     """tritonclient.infer returns runner.translate's texts, with and without parameters."""
-    result = client.infer("translator", [text_input(TEXTS)], request_id="t-1",
+    result = triton_client.infer("translator", [text_input(TEXTS)], request_id="t-1",
                           outputs=[triton.InferRequestedOutput("TRANSLATION")])
     assert result.get_response().id == "t-1" and result.get_response().model_version == "1"
-    assert result.as_numpy("TRANSLATION").tolist() == texts_of(runner, TEXTS, DecodeOptions())
-    beam = client.infer("translator", [text_input(TEXTS[:2])], model_version="1",
+    assert result.as_numpy("TRANSLATION").tolist() == utf8(best_texts(runner, TEXTS))
+    beam = triton_client.infer("translator", [text_input(TEXTS[:2])], model_version="1",
                         parameters={"beam_size": 2, "max_tokens": 7})
-    assert beam.as_numpy("TRANSLATION").tolist() == texts_of(runner, TEXTS[:2],
-                                                             DecodeOptions(beam_size=2, max_new_tokens=7))
+    want = best_texts(runner, TEXTS[:2], DecodeOptions(beam_size=2, max_new_tokens=7))
+    assert beam.as_numpy("TRANSLATION").tolist() == utf8(want)
 
 
-def test_tritonclient_errors_and_streaming(client, runner):
+def test_tritonclient_errors_and_streaming(triton_client, runner):
     """NOT_FOUND / INVALID_ARGUMENT statuses, and stream errors as messages next to results."""
     with pytest.raises(triton.InferenceServerException, match="unknown model 'other'") as err:
-        client.infer("other", [text_input(["we"])])
+        triton_client.infer("other", [text_input(["we"])])
     assert err.value.status() == "StatusCode.NOT_FOUND"
     with pytest.raises(triton.InferenceServerException, match="no version '2'") as err:
-        client.infer("translator", [text_input(["we"])], model_version="2")
+        triton_client.infer("translator", [text_input(["we"])], model_version="2")
     assert err.value.status() == "StatusCode.NOT_FOUND"
-    with pytest.raises(triton.InferenceServerException, match="beam_size must be between 1 and 8") as err:
-        client.infer("translator", [text_input(["we"])], parameters={"beam_size": 99})
+    bad_beam = f"beam_size must be between 1 and {DEFAULT_MAX_BEAM}"
+    with pytest.raises(triton.InferenceServerException, match=bad_beam) as err:
+        triton_client.infer("translator", [text_input(["we"])], parameters={"beam_size": 99})
     assert err.value.status() == "StatusCode.INVALID_ARGUMENT"
     answers: queue.Queue = queue.Queue()
-    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    triton_client.start_stream(callback=lambda result, error: answers.put((result, error)))
     try:
-        client.async_stream_infer("translator", [text_input(["the 4217 cat."])], request_id="a")
-        client.async_stream_infer("translator", [text_input([""])], request_id="b")
+        triton_client.async_stream_infer("translator", [text_input(["the 4217 cat."])], request_id="a")
+        triton_client.async_stream_infer("translator", [text_input([""])], request_id="b")
         got = [answers.get(timeout=30) for _ in range(2)]
     finally:
-        client.stop_stream()
+        triton_client.stop_stream()
     ok = [r for r, e in got if e is None]
     errors = [e for r, e in got if e is not None]
-    assert len(ok) == 1 and ok[0].as_numpy("TRANSLATION").tolist() == texts_of(runner, ["the 4217 cat."],
-                                                                                DecodeOptions())
+    assert len(ok) == 1
+    assert ok[0].as_numpy("TRANSLATION").tolist() == utf8(best_texts(runner, ["the 4217 cat."]))
     assert len(errors) == 1 and str(errors[0]) == "[request id: b] text 0 is empty"
 
 
@@ -142,24 +128,24 @@ def with_parameter(key: str, **value) -> v2.ModelInferRequest:
     (v2.ModelInferRequest(model_name="translator"), "INVALID_ARGUMENT", "missing input TEXT"),
     (raw_request(["we"], model="x"), "NOT_FOUND", "unknown model 'x'"),
 ])
-def test_malformed_requests(stub, request_, code, match):
+def test_malformed_requests(v2_stub, request_, code, match):
     """Each malformed v2 request fails with its status and a message naming the problem."""
     with pytest.raises(grpc.RpcError) as err:
-        stub.ModelInfer(request_, timeout=30)
+        v2_stub.ModelInfer(request_, timeout=30)
     assert err.value.code() == grpc.StatusCode[code]
     assert match in err.value.details()
 
 
-def test_typed_contents_and_model_ready_errors(stub, runner):
+def test_typed_contents_and_model_ready_errors(v2_stub, runner):
     """Typed bytes_contents work; ModelReady of an unknown version is NOT_FOUND."""
     request = v2.ModelInferRequest(model_name="translator", model_version="1", id="typed")
     tensor = request.inputs.add(name="TEXT", datatype="BYTES", shape=[2])
     tensor.contents.bytes_contents.extend([t.encode() for t in TEXTS[:2]])
-    response = stub.ModelInfer(request, timeout=30)
+    response = v2_stub.ModelInfer(request, timeout=30)
     assert response.id == "typed" and [o.name for o in response.outputs] == ["TRANSLATION"]
     assert list(response.outputs[0].shape) == [2]
-    assert response.raw_output_contents[0] == serialize_bytes(texts_of(runner, TEXTS[:2], DecodeOptions()))
-    assert stub.ModelReady(v2.ModelReadyRequest(name="translator", version="")).ready
+    assert response.raw_output_contents[0] == serialize_bytes(utf8(best_texts(runner, TEXTS[:2])))
+    assert v2_stub.ModelReady(v2.ModelReadyRequest(name="translator", version="")).ready
     with pytest.raises(grpc.RpcError) as err:
-        stub.ModelReady(v2.ModelReadyRequest(name="translator", version="7"))
+        v2_stub.ModelReady(v2.ModelReadyRequest(name="translator", version="7"))
     assert err.value.code() == grpc.StatusCode.NOT_FOUND and "no version '7'" in err.value.details()

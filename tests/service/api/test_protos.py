@@ -19,6 +19,7 @@ from protos import codegen
 from protos.inference import POOL, grpc_service_pb2, grpc_service_pb2_grpc, model_config_pb2
 from protos.translator.v1 import translator_pb2, translator_pb2_grpc
 from service.api import kserve_codec
+from tests.support.kserve import text_input
 
 TRITON_POOL = triton_service.DESCRIPTOR.pool
 OUR_INFERENCE_FILES = (grpc_service_pb2.DESCRIPTOR, model_config_pb2.DESCRIPTOR)
@@ -261,19 +262,12 @@ def kserve_server():
     server.stop(grace=None)
 
 
-def _text_input(texts: list[str]) -> triton_grpc.InferInput:
-    """A TEXT input built with tritonclient's helper."""
-    tensor = triton_grpc.InferInput("TEXT", [len(texts)], "BYTES")
-    tensor.set_data_from_numpy(np.array([t.encode() for t in texts], dtype=np.object_))
-    return tensor
-
-
 def test_tritonclient_talks_to_our_service(kserve_server: str) -> None:
     """tritonclient.grpc, unchanged, calls our generated service: unary, errors and streaming."""
     client = triton_grpc.InferenceServerClient(url=kserve_server)
     try:
         assert client.is_server_live()
-        result = client.infer("translator", [_text_input(["abc", "gr\u00fc\u00df"])], request_id="r1")
+        result = client.infer("translator", [text_input(["abc", "gr\u00fc\u00df"])], request_id="r1")
         assert result.as_numpy("TRANSLATION").tolist() == [b"ABC", "GR\u00dcSS".encode()]
         assert result.get_response().id == "r1"
         bad = triton_grpc.InferInput("TEXT", [1], "INT64")
@@ -285,7 +279,7 @@ def test_tritonclient_talks_to_our_service(kserve_server: str) -> None:
 
         results: queue.Queue = queue.Queue()
         client.start_stream(callback=lambda result, error: results.put((result, error)))
-        client.async_stream_infer("translator", [_text_input(["x"])])
+        client.async_stream_infer("translator", [text_input(["x"])])
         client.async_stream_infer("translator", [bad])
         first, second = results.get(timeout=30), results.get(timeout=30)
         client.stop_stream()

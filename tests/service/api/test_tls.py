@@ -23,7 +23,7 @@ from service.api import tls
 from service.config import parse_config
 from service.domain.types import DecodeOptions
 from service.server import BackgroundServer
-from tests.support.decoding import reference
+from tests.support.decoding import best_texts, best_tokens
 from tests.support.server import TEXTS, server_config
 
 SERVER_NAME = "translator.test"
@@ -119,7 +119,7 @@ def refused(channel: grpc.Channel) -> grpc.StatusCode:
 
 def test_tls_client_works_plaintext_and_untrusting_clients_fail(tls_server, runner, pki):
     """A client trusting the CA translates; a plaintext client or one trusting another CA does not."""
-    want = reference(runner, TEXTS[1], DecodeOptions(max_new_tokens=12))[0]
+    want = best_tokens(runner, TEXTS[1], DecodeOptions(max_new_tokens=12))
     with tls.open_channel(tls_server.address, pki["ca"]) as channel:
         assert translate(channel) == want
     with grpc.insecure_channel(tls_server.address) as channel:
@@ -130,7 +130,7 @@ def test_tls_client_works_plaintext_and_untrusting_clients_fail(tls_server, runn
 
 def test_mtls_requires_a_client_certificate_signed_by_the_ca(mtls_server, runner, pki):
     """Without a client certificate, or with one from another CA: refused. With the CA's: served."""
-    want = reference(runner, TEXTS[1], DecodeOptions(max_new_tokens=12))[0]
+    want = best_tokens(runner, TEXTS[1], DecodeOptions(max_new_tokens=12))
     with tls.open_channel(mtls_server.address, pki["ca"]) as channel:
         assert refused(channel) == grpc.StatusCode.UNAVAILABLE
     with tls.open_channel(mtls_server.address, pki["ca"], pki["other_cert"], pki["other_key"]) as channel:
@@ -162,7 +162,7 @@ def test_health_check_cli_speaks_tls_and_mtls(tls_server, mtls_server, pki, caps
 def test_client_cli_speaks_mtls(mtls_server, runner, pki, monkeypatch):
     """`python -m service.client` with --ca-cert / --client-cert / --client-key (or their TRANSLATOR_*
     variables) translates; without the client certificate it reports UNAVAILABLE, exit code 1."""
-    want = runner.translate([TEXTS[2]], DecodeOptions())[0][0].text
+    (want,) = best_texts(runner, [TEXTS[2]])
     out = io.StringIO()
     argv = ["--address", mtls_server.address, "--ca-cert", str(pki["ca"]),
             "--client-cert", str(pki["client_cert"]), "--client-key", str(pki["client_key"]), TEXTS[2]]

@@ -19,6 +19,7 @@ from service.config import ServerConfig
 from service.ops import metrics
 from service.runtime.runner import Runner
 from service.server import BackgroundServer
+from tests.support.kserve import text_input, triton_client
 from tests.support.server import MAX_BATCH, TEXTS, server_config
 
 INFER_METHOD = "inference.GRPCInferenceService/ModelInfer"
@@ -34,17 +35,9 @@ def small_queue_server(tiny_bundle: Path, runner: Runner) -> Iterator[Background
 
 @pytest.fixture(scope="module")
 def client(small_queue_server: BackgroundServer) -> Iterator[triton.InferenceServerClient]:
-    """Triton's client, unchanged."""
-    c = triton.InferenceServerClient(url=small_queue_server.address)
-    yield c
-    c.close()
-
-
-def text_input(texts: list[str]) -> triton.InferInput:
-    """A TEXT BYTES input built by tritonclient."""
-    tensor = triton.InferInput("TEXT", [len(texts)], "BYTES")
-    tensor.set_data_from_numpy(np.array([t.encode() for t in texts], dtype=np.object_))
-    return tensor
+    """Triton's client of `small_queue_server`, unchanged."""
+    with triton_client(small_queue_server.address) as c:
+        yield c
 
 
 def stats(client: triton.InferenceServerClient):
@@ -106,12 +99,9 @@ def test_model_config_of_continuous_server(client, runner):
 
 def test_model_config_of_none_mode(tiny_bundle, runner):
     """Mode none is Triton's default scheduler: no dynamic_batching."""
-    with BackgroundServer(server_config(tiny_bundle, batching="none"), runner) as srv:
-        c = triton.InferenceServerClient(url=srv.address)
-        try:
-            config = c.get_model_config("translator", as_json=False).config
-        finally:
-            c.close()
+    with BackgroundServer(server_config(tiny_bundle, batching="none"), runner) as srv, \
+            triton_client(srv.address) as c:
+        config = c.get_model_config("translator", as_json=False).config
     assert config.WhichOneof("scheduling_choice") is None
     assert config.parameters["batching_mode"].string_value == "none"
 
@@ -191,18 +181,14 @@ def test_dynamic_mode_executes_one_batch_for_concurrent_requests(tiny_bundle, ru
     """Dynamic batching: 4 concurrent texts fill one batch of 4 rows -> one execution of size 4."""
     config = server_config(tiny_bundle, batching="dynamic", max_batch_size=4,
                            max_queue_delay_ms=DYNAMIC_DELAY_MS)
-    with BackgroundServer(config, runner) as srv:
-        c = triton.InferenceServerClient(url=srv.address)
-        try:
-            model_config = c.get_model_config("translator").config
-            assert list(model_config.dynamic_batching.preferred_batch_size) == [4]
-            assert model_config.dynamic_batching.max_queue_delay_microseconds == DYNAMIC_DELAY_MS * 1000
-            before = stats(c)
-            with ThreadPoolExecutor(4) as pool:
-                list(pool.map(lambda t: c.infer("translator", [text_input([t])]), TEXTS[:4]))
-            after = stats(c)
-        finally:
-            c.close()
+    with BackgroundServer(config, runner) as srv, triton_client(srv.address) as c:
+        model_config = c.get_model_config("translator").config
+        assert list(model_config.dynamic_batching.preferred_batch_size) == [4]
+        assert model_config.dynamic_batching.max_queue_delay_microseconds == DYNAMIC_DELAY_MS * 1000
+        before = stats(c)
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(lambda t: c.infer("translator", [text_input([t])]), TEXTS[:4]))
+        after = stats(c)
     assert after.inference_stats.success.count - before.inference_stats.success.count == 4
     assert after.inference_count - before.inference_count == 4
     assert after.execution_count - before.execution_count == 1

@@ -6,63 +6,31 @@ from __future__ import annotations
 
 import queue
 from collections import defaultdict
-from collections.abc import Iterator
 
-import numpy as np
 import pytest
 import tritonclient.grpc as triton
 
-from service.domain.types import DecodeOptions, FinishedEvent, TokenEvent
-from service.runtime.runner import Runner
-from service.server import BackgroundServer
+from service.domain.types import DecodeOptions
+from tests.support.decoding import best_texts, reference_stream
+from tests.support.kserve import text_input
 from tests.support.server import TEXTS
 
 TIMEOUT_S = 60.0
 
 
-@pytest.fixture
-def client(server: BackgroundServer) -> Iterator[triton.InferenceServerClient]:
-    """Triton's client, unchanged; its stream is stopped after the test."""
-    c = triton.InferenceServerClient(url=server.address)
-    yield c
-    c.stop_stream()
-    c.close()
-
-
-def text_input(texts: list[str]) -> triton.InferInput:
-    """A TEXT BYTES input built by tritonclient."""
-    tensor = triton.InferInput("TEXT", [len(texts)], "BYTES")
-    tensor.set_data_from_numpy(np.array([t.encode() for t in texts], dtype=np.object_))
-    return tensor
-
-
-def send(client: triton.InferenceServerClient, texts: list[str], request_id: str, **options) -> None:
+def send(triton_client: triton.InferenceServerClient, texts: list[str], request_id: str, **options) -> None:
     """Send one request on the client's stream; `options` are its parameters (and stream flags)."""
     empty_final = options.pop("enable_empty_final_response", False)
-    client.async_stream_infer("translator", [text_input(texts)], request_id=request_id, parameters=options,
-                              enable_empty_final_response=empty_final)
-
-
-def reference_pieces(runner: Runner, text: str, max_new_tokens: int | None = None) -> tuple[list[str], str]:
-    """The non-empty pieces the decode engine streams for `text` (greedy), and the full translation."""
-    batch = runner.new_batch(4)
-    batch.add([runner.make_request(text, DecodeOptions(stream=True, max_new_tokens=max_new_tokens))])
-    pieces: list[str] = []
-    for _ in range(runner.max_len):
-        for event in batch.step():
-            if isinstance(event, TokenEvent) and event.text:
-                pieces.append(event.text)
-            elif isinstance(event, FinishedEvent):
-                return pieces, event.hypotheses[0].text
-    raise AssertionError("reference decoding did not finish")
+    triton_client.async_stream_infer("translator", [text_input(texts)], request_id=request_id,
+                                     parameters=options, enable_empty_final_response=empty_final)
 
 
 class Stream:
     """The responses of a tritonclient stream, in arrival order: (InferResult | None, error | None)."""
 
-    def __init__(self, client: triton.InferenceServerClient) -> None:
+    def __init__(self, triton_client: triton.InferenceServerClient) -> None:
         self.items: queue.Queue = queue.Queue()
-        client.start_stream(callback=lambda result, error: self.items.put((result, error)))
+        triton_client.start_stream(callback=lambda result, error: self.items.put((result, error)))
 
     def take(self, count: int) -> list[tuple]:
         """The next `count` responses (bounded wait)."""
@@ -91,12 +59,12 @@ def texts_of(result: triton.InferResult) -> list[str] | None:
     return None if array is None else [b.decode() for b in array.tolist()]
 
 
-def test_stream_true_sends_pieces_then_the_full_translation(client, runner):
+def test_stream_true_sends_pieces_then_the_full_translation(triton_client, runner):
     """stream=true: one response per piece (final=false), then the complete translation (final=true)."""
     text = TEXTS[3]
-    want_pieces, want_text = reference_pieces(runner, text)
-    stream = Stream(client)
-    send(client, [text], "s-1", stream=True)
+    want_pieces, want_text = reference_stream(runner, text)
+    stream = Stream(triton_client)
+    send(triton_client, [text], "s-1", stream=True)
     got = stream.until_final(1)
     assert all(error is None for _, error in got)
     results = [result for result, _ in got]
@@ -107,12 +75,12 @@ def test_stream_true_sends_pieces_then_the_full_translation(client, runner):
     assert len(want_pieces) > 3  # the test text really streams several pieces
 
 
-def test_empty_final_response_and_max_tokens(client, runner):
+def test_empty_final_response_and_max_tokens(triton_client, runner):
     """enable_empty_final_response: the final response has no outputs; max_tokens bounds the pieces."""
     text = TEXTS[1]
-    want_pieces, want_text = reference_pieces(runner, text, max_new_tokens=4)
-    stream = Stream(client)
-    send(client, [text], "e-1", stream="true", max_tokens=4, enable_empty_final_response=True)
+    want_pieces, want_text = reference_stream(runner, text, max_new_tokens=4)
+    stream = Stream(triton_client)
+    send(triton_client, [text], "e-1", stream="true", max_tokens=4, enable_empty_final_response=True)
     got = stream.until_final(1)
     results = [result for result, error in got if error is None]
     assert len(results) == len(got) == len(want_pieces) + 1 and len(want_pieces) <= 4
@@ -121,28 +89,28 @@ def test_empty_final_response_and_max_tokens(client, runner):
     assert "".join(want_pieces) == want_text
 
 
-def test_without_stream_one_final_response_per_request(client, runner):
+def test_without_stream_one_final_response_per_request(triton_client, runner):
     """No stream parameter: one response per request, flagged final, as runner.translate decodes."""
-    stream = Stream(client)
-    send(client, TEXTS[:2], "n-1")
-    send(client, TEXTS[2:3], "n-2", stream=False, beam_size=2)
+    stream = Stream(triton_client)
+    send(triton_client, TEXTS[:2], "n-1")
+    send(triton_client, TEXTS[2:3], "n-2", stream=False, beam_size=2)
     got = {result.get_response().id: result for result, error in stream.take(2)}
     assert all(is_final(r) for r in got.values())
-    assert texts_of(got["n-1"]) == [h[0].text for h in runner.translate(TEXTS[:2])]
-    assert texts_of(got["n-2"]) == [runner.translate(TEXTS[2:3], DecodeOptions(beam_size=2))[0][0].text]
+    assert texts_of(got["n-1"]) == best_texts(runner, TEXTS[:2])
+    assert texts_of(got["n-2"]) == best_texts(runner, TEXTS[2:3], DecodeOptions(beam_size=2))
     assert stream.items.empty()
 
 
-def test_many_requests_on_one_stream_each_get_their_answers(client, runner):
+def test_many_requests_on_one_stream_each_get_their_answers(triton_client, runner):
     """Streamed, plain, beam and failing requests on one stream: answers grouped by id, errors in-stream."""
-    stream = Stream(client)
-    send(client, [TEXTS[0]], "a", stream=True)
-    send(client, [" "], "b", stream=True)
-    send(client, [TEXTS[2]], "c", stream=True, beam_size=3)
-    send(client, TEXTS[:2], "d", stream=True)
-    send(client, [TEXTS[1]], "e", beam_size=99)
-    send(client, [TEXTS[1]], "f", stream="maybe")
-    send(client, [TEXTS[3]], "g", stream=True)
+    stream = Stream(triton_client)
+    send(triton_client, [TEXTS[0]], "a", stream=True)
+    send(triton_client, [" "], "b", stream=True)
+    send(triton_client, [TEXTS[2]], "c", stream=True, beam_size=3)
+    send(triton_client, TEXTS[:2], "d", stream=True)
+    send(triton_client, [TEXTS[1]], "e", beam_size=99)
+    send(triton_client, [TEXTS[1]], "f", stream="maybe")
+    send(triton_client, [TEXTS[3]], "g", stream=True)
     got = stream.until_final(7)
     by_id: dict[str, list] = defaultdict(list)
     errors = []
@@ -152,11 +120,11 @@ def test_many_requests_on_one_stream_each_get_their_answers(client, runner):
         else:
             errors.append(str(error))
     for request_id, text in (("a", TEXTS[0]), ("g", TEXTS[3])):
-        pieces, full = reference_pieces(runner, text)
+        pieces, full = reference_stream(runner, text)
         assert [texts_of(r) for r in by_id[request_id]] == [[p] for p in pieces] + [[full]]
         assert [is_final(r) for r in by_id[request_id]] == [False] * len(pieces) + [True]
-    beam = runner.translate([TEXTS[2]], DecodeOptions(beam_size=3))[0][0].text
-    assert [texts_of(r) for r in by_id["c"]] == [[beam]]  # a beam's best is known at the end: no pieces
+    beam = best_texts(runner, [TEXTS[2]], DecodeOptions(beam_size=3))
+    assert [texts_of(r) for r in by_id["c"]] == [beam]  # a beam's best is known at the end: no pieces
     assert is_final(by_id["c"][0])
     assert sorted(by_id) == ["a", "c", "g"]
     assert sorted(errors) == [
@@ -168,15 +136,14 @@ def test_many_requests_on_one_stream_each_get_their_answers(client, runner):
     ]
 
 
-def test_unary_infer_rejects_stream_and_honours_parameters(client, runner):
+def test_unary_infer_rejects_stream_and_honours_parameters(triton_client, runner):
     """ModelInfer refuses stream=true (INVALID_ARGUMENT); max_tokens and beam_size decode as natively."""
     with pytest.raises(triton.InferenceServerException, match="needs the ModelStreamInfer RPC") as err:
-        client.infer("translator", [text_input([TEXTS[0]])], parameters={"stream": True})
+        triton_client.infer("translator", [text_input([TEXTS[0]])], parameters={"stream": True})
     assert err.value.status() == "StatusCode.INVALID_ARGUMENT"
     parameters = {"max_output_tokens": 5, "beam_size": 2}
-    result = client.infer("translator", [text_input(TEXTS[:3])], parameters=parameters)
-    want = runner.translate(TEXTS[:3], DecodeOptions(beam_size=2, max_new_tokens=5))
-    assert texts_of(result) == [h[0].text for h in want]
+    result = triton_client.infer("translator", [text_input(TEXTS[:3])], parameters=parameters)
+    assert texts_of(result) == best_texts(runner, TEXTS[:3], DecodeOptions(beam_size=2, max_new_tokens=5))
     assert "triton_final_response" not in result.get_response().parameters
     bad = [({"max_tokens": runner.max_len}, f"max_tokens must be between 1 and {runner.max_len - 1}"),
            ({"beam_size": 0}, "must be >= 1"),
@@ -184,6 +151,6 @@ def test_unary_infer_rejects_stream_and_honours_parameters(client, runner):
            ({"max_tokens": 3, "max_output_tokens": 3}, "not both")]
     for parameters, match in bad:
         with pytest.raises(triton.InferenceServerException, match=match) as err:
-            client.infer("translator", [text_input([TEXTS[0]])], parameters=parameters)
+            triton_client.infer("translator", [text_input([TEXTS[0]])], parameters=parameters)
         assert err.value.status() == "StatusCode.INVALID_ARGUMENT"
 

@@ -5,14 +5,9 @@ from __future__ import annotations
 import urllib.request
 
 import pytest
-from prometheus_client import REGISTRY
 
 from service.ops import metrics
-
-
-def sample(name: str, **labels: str) -> float:
-    """Current value of a sample of the default registry (0 if absent)."""
-    return REGISTRY.get_sample_value(name, labels) or 0.0
+from tests.support.metrics import sample
 
 
 @pytest.fixture

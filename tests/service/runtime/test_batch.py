@@ -6,75 +6,68 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from model.data import pad
 from model.decoding import beam_search
-from service.domain.types import DecodeOptions, FinishedEvent
+from service.domain.types import DecodeOptions, FinishedEvent, Hypothesis
 from service.runtime.batch import SOURCE_AXIS_MIN
-from tests.support.decoding import (
-    MAX_NEW,
-    alone,
-    assert_distinct,
-    assert_same_hypotheses,
-    drain,
-    reference_hypotheses,
-    reference_src,
-    tokens,
-)
+from tests.support.decoding import MAX_NEW, assert_distinct, assert_same_hypotheses, drain, reference, tokens
+from tests.support.scheduling import Gate
 
 
 # ----- batching ----------------------------------------------------------------------------------
-def test_batched_equals_one_by_one_greedy_and_beam(runner, texts):
-    ids = runner.encode_texts(texts)
+def test_batched_equals_one_by_one_greedy_and_beam(layout_runner, texts):
+    ids = layout_runner.encode_texts(texts)
     beam = DecodeOptions(beam_size=4, n_best=3, max_new_tokens=MAX_NEW)
     for o in (DecodeOptions(max_new_tokens=MAX_NEW), beam):
-        want = [reference_hypotheses(runner, x, o) for x in ids]
+        want = [reference(layout_runner, x, o) for x in ids]
         assert_distinct([[h.tokens for h in hyps] for hyps in want])
-        for got, w in zip(runner.translate(ids, o), want, strict=True):
+        for got, w in zip(layout_runner.translate(ids, o), want, strict=True):
             assert_same_hypotheses(got, w)
 
 
-def test_mixed_beam_sizes_in_one_batch(runner, tiny_model, texts):
-    ids = runner.encode_texts(texts)
+def test_mixed_beam_sizes_in_one_batch(layout_runner, tiny_model, texts):
+    ids = layout_runner.encode_texts(texts)
     sizes = [1, 3, 2, 4, 1]
     opts = [DecodeOptions(beam_size=k, n_best=k, alpha=0.6, max_new_tokens=MAX_NEW) for k in sizes]
-    got = runner.translate(ids, opts)
+    got = layout_runner.translate(ids, opts)
     for hyps, x, o in zip(got, ids, opts, strict=True):
-        assert_same_hypotheses(hyps, reference_hypotheses(runner, x, o))
+        assert_same_hypotheses(hyps, reference(layout_runner, x, o))
     for x, k, gs in zip(ids, sizes, got, strict=True):
-        ref = beam_search(tiny_model, reference_src([x]), MAX_NEW, beam_size=k, n_best=k, alpha=0.6)[0]
+        ref = beam_search(tiny_model, pad([x], 0), MAX_NEW, beam_size=k, n_best=k, alpha=0.6)[0]
         assert [g.tokens for g in gs] == [r.tokens for r in ref]
 
 
-def test_request_added_midway_matches_alone(runner, texts):
-    ids = runner.encode_texts(texts)
+def test_request_added_midway_matches_alone(layout_runner, texts):
+    ids = layout_runner.encode_texts(texts)
     beam = DecodeOptions(beam_size=3, n_best=2, max_new_tokens=MAX_NEW)
     opts = [DecodeOptions(max_new_tokens=MAX_NEW), beam]
-    batch = runner.new_batch(16)
-    first = [runner.make_request(ids[1], opts[1]), runner.make_request(ids[0], opts[0])]
+    batch = layout_runner.new_batch(16)
+    first = [layout_runner.make_request(ids[1], opts[1]), layout_runner.make_request(ids[0], opts[0])]
     batch.add(first)
     out = {}
     for _ in range(3):
         out |= {e.request.id: e.hypotheses for e in batch.step() if isinstance(e, FinishedEvent)}
     assert len(batch) == 2 and batch.shape[1] == 3  # the late rows join a cache that has columns
-    late = [runner.make_request(ids[4], opts[0]), runner.make_request(ids[2], opts[1])]
+    late = [layout_runner.make_request(ids[4], opts[0]), layout_runner.make_request(ids[2], opts[1])]
     batch.add(late)
     out |= drain(batch)
     reqs = first + late
     for r in reqs:
-        assert_same_hypotheses(out[r.id], reference_hypotheses(runner, r.source, r.options))
+        assert_same_hypotheses(out[r.id], reference(layout_runner, r.source, r.options))
     # empty: with a mask S is 0; with source lengths S and the host buffers stay for the next request
-    lengths = runner.kv_cache == "inplace"
-    assert batch.shape == (0, 0, min(SOURCE_AXIS_MIN, runner.max_len) if lengths else 0)
-    again = runner.make_request(ids[3], beam)  # reads buffers its predecessors wrote
+    lengths = layout_runner.kv_cache == "inplace"
+    assert batch.shape == (0, 0, min(SOURCE_AXIS_MIN, layout_runner.max_len) if lengths else 0)
+    again = layout_runner.make_request(ids[3], beam)  # reads buffers its predecessors wrote
     batch.add(again)
-    assert [h.tokens for h in drain(batch)[again.id]] == alone(runner, [again.source], [beam])[0]
+    assert_same_hypotheses(drain(batch)[again.id], reference(layout_runner, again.source, beam))
 
 
-def test_batch_tokens_count_every_rows_source_and_decoded_tokens(runner, texts):
-    ids = runner.encode_texts(texts)
-    batch = runner.new_batch(8)
+def test_batch_tokens_count_every_rows_source_and_decoded_tokens(layout_runner, texts):
+    ids = layout_runner.encode_texts(texts)
+    batch = layout_runner.new_batch(8)
     assert batch.tokens == 0
-    a = runner.make_request(ids[0], DecodeOptions(max_new_tokens=MAX_NEW))
-    b = runner.make_request(ids[1], DecodeOptions(beam_size=2, n_best=1, max_new_tokens=MAX_NEW))
+    a = layout_runner.make_request(ids[0], DecodeOptions(max_new_tokens=MAX_NEW))
+    b = layout_runner.make_request(ids[1], DecodeOptions(beam_size=2, n_best=1, max_new_tokens=MAX_NEW))
     batch.add(a)
     assert batch.tokens == len(ids[0])
     finished = [e for _ in range(2) for e in batch.step() if isinstance(e, FinishedEvent)]
@@ -86,88 +79,90 @@ def test_batch_tokens_count_every_rows_source_and_decoded_tokens(runner, texts):
     assert batch.tokens == 2 * (len(ids[1]) + 1)
 
 
-def test_a_row_reused_by_a_shorter_source_ignores_the_longer_sources_columns(runner, texts):
-    ids = sorted(runner.encode_texts(texts), key=len)
-    short, long_ = ids[0], (ids[-1][:-1] * 4)[: runner.max_len - 1] + [ids[-1][-1]]
+def test_a_row_reused_by_a_shorter_source_ignores_the_longer_sources_columns(layout_runner, texts):
+    ids = sorted(layout_runner.encode_texts(texts), key=len)
+    short, long_ = ids[0], (ids[-1][:-1] * 4)[: layout_runner.max_len - 1] + [ids[-1][-1]]
     opts = DecodeOptions(max_new_tokens=MAX_NEW)
-    batch = runner.new_batch(4)
-    gone, kept = runner.make_request(long_, opts), runner.make_request(long_, opts)  # kept: S stays long
+    batch = layout_runner.new_batch(4)
+    gone, kept = (layout_runner.make_request(long_, opts) for _ in range(2))  # kept: S stays long
     batch.add([gone, kept])
     batch.cancel(gone)
-    req = runner.make_request(short, opts)
+    req = layout_runner.make_request(short, opts)
     batch.add(req)
     row = batch.rows_of(req)[0]
     stale = [c[row, :, len(short):len(long_)] for c in batch._cross.tensors()]
     assert all(np.abs(c).max() > 0 for c in stale)  # a long source's K/V are still there, unzeroed
-    got = drain(batch)[req.id][0]
-    ref = runner.new_batch(4)
-    again = runner.make_request(short, opts)
+    got = drain(batch)[req.id]
+    ref = layout_runner.new_batch(4)
+    again = layout_runner.make_request(short, opts)
     ref.add(again)
-    want = drain(ref)[again.id][0]
-    assert got.tokens == want.tokens
-    assert np.isclose(got.log_prob, want.log_prob, rtol=1e-5, atol=1e-6)
+    assert_same_hypotheses(got, drain(ref)[again.id])
 
 
-def test_translate_reuses_the_thread_batch_and_recovers_from_a_failed_call(runner, texts):
-    ids = runner.encode_texts(texts)
+def test_translate_reuses_the_thread_batch_and_recovers_from_a_failed_call(layout_runner, texts):
+    ids = layout_runner.encode_texts(texts)
     opts = [DecodeOptions(beam_size=1 + i % 2, max_new_tokens=MAX_NEW) for i in range(len(ids))]
 
-    def fresh(x: list[int], o: DecodeOptions) -> list[list[int]]:
-        batch = runner.new_batch(64)
-        req = runner.make_request(x, o)
+    def fresh(x: list[int], o: DecodeOptions) -> list[Hypothesis]:
+        """Decoded alone in a new batch (not the thread's)."""
+        batch = layout_runner.new_batch(64)
+        req = layout_runner.make_request(x, o)
         batch.add(req)
-        return [h.tokens for h in drain(batch)[req.id]]
+        return drain(batch)[req.id]
 
     want = [fresh(x, o) for x, o in zip(ids, opts, strict=True)]
-    assert tokens(runner.translate(ids, opts)) == want
-    kept = runner._thread_batch(64)
-    assert tokens(runner.translate(ids[::-1], opts[::-1])) == want[::-1]  # buffers written by the call before
-    assert runner._thread_batch(64) is kept and len(kept) == 0
+    assert_distinct(tokens(want))
 
-    def boom(stage: str) -> None:
-        raise RuntimeError(f"injected {stage} failure")
+    def check(got: list[list[Hypothesis]]) -> None:
+        for hyps, w in zip(got, want, strict=True):
+            assert_same_hypotheses(hyps, w)
 
-    runner.fault_hook = boom
+    check(layout_runner.translate(ids, opts))
+    kept = layout_runner._thread_batch(64)
+    check(layout_runner.translate(ids[::-1], opts[::-1])[::-1])  # buffers written by the call before
+    assert layout_runner._thread_batch(64) is kept and len(kept) == 0
+
+    layout_runner.fault_hook = Gate(None, fail=lambda stage, n: True)  # every run fails
     try:
         with pytest.raises(RuntimeError, match="injected encoder failure"):
-            runner.translate(ids, opts)
+            layout_runner.translate(ids, opts)
     finally:
-        runner.fault_hook = None
-    assert runner._thread_batch(64) is not kept  # the failed call's batch is not reused
-    assert tokens(runner.translate(ids, opts)) == want
+        layout_runner.fault_hook = None
+    assert layout_runner._thread_batch(64) is not kept  # the failed call's batch is not reused
+    check(layout_runner.translate(ids, opts))
 
 
-def test_cancel_frees_rows(runner, texts):
-    ids = runner.encode_texts(texts)
-    batch = runner.new_batch(8)
-    a = runner.make_request(ids[1], DecodeOptions(beam_size=3, max_new_tokens=MAX_NEW))
-    b = runner.make_request(ids[0], DecodeOptions(max_new_tokens=MAX_NEW))
+def test_cancel_frees_rows(layout_runner, texts):
+    ids = layout_runner.encode_texts(texts)
+    batch = layout_runner.new_batch(8)
+    a = layout_runner.make_request(ids[1], DecodeOptions(beam_size=3, max_new_tokens=MAX_NEW))
+    b = layout_runner.make_request(ids[0], DecodeOptions(max_new_tokens=MAX_NEW))
     batch.add([a, b])
     assert batch.free_rows == 4 and batch.used_rows == 4
     batch.step()
     assert batch.cancel(a) is True
     assert batch.free_rows == 7 and batch.requests == [b] and batch.rows_of(a) == []
     assert batch.cancel(a) is False
-    c = runner.make_request(ids[2], DecodeOptions(beam_size=2, max_new_tokens=MAX_NEW))
+    c = layout_runner.make_request(ids[2], DecodeOptions(beam_size=2, max_new_tokens=MAX_NEW))
     batch.add(c)
     assert set(batch.rows_of(c)) <= {0, 1, 2}  # reuses the freed rows: no new ones
     out = drain(batch)
-    assert [h.tokens for h in out[b.id]] == alone(runner, [b.source], [b.options])[0]
-    assert [h.tokens for h in out[c.id]] == alone(runner, [c.source], [c.options])[0]
+    assert_same_hypotheses(out[b.id], reference(layout_runner, b.source, b.options))
+    assert_same_hypotheses(out[c.id], reference(layout_runner, c.source, c.options))
 
 
-def test_finished_rows_become_holes_then_get_compacted(runner, texts):
-    ids = runner.encode_texts(texts)
-    batch = runner.new_batch(8)
-    a = runner.make_request(ids[1], DecodeOptions(beam_size=3, max_new_tokens=2))
-    b = runner.make_request(ids[0], DecodeOptions(max_new_tokens=MAX_NEW))
+def test_finished_rows_become_holes_then_get_compacted(layout_runner, texts):
+    ids = layout_runner.encode_texts(texts)
+    batch = layout_runner.new_batch(8)
+    a = layout_runner.make_request(ids[1], DecodeOptions(beam_size=3, max_new_tokens=2))
+    b = layout_runner.make_request(ids[0], DecodeOptions(max_new_tokens=MAX_NEW))
     batch.add([a, b])
     assert batch.rows_of(a) == [0, 1, 2] and batch.rows_of(b) == [3]
     # the source axis: the longest source with a mask; with source lengths a power of two >= 64
     # (at most max_len) that does not shrink
-    lengths = runner.kv_cache == "inplace"
+    lengths = layout_runner.kv_cache == "inplace"
     assert len(ids[0]) < len(ids[1]) <= SOURCE_AXIS_MIN
-    axis = min(SOURCE_AXIS_MIN, runner.max_len) if lengths else len(ids[1])
+    axis = min(SOURCE_AXIS_MIN, layout_runner.max_len) if lengths else len(ids[1])
     assert batch.shape == (4, 0, axis)
     batch.step()
     (done,) = batch.step()
@@ -175,36 +170,33 @@ def test_finished_rows_become_holes_then_get_compacted(runner, texts):
     assert done.hypotheses[0].finish_reason == "length"
     # 3 holes of 4 rows: b moved to row 0; with a mask, the source axis shrank to b's length
     assert batch.rows_of(b) == [0] and batch.shape == (1, 2, axis if lengths else len(ids[0]))
-    assert [h.tokens for h in drain(batch)[b.id]] == alone(runner, [b.source], [b.options])[0]
+    assert_same_hypotheses(drain(batch)[b.id], reference(layout_runner, b.source, b.options))
 
 
-def test_continuous_churn_through_a_small_batch(runner, texts):
-    ids = runner.encode_texts(texts) * 3
+def test_continuous_churn_through_a_small_batch(layout_runner, texts):
+    ids = layout_runner.encode_texts(texts) * 3
     opts = [DecodeOptions(beam_size=1 + i % 3, n_best=1, max_new_tokens=MAX_NEW - i) for i in range(len(ids))]
-    want = [reference_hypotheses(runner, x, o) for x, o in zip(ids, opts, strict=True)]
+    want = [reference(layout_runner, x, o) for x, o in zip(ids, opts, strict=True)]
     assert_distinct([[h.tokens for h in hyps] for hyps in want])
-    for got, w in zip(runner.translate(ids, opts, max_rows=4), want, strict=True):
+    for got, w in zip(layout_runner.translate(ids, opts, max_rows=4), want, strict=True):
         assert_same_hypotheses(got, w)
 
 
-def test_fault_hook_fails_a_step_without_corrupting_the_batch(runner, texts):
-    ids = runner.encode_texts(texts)
-    batch = runner.new_batch(8)
-    req = runner.make_request(ids[3], DecodeOptions(beam_size=2, max_new_tokens=MAX_NEW))
+def test_fault_hook_fails_a_step_without_corrupting_the_batch(layout_runner, texts):
+    ids = layout_runner.encode_texts(texts)
+    batch = layout_runner.new_batch(8)
+    req = layout_runner.make_request(ids[3], DecodeOptions(beam_size=2, max_new_tokens=MAX_NEW))
     batch.add(req)
     batch.step()
     before = batch.shape
 
-    def boom(stage: str) -> None:
-        raise RuntimeError(f"injected {stage} failure")
-
-    runner.fault_hook = boom
+    layout_runner.fault_hook = Gate(None, fail=lambda stage, n: True)  # every run fails
     try:
         with pytest.raises(RuntimeError, match="injected decoder failure"):
             batch.step()
         with pytest.raises(RuntimeError, match="injected encoder failure"):
-            batch.add(runner.make_request(ids[0]))
+            batch.add(layout_runner.make_request(ids[0]))
     finally:
-        runner.fault_hook = None
+        layout_runner.fault_hook = None
     assert batch.shape == before and batch.requests == [req]
-    assert [h.tokens for h in drain(batch)[req.id]] == alone(runner, [req.source], [req.options])[0]
+    assert_same_hypotheses(drain(batch)[req.id], reference(layout_runner, req.source, req.options))

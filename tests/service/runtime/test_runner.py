@@ -1,72 +1,22 @@
-"""The torch-free runner on the tiny bundle: bundle checks, inputs, search equal to the PyTorch
-reference decoders, outputs (the decode batch itself: tests/test_batch.py)."""
+"""The torch-free runner on the tiny bundle: inputs, search equal to the PyTorch reference decoders,
+outputs, backends and variants (the bundle loader: test_bundle.py; the decode batch: test_batch.py)."""
 
 from __future__ import annotations
 
-import json
-import shutil
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
+from model.data import pad
 from model.decoding import beam_search, greedy_decode
 from service.domain.errors import BundleError, InvalidInput
 from service.domain.types import DEFAULT_MAX_BEAM, DecodeOptions, TokenEvent
 from service.runtime.backends import HostBackend
 from service.runtime.bundle import load_bundle
 from service.runtime.runner import Runner, check_decoder_inputs
-from tests.support.decoding import MAX_NEW, reference_src, tokens
-
-
-# ----- bundle ---------------------------------------------------------------------------------
-@pytest.fixture
-def bundle_copy(tiny_bundle, tmp_path):
-    """A writable copy of the tiny bundle."""
-    return shutil.copytree(tiny_bundle, tmp_path / "bundle")
-
-
-def test_bundle_loads_manifest(tiny_bundle):
-    b = load_bundle(tiny_bundle)
-    assert b.format_version == 1 and b.version and b.name
-    assert (b.special.pad, b.special.bos, b.special.eos, b.special.unk) == (0, 1, 2, 3)
-    assert b.encoder_path.is_file() and b.decoder_path.is_file() and b.tokenizer_path.is_file()
-    assert b.max_len == b.config["max_len"]
-
-
-def _corrupt_byte(path):
-    """Flip one byte in the middle of a file, keeping its size."""
-    data = bytearray(path.read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    path.write_bytes(bytes(data))
-
-
-@pytest.mark.parametrize(
-    ("damage", "message"),
-    [
-        (lambda d: shutil.rmtree(d), r"bundle directory not found"),
-        (lambda d: (d / "bundle.json").unlink(), r"bundle\.json not found"),
-        (lambda d: (d / "bundle.json").write_text("{not json"), r"not valid JSON"),
-        (lambda d: (d / "decoder.onnx").unlink(), r"decoder\.onnx is missing"),
-        (lambda d: (d / "encoder.onnx").write_bytes((d / "encoder.onnx").read_bytes()[:100]),
-         r"encoder\.onnx is truncated: 100 bytes"),
-        (lambda d: _corrupt_byte(d / "tokenizer.json"), r"tokenizer\.json is corrupt: sha256 mismatch"),
-    ],
-    ids=["missing-dir", "missing-manifest", "bad-json", "missing-file", "truncated", "corrupt"],
-)
-def test_bundle_errors_name_the_problem(bundle_copy, damage, message):
-    damage(bundle_copy)
-    with pytest.raises(BundleError, match=message):
-        load_bundle(bundle_copy)
-
-
-def test_unknown_format_version_names_found_and_supported(bundle_copy):
-    manifest = json.loads((bundle_copy / "bundle.json").read_text())
-    manifest["format_version"] = 99
-    (bundle_copy / "bundle.json").write_text(json.dumps(manifest))
-    with pytest.raises(BundleError, match=r"format_version 99; this runtime supports format_version 1"):
-        load_bundle(bundle_copy)
+from tests.support.decoding import MAX_NEW, assert_same_hypotheses, tokens
 
 
 # ----- runner basics ----------------------------------------------------------------------------
@@ -127,24 +77,24 @@ def test_invalid_input_is_reported_clearly(runner, source, options, message):
 
 
 # ----- search equals the PyTorch reference ------------------------------------------------------
-def test_greedy_equals_pytorch_on_mixed_lengths(runner, tiny_model, texts):
-    ids = runner.encode_texts(texts)
+def test_greedy_equals_pytorch_on_mixed_lengths(layout_runner, tiny_model, texts):
+    ids = layout_runner.encode_texts(texts)
     assert len({len(x) for x in ids}) > 3
-    ref = greedy_decode(tiny_model, reference_src(ids), MAX_NEW)
-    got = runner.translate(ids, DecodeOptions(max_new_tokens=MAX_NEW))
+    ref = greedy_decode(tiny_model, pad(ids, 0), MAX_NEW)
+    got = layout_runner.translate(ids, DecodeOptions(max_new_tokens=MAX_NEW))
     for r, (g,) in zip(ref, got, strict=True):
         assert g.tokens == r.tokens
         assert g.log_prob == pytest.approx(r.log_prob, abs=1e-4)
         assert g.finish_reason == ("eos" if r.finished else "length")
-        assert g.text == runner.decode_tokens(r.tokens)
+        assert g.text == layout_runner.decode_tokens(r.tokens)
 
 
-def test_beam_equals_pytorch(runner, tiny_model, texts):
-    ids = runner.encode_texts(texts)
-    src = reference_src(ids)
+def test_beam_equals_pytorch(layout_runner, tiny_model, texts):
+    ids = layout_runner.encode_texts(texts)
+    src = pad(ids, 0)
     ref = beam_search(tiny_model, src, MAX_NEW, beam_size=3, n_best=2, alpha=0.6, with_alignment=True)
     opts = DecodeOptions(beam_size=3, n_best=2, alpha=0.6, max_new_tokens=MAX_NEW, with_alignment=True)
-    got = runner.translate(ids, opts)
+    got = layout_runner.translate(ids, opts)
     for x, rs, gs in zip(ids, ref, got, strict=True):
         assert [g.tokens for g in gs] == [r.tokens for r in rs] and len(gs) == 2
         for r, g in zip(rs, gs, strict=True):
@@ -155,32 +105,32 @@ def test_beam_equals_pytorch(runner, tiny_model, texts):
             np.testing.assert_allclose(np.array(g.alignment).reshape(want.shape), want, atol=1e-4)
 
 
-def test_greedy_is_beam_of_one(runner, texts):
-    greedy = runner.translate(texts, DecodeOptions(max_new_tokens=MAX_NEW))
-    beam1 = runner.translate(texts, [DecodeOptions(beam_size=1, max_new_tokens=MAX_NEW)] * len(texts))
+def test_greedy_is_beam_of_one(layout_runner, texts):
+    greedy = layout_runner.translate(texts, DecodeOptions(max_new_tokens=MAX_NEW))
+    beam1 = layout_runner.translate(texts, [DecodeOptions(beam_size=1, max_new_tokens=MAX_NEW)] * len(texts))
     assert tokens(greedy) == tokens(beam1)
 
 
-def test_length_limit_finish_reason(runner, texts):
-    (h,), = runner.translate(texts[1:2], DecodeOptions(max_new_tokens=2))
+def test_length_limit_finish_reason(layout_runner, texts):
+    (h,), = layout_runner.translate(texts[1:2], DecodeOptions(max_new_tokens=2))
     assert h.finish_reason == "length" and len(h.tokens) == 2
 
 
 # ----- outputs ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("beam", [1, 3])
-def test_alignment_shape_and_rows_sum_to_one(runner, texts, beam):
-    ids = runner.encode_texts(texts)
+def test_alignment_shape_and_rows_sum_to_one(layout_runner, texts, beam):
+    ids = layout_runner.encode_texts(texts)
     opts = DecodeOptions(beam_size=beam, n_best=beam, max_new_tokens=MAX_NEW, with_alignment=True)
-    for x, hyps in zip(ids, runner.translate(ids, opts), strict=True):
+    for x, hyps in zip(ids, layout_runner.translate(ids, opts), strict=True):
         for h in hyps:
             a = np.array(h.alignment).reshape(len(h.tokens), len(x))
             np.testing.assert_allclose(a.sum(axis=1), 1.0, atol=1e-4)
-    assert runner.translate(ids[:1], DecodeOptions(max_new_tokens=5))[0][0].alignment is None
+    assert layout_runner.translate(ids[:1], DecodeOptions(max_new_tokens=5))[0][0].alignment is None
 
 
-def test_streaming_events_add_up_to_the_result(runner, texts):
-    batch = runner.new_batch(4)
-    req = runner.make_request(texts[1], DecodeOptions(max_new_tokens=MAX_NEW, stream=True))
+def test_streaming_events_add_up_to_the_result(layout_runner, texts):
+    batch = layout_runner.new_batch(4)
+    req = layout_runner.make_request(texts[1], DecodeOptions(max_new_tokens=MAX_NEW, stream=True))
     batch.add(req)
     streamed, final = [], None
     for _ in range(MAX_NEW + 1):
@@ -199,8 +149,9 @@ def test_io_binding_backend_on_cpu_gives_the_same_results(tiny_bundle, runner, t
     bound = Runner(tiny_bundle, providers=["CPUExecutionProvider"], io_binding=True)
     assert type(bound.backend).__name__ == "IoBindingBackend"
     opts = [DecodeOptions(beam_size=k, n_best=k, max_new_tokens=MAX_NEW) for k in (1, 3, 2, 1, 2)]
-    want = tokens(runner.translate(texts, opts, max_rows=5))
-    assert tokens(bound.translate(texts, opts, max_rows=5)) == want
+    want = runner.translate(texts, opts, max_rows=5)
+    for got, hyps in zip(bound.translate(texts, opts, max_rows=5), want, strict=True):
+        assert_same_hypotheses(got, hyps)
 
 
 def test_fp16_variant_decodes_like_fp32(tiny_bundle, runner, texts):

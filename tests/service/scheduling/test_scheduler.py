@@ -14,17 +14,12 @@ from service.domain.types import BatchingMode, DecodeOptions, Result, TokenEvent
 from service.scheduling.policies import ContinuousBatching, DynamicBatching, NoBatching
 from service.scheduling.scheduler import SchedulerState, make_scheduler
 from tests.support.corpus import tiny_pairs
-from tests.support.decoding import assert_distinct, assert_same_hypotheses, reference, reference_hypotheses
+from tests.support.decoding import MAX_NEW, assert_distinct, assert_same_hypotheses, reference
+from tests.support.metrics import counts, delta
 from tests.support.polling import until
-from tests.support.scheduling import MAX_NEW, Gate, counts, delta, run, sample_texts, toks
+from tests.support.scheduling import Gate, run
 
 MODES = [mode.value for mode in BatchingMode]
-
-
-@pytest.fixture(scope="module")
-def texts() -> list[str]:
-    """Sources of clearly different lengths; texts[0] is long (many output tokens)."""
-    return sample_texts()
 
 
 # ----- construction ---------------------------------------------------------------------------
@@ -71,19 +66,19 @@ def test_invalid_requests_are_rejected_before_queueing(runner):
 
 # ----- results equal unbatched decoding -------------------------------------------------------
 @pytest.mark.parametrize("mode", list(MODES))
-def test_concurrent_mixed_requests_equal_unbatched(runner, texts, mode):
+def test_concurrent_mixed_requests_equal_unbatched(runner, sched_texts, mode):
     opts = [DecodeOptions(beam_size=1 + i % 3, n_best=1 + (i % 3 > 0), max_new_tokens=MAX_NEW - i)
-            for i in range(len(texts))]
-    want = [reference_hypotheses(runner, t, o) for t, o in zip(texts, opts, strict=True)]
+            for i in range(len(sched_texts))]
+    want = [reference(runner, t, o) for t, o in zip(sched_texts, opts, strict=True)]
     multi = DecodeOptions(beam_size=2, n_best=2, max_new_tokens=MAX_NEW)
-    want_multi = [reference_hypotheses(runner, t, multi) for t in texts[:3]]
+    want_multi = [reference(runner, t, multi) for t in sched_texts[:3]]
     assert_distinct([[h.tokens for h in hyps] for hyps in want])
 
     async def main() -> tuple[list[list[Result]], list[Result]]:
         s = make_scheduler(mode, runner, max_batch_size=6, max_queue_delay_ms=2.0)
         await s.start()
-        singles = [s.submit([t], o) for t, o in zip(texts, opts, strict=True)]
-        *got, got_multi = await asyncio.gather(*singles, s.submit(texts[:3], multi))
+        singles = [s.submit([t], o) for t, o in zip(sched_texts, opts, strict=True)]
+        *got, got_multi = await asyncio.gather(*singles, s.submit(sched_texts[:3], multi))
         assert s.queue_depth == 0 and s.active_sequences == 0
         await s.drain(5)
         return got, got_multi
@@ -95,7 +90,7 @@ def test_concurrent_mixed_requests_equal_unbatched(runner, texts, mode):
     for r, w in zip(got_multi, want_multi, strict=True):
         assert_same_hypotheses(r.hypotheses, w)
     results = [r for (r,) in got] + got_multi
-    all_texts = texts + texts[:3]
+    all_texts = sched_texts + sched_texts[:3]
     for text, r in zip(all_texts, results, strict=True):
         assert r.source_ids == runner.encode_texts([text])[0]
         assert r.finish_reason == r.hypotheses[0].finish_reason
@@ -112,13 +107,13 @@ def test_concurrent_mixed_requests_equal_unbatched(runner, texts, mode):
 
 
 @pytest.mark.parametrize("mode", list(MODES))
-def test_greedy_step_metrics_count_every_row_of_every_step(runner, texts, mode):
+def test_greedy_step_metrics_count_every_row_of_every_step(runner, sched_texts, mode):
     opts = DecodeOptions(max_new_tokens=MAX_NEW)
 
     async def main() -> list[Result]:
         s = make_scheduler(mode, runner, max_batch_size=4, max_queue_delay_ms=1.0)
         await s.start()
-        got = await asyncio.gather(*(s.submit([t], opts) for t in texts[:8]))
+        got = await asyncio.gather(*(s.submit([t], opts) for t in sched_texts[:8]))
         await s.drain(5)
         return [r for (r,) in got]
 
@@ -136,20 +131,20 @@ def test_greedy_step_metrics_count_every_row_of_every_step(runner, texts, mode):
 
 
 @pytest.mark.parametrize("mode", list(MODES))
-def test_request_arriving_mid_decode_joins_only_in_continuous_mode(hooked, texts, mode):
+def test_request_arriving_mid_decode_joins_only_in_continuous_mode(hooked, sched_texts, mode):
     a_opts = DecodeOptions(max_new_tokens=MAX_NEW)
     b_opts = DecodeOptions(beam_size=2, n_best=2, max_new_tokens=MAX_NEW)
-    want_a, want_b = reference(hooked, texts[0], a_opts), reference(hooked, texts[2], b_opts)
-    assert len(want_a[0]) > 6  # A is still decoding after 3 steps
+    want_a, want_b = reference(hooked, sched_texts[0], a_opts), reference(hooked, sched_texts[2], b_opts)
+    assert len(want_a[0].tokens) > 6  # A is still decoding after 3 steps
     gate = Gate("decoder", at=(4,))
     hooked.fault_hook = gate
 
     async def main() -> tuple[Result, Result]:
         s = make_scheduler(mode, hooked, max_batch_size=4, max_queue_delay_ms=0.0)
         await s.start()
-        a = asyncio.create_task(s.submit([texts[0]], a_opts))
+        a = asyncio.create_task(s.submit([sched_texts[0]], a_opts))
         await gate.wait()  # A made 3 steps and waits before its 4th
-        b = asyncio.create_task(s.submit([texts[2]], b_opts))
+        b = asyncio.create_task(s.submit([sched_texts[2]], b_opts))
         await until(lambda: s.queue_depth == 1, "B queued")
         gate.release()
         (ra,), (rb,) = await asyncio.gather(a, b)
@@ -158,7 +153,8 @@ def test_request_arriving_mid_decode_joins_only_in_continuous_mode(hooked, texts
 
     before = counts()
     ra, rb = run(main())
-    assert toks(ra) == want_a and toks(rb) == want_b
+    assert_same_hypotheses(ra.hypotheses, want_a)
+    assert_same_hypotheses(rb.hypotheses, want_b)
     d = delta(before)
     three_rows = d["rows<=4.0"] - d["rows<=2.0"]  # steps with A (1 row) and B (2 rows) together
     second_encoder = gate.stages.index("encoder", 1)
@@ -166,22 +162,22 @@ def test_request_arriving_mid_decode_joins_only_in_continuous_mode(hooked, texts
         assert gate.stages[:5] == ["encoder", "decoder", "decoder", "decoder", "decoder"]
         assert second_encoder == 5 and three_rows > 0  # B joined before A's 5th step
     else:
-        assert second_encoder == 1 + len(want_a[0]) + (ra.finish_reason == "eos") and three_rows == 0
+        assert second_encoder == 1 + len(want_a[0].tokens) + (ra.finish_reason == "eos") and three_rows == 0
 
 
-def test_continuous_admission_is_fifo_a_wide_beam_is_not_overtaken(hooked, texts):
+def test_continuous_admission_is_fifo_a_wide_beam_is_not_overtaken(hooked, sched_texts):
     greedy, beam = DecodeOptions(max_new_tokens=MAX_NEW), DecodeOptions(beam_size=3, max_new_tokens=MAX_NEW)
-    want_a = reference(hooked, texts[0], greedy)
+    want_a = reference(hooked, sched_texts[0], greedy)
     gate = Gate("decoder", at=(2,))
     hooked.fault_hook = gate
 
     async def main() -> list[Result]:
         s = make_scheduler("continuous", hooked, max_batch_size=3)
         await s.start()
-        a = asyncio.create_task(s.submit([texts[0]], greedy))  # 1 row of 3
+        a = asyncio.create_task(s.submit([sched_texts[0]], greedy))  # 1 row of 3
         await gate.wait()
-        b = asyncio.create_task(s.submit([texts[1]], beam))  # needs all 3 rows: waits for A
-        c = asyncio.create_task(s.submit([texts[2]], greedy))  # would fit now, but must not overtake B
+        b = asyncio.create_task(s.submit([sched_texts[1]], beam))  # needs all 3 rows: waits for A
+        c = asyncio.create_task(s.submit([sched_texts[2]], greedy))  # would fit now, but must not overtake B
         await until(lambda: s.queue_depth == 2, "B and C queued")
         gate.release()
         got = [r for (r,) in await asyncio.gather(a, b, c)]
@@ -189,21 +185,23 @@ def test_continuous_admission_is_fifo_a_wide_beam_is_not_overtaken(hooked, texts
         return got
 
     ra, rb, rc = run(main())
-    assert toks(ra) == want_a
-    assert [toks(rb), toks(rc)] == [reference(hooked, texts[1], beam), reference(hooked, texts[2], greedy)]
-    a_steps = len(want_a[0]) + (ra.finish_reason == "eos")
+    want = [want_a, reference(hooked, sched_texts[1], beam), reference(hooked, sched_texts[2], greedy)]
+    assert_distinct([[h.tokens for h in hyps] for hyps in want])
+    for result, hyps in zip((ra, rb, rc), want, strict=True):
+        assert_same_hypotheses(result.hypotheses, hyps)
+    a_steps = len(want_a[0].tokens) + (ra.finish_reason == "eos")
     assert gate.stages.index("encoder", 1) == 1 + a_steps  # nobody joined while A was decoding
 
 
-def test_stream_yields_tokens_then_the_result(runner, texts):
+def test_stream_yields_tokens_then_the_result(runner, sched_texts):
     opts = DecodeOptions(max_new_tokens=MAX_NEW)
-    want = runner.translate([texts[0]], opts)[0][0]
+    want = reference(runner, sched_texts[0], opts)[0]
 
     async def main() -> list[Any]:
         s = make_scheduler("continuous", runner)
         await s.start()
-        other = asyncio.create_task(s.submit(texts[1:4], DecodeOptions(beam_size=2)))
-        items = [e async for e in s.stream(texts[0], opts)]
+        other = asyncio.create_task(s.submit(sched_texts[1:4], DecodeOptions(beam_size=2)))
+        items = [e async for e in s.stream(sched_texts[0], opts)]
         await other
         await s.drain(5)
         return items
@@ -219,10 +217,10 @@ def test_stream_yields_tokens_then_the_result(runner, texts):
     ("continuous", None, False, True), ("continuous", None, True, False),
     ("continuous", math.inf, False, False), ("dynamic", None, False, False),
 ])
-def test_continuous_encodes_a_long_newcomer_apart_from_short_ones(hooked, texts, mode, padding, one_request,
-                                                                   split):
+def test_continuous_encodes_a_long_newcomer_apart_from_short_ones(hooked, sched_texts, mode, padding,
+                                                                   one_request, split):
     opts = DecodeOptions(max_new_tokens=MAX_NEW)
-    queued = ["we 5", texts[4], " ".join(p[0] for p in tiny_pairs(6, 3))]  # short, short, long
+    queued = ["we 5", sched_texts[4], " ".join(p[0] for p in tiny_pairs(6, 3))]  # short, short, long
     lengths = [len(ids) for ids in hooked.encode_texts(queued)]
     assert 2 * max(lengths[:2]) - sum(lengths[:2]) <= 32  # the short ones pad well together
     assert 3 * max(lengths) - sum(lengths) > max(sum(lengths) / 2, 32)  # all three do not
@@ -236,7 +234,7 @@ def test_continuous_encodes_a_long_newcomer_apart_from_short_ones(hooked, texts,
         add = s._worker.batch.add
         s._worker.batch.add = lambda reqs: (encoded.append([len(r.source) for r in reqs]), add(reqs))[1]
         await s.start()
-        a = asyncio.create_task(s.submit([texts[0]], opts))
+        a = asyncio.create_task(s.submit([sched_texts[0]], opts))
         await gate.wait()  # A is decoding; the other texts queue behind it, in order
         if one_request:
             rest = [asyncio.create_task(s.submit(queued, opts))]
@@ -252,13 +250,16 @@ def test_continuous_encodes_a_long_newcomer_apart_from_short_ones(hooked, texts,
         return [r for results in got for r in results]
 
     results = run(main())
-    assert [toks(r) for r in results] == [reference(hooked, t, opts) for t in [texts[0], *queued]]
-    first = len(hooked.encode_texts([texts[0]])[0])
+    want = [reference(hooked, t, opts) for t in [sched_texts[0], *queued]]
+    assert_distinct([[h.tokens for h in hyps] for hyps in want])
+    for result, hyps in zip(results, want, strict=True):
+        assert_same_hypotheses(result.hypotheses, hyps)
+    first = len(hooked.encode_texts([sched_texts[0]])[0])
     assert encoded == ([[first], lengths[:2], lengths[2:]] if split else [[first], lengths])
 
 
 @pytest.mark.parametrize("budget", [0, 1])
-def test_a_token_budget_keeps_texts_out_of_a_busy_batch(runner, texts, budget):
+def test_a_token_budget_keeps_texts_out_of_a_busy_batch(runner, sched_texts, budget):
     """With a 1-token budget every text waits for an empty batch (its head joins whatever its size);
     without one, concurrent texts share the batch. Results are the same either way."""
     opts = DecodeOptions(max_new_tokens=MAX_NEW)
@@ -270,7 +271,7 @@ def test_a_token_budget_keeps_texts_out_of_a_busy_batch(runner, texts, budget):
 
     async def main() -> list[Result]:
         await s.start()
-        got = await asyncio.gather(*(s.submit([t], opts) for t in texts[:4]))
+        got = await asyncio.gather(*(s.submit([t], opts) for t in sched_texts[:4]))
         await s.drain(5)
         return [r for (r,) in got]
 
@@ -280,5 +281,8 @@ def test_a_token_budget_keeps_texts_out_of_a_busy_batch(runner, texts, budget):
         results = run(main())
     finally:
         runner.fault_hook = None
-    assert [toks(r) for r in results] == [reference(runner, t, opts) for t in texts[:4]]
+    want = [reference(runner, t, opts) for t in sched_texts[:4]]
+    assert_distinct([[h.tokens for h in hyps] for hyps in want])
+    for result, hyps in zip(results, want, strict=True):
+        assert_same_hypotheses(result.hypotheses, hyps)
     assert most[0] == 1 if budget else most[0] > 1
