@@ -1,7 +1,9 @@
-"""The layering contracts of pyproject.toml ([tool.importlinter]) hold, and would catch a breach."""
+"""The layering contracts of pyproject.toml ([tool.importlinter]) hold, and would catch a breach; the
+tests mirror the package tree and share helpers only through tests/support."""
 
 from __future__ import annotations
 
+import ast
 import shutil
 import subprocess
 import sys
@@ -61,3 +63,61 @@ def test_no_module_is_over_the_line_budget():
     long = {str(p.relative_to(REPO_ROOT)): n for p in files
             if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
     assert not long, f"modules over {MAX_LINES} lines: {long}"
+
+
+# ----- the tests themselves ---------------------------------------------------------------------
+TESTS = REPO_ROOT / "tests"
+SUPPORT = TESTS / "support"
+
+
+def python_files() -> list[Path]:
+    """Every Python file under tests/."""
+    return sorted(TESTS.rglob("*.py"))
+
+
+def test_tests_mirror_the_package_tree():
+    """Each test folder is a package named after the package it tests (tests/service/runtime tests
+    service/runtime); only tests/support and this module are outside that scheme."""
+    folders = {p.parent for p in python_files()} - {TESTS}
+    for folder in folders:
+        assert (folder / "__init__.py").is_file(), f"{folder} is not a package"
+        rel = folder.relative_to(TESTS)
+        assert rel.parts[0] == "support" or (REPO_ROOT / rel).is_dir(), f"tests/{rel} mirrors no package"
+    at_top = {p.name for p in TESTS.glob("*.py")}
+    assert at_top == {"__init__.py", "conftest.py", "test_architecture.py"}, at_top
+
+
+def test_tests_import_only_the_support_package_and_the_project():
+    """No module imports a test module or a conftest.py: shared helpers live in tests/support, fixtures
+    in conftest.py files."""
+    for path in python_files():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                raise AssertionError(f"{path}: relative import")
+            names = [node.module] if isinstance(node, ast.ImportFrom) else (
+                [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            for name in names:
+                if name and (name == "tests" or name.startswith("tests.")):
+                    assert name.startswith("tests.support"), f"{path} imports {name}"
+                assert "conftest" not in (name or "").split("."), f"{path} imports {name}"
+
+
+def called(call: ast.Call) -> str:
+    """The name a call calls (`time.sleep(...)` and `sleep(...)` both call "sleep")."""
+    func = call.func
+    return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+
+
+def test_one_runner_fixture_and_no_sleeps_outside_the_poll_helper():
+    """`runner` is defined once (tests/conftest.py); nothing sleeps to synchronise except the bounded
+    poll loops of tests/support/polling.py (a sleep inside a string, such as a slowed-down server
+    process's code, is no call here)."""
+    runners, sleeps = [], []
+    for path in python_files():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef) and node.name == "runner":
+                runners.append(path.relative_to(REPO_ROOT).as_posix())
+            if isinstance(node, ast.Call) and called(node) == "sleep" and path != SUPPORT / "polling.py":
+                sleeps.append(f"{path.relative_to(REPO_ROOT)}:{node.lineno}")
+    assert runners == ["tests/conftest.py"], runners
+    assert not sleeps, sleeps
