@@ -40,6 +40,8 @@ class ServerConfig:
     intra_op_threads: int = 0
     providers: tuple[str, ...] = DEFAULT_PROVIDERS
     provider_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    require_provider: str = ""  # "" = whichever provider loads; else fail start-up unless it runs the model
+    variant: str = ""  # "" = the bundle's variant for the provider in use
     max_message_bytes: int = 4 * 1024 * 1024
     max_source_tokens: int = 0  # 0 = the model's limit (bundle max_len)
     max_output_tokens: int = 0  # 0 = the model's limit (bundle max_len - 1)
@@ -130,6 +132,10 @@ _FLAGS: list[tuple[str, Any, str]] = [
     ("--intra-op-threads", int, "ONNX Runtime intra-op threads (0 = ORT default)"),
     ("--providers", _providers, "comma-separated ONNX Runtime execution providers, in priority order"),
     ("--provider-options", _provider_options, 'JSON, e.g. {"CUDAExecutionProvider": {"device_id": 0}}'),
+    ("--require-provider", str, "fail start-up unless this provider (e.g. CUDAExecutionProvider) runs the "
+     "model with every compute node placed on it; empty = fall back to the CPU"),
+    ("--variant", str, "bundle variant to serve (e.g. fp16, base); empty = the one bundle.json names for "
+     "the provider in use"),
     ("--max-message-bytes", int, "largest gRPC message received or sent"),
     ("--max-source-tokens", int, "longest accepted text in tokens incl. eos (0 = the model's max_len)"),
     ("--max-output-tokens", int, "most tokens generated per text (0 = the model's max_len - 1)"),

@@ -35,7 +35,7 @@ from service.api.interceptor import ErrorMappingInterceptor
 from service.api.kserve import InferenceServicer
 from service.api.translator import TranslatorServicer
 from service.config import ServerConfig, parse_config
-from service.domain.errors import BundleError
+from service.domain.errors import BundleError, ProviderUnavailable
 from service.domain.limits import RequestLimits
 from service.domain.types import DecodeOptions
 from service.ops import metrics
@@ -84,15 +84,16 @@ def build_runner(config: ServerConfig) -> Runner:
     """Load and verify the bundle and open its sessions (raises BundleError for a bad bundle)."""
     try:
         runner = Runner(config.bundle, providers=config.providers, intra_op_threads=config.intra_op_threads,
-                        provider_options=config.provider_options or None, max_beam=config.max_beam)
-    except BundleError:
+                        provider_options=config.provider_options or None, max_beam=config.max_beam,
+                        variant=config.variant or None, require_provider=config.require_provider or None)
+    except (BundleError, ProviderUnavailable):
         raise
     except Exception as exc:  # ONNX Runtime or the tokenizer refused a file whose hash matched
         what = f"{type(exc).__name__}: {exc}"
         raise BundleError(f"cannot load the model of bundle {config.bundle}: {what}") from exc
-    log.info("model %s %s loaded from %s; execution providers in use: %s (primary: %s)",
+    log.info("model %s %s loaded from %s; execution providers in use: %s (primary: %s), variant %s",
              runner.bundle.name, runner.bundle.version, config.bundle, ", ".join(runner.providers),
-             runner.provider)
+             runner.provider, runner.variant_name)
     return runner
 
 
@@ -220,7 +221,7 @@ async def serve(config: ServerConfig, runner: Runner | None = None) -> RunningSe
         if config.metrics_port >= 0:
             running.metrics_port = metrics.start_metrics_server(config.metrics_port, config.metrics_host)
         metrics.set_model_info(model=MODEL_NAME, version=runner.bundle.version, provider=runner.provider,
-                               batching=scheduler.mode.value)
+                               batching=scheduler.mode.value, variant=runner.variant_name)
         warmup = DecodeOptions(max_new_tokens=min(8, runner.max_len - 1))
         await scheduler.submit([WARMUP_TEXT], warmup)  # a real translation before reporting SERVING
     except BaseException:
@@ -269,6 +270,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: cannot serve the model bundle: {exc}\n"
               "Pass a bundle directory with --bundle (or TRANSLATOR_BUNDLE).", file=sys.stderr)
         return 2
+    except ProviderUnavailable as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 3
     except OSError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

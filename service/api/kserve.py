@@ -120,7 +120,8 @@ def model_config(runner: Runner, scheduler: Scheduler) -> config_pb.ModelConfig:
         "queue_size": settings.queue_size, "max_beam_size": scheduler.limits.max_beam,
         "max_output_tokens": scheduler.limits.max_output_tokens,
         "max_source_tokens": scheduler.limits.max_source_tokens,
-        "execution_provider": runner.provider, "stream_parameter": kserve_codec.STREAM_KEY,
+        "execution_provider": runner.provider, "variant": runner.variant_name,
+        "stream_parameter": kserve_codec.STREAM_KEY,
     }
     for key, value in parameters.items():
         config.parameters[key].string_value = str(value)

@@ -23,6 +23,7 @@ STATUS_CODES: dict[type[errors.ServiceError], grpc.StatusCode] = {
     errors.Cancelled: grpc.StatusCode.CANCELLED,
     errors.BatchFailed: grpc.StatusCode.INTERNAL,
     errors.BundleError: grpc.StatusCode.INTERNAL,
+    errors.ProviderUnavailable: grpc.StatusCode.UNAVAILABLE,
 }
 
 

@@ -102,6 +102,7 @@ def model_info(runner: Runner, scheduler: Scheduler) -> pb.GetModelInfoResponse:
                    for name, entry in sorted(files.items())],
         ),
         execution_providers=runner.providers,
+        variant=runner.variant_name,
         limits=pb.Limits(
             max_batch_size=settings.max_batch_size, max_source_tokens=scheduler.limits.max_source_tokens,
             max_beam_size=scheduler.limits.max_beam, max_output_tokens=scheduler.limits.max_output_tokens,

@@ -57,6 +57,10 @@ class BundleError(ServiceError):
     """A model bundle that cannot be served: missing files, bad manifest, hash mismatch."""
 
 
+class ProviderUnavailable(ServiceError):
+    """The execution provider the server was told to require is not the one running the model."""
+
+
 def error_id() -> str:
     """A short random id that ties a client's status message to the server's log line."""
     return uuid.uuid4().hex[:12]

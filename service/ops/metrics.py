@@ -74,9 +74,10 @@ def init_request_counts(methods: Iterable[str], codes: Iterable[str] = COMMON_CO
             REQUESTS.labels(method=method, code=code)
 
 
-def set_model_info(model: str, version: str, provider: str, batching: str) -> None:
+def set_model_info(model: str, version: str, provider: str, batching: str, variant: str) -> None:
     """Set the `translator_model_info` labels."""
-    MODEL.info({"model": model, "version": version, "provider": provider, "batching": batching})
+    MODEL.info({"model": model, "version": version, "provider": provider, "batching": batching,
+                "variant": variant})
 
 
 def start_metrics_server(port: int, host: str = "0.0.0.0") -> int:

@@ -41,6 +41,20 @@ class Bundle:
     decoder_path: Path
     tokenizer_path: Path
     variants: dict[str, dict[str, Path]] = field(default_factory=dict)
+    provider_variants: dict[str, str] = field(default_factory=dict)  # provider -> its variant
+    host_nodes: dict[str, tuple[str, ...]] = field(default_factory=dict)  # file -> integer-only nodes
+
+    def files(self, variant: str | None) -> dict[str, Path]:
+        """{"encoder": path, "decoder": path} of a variant (None: the base files)."""
+        if variant is None:
+            return {"encoder": self.encoder_path, "decoder": self.decoder_path}
+        if variant not in self.variants:
+            raise BundleError(f"bundle {self.path} has no variant {variant!r} (has: {sorted(self.variants)})")
+        return dict(self.variants[variant])
+
+    def variant_for(self, provider: str) -> str | None:
+        """The variant bundle.json names for `provider` (None: the base files)."""
+        return self.provider_variants.get(provider)
 
     @property
     def max_len(self) -> int:
@@ -132,6 +146,13 @@ def load_bundle(path: str | Path, check_hashes: bool = True) -> Bundle:
         for file in parts.values():
             if file.name not in files:
                 raise BundleError(f"variant {kind} file {file.name} is not listed in {BUNDLE_FILE} of {root}")
+    provider_variants = manifest.get("provider_variants") or {}
+    if not isinstance(provider_variants, dict) or any(v not in variants for v in provider_variants.values()):
+        raise BundleError(f"{BUNDLE_FILE} of bundle {root}: 'provider_variants' must map providers to "
+                          f"variants it lists (has: {sorted(variants)})")
+    host_nodes = manifest.get("host_nodes") or {}
+    if not isinstance(host_nodes, dict) or not all(isinstance(v, list) for v in host_nodes.values()):
+        raise BundleError(f"{BUNDLE_FILE} of bundle {root}: 'host_nodes' must map file names to node names")
     return Bundle(
         path=root,
         manifest=manifest,
@@ -144,4 +165,6 @@ def load_bundle(path: str | Path, check_hashes: bool = True) -> Bundle:
         decoder_path=root / DECODER_FILE,
         tokenizer_path=root / TOKENIZER_FILE,
         variants=variants,
+        provider_variants={str(k): str(v) for k, v in provider_variants.items()},
+        host_nodes={str(k): tuple(str(n) for n in v) for k, v in host_nodes.items()},
     )

@@ -25,10 +25,12 @@ from service.domain.types import DEFAULT_MAX_BEAM, DecodeOptions, FinishedEvent,
 from service.runtime.backends import Backend, FaultHook, HostBackend, IoBindingBackend
 from service.runtime.batch import DecodeBatch
 from service.runtime.bundle import Bundle, load_bundle
-from service.runtime.sessions import CUDA, open_sessions
+from service.runtime.sessions import CUDA, Sessions, check_provider, open_sessions, plan_providers
 from service.runtime.spec import ModelSpec
 
 log = logging.getLogger(__name__)
+
+BASE_VARIANT = "base"  # how the base files (encoder.onnx, decoder.onnx) are reported
 
 
 class Runner:
@@ -39,7 +41,9 @@ class Runner:
     default); with shared_thread_pool the pool is process-wide and only the first Runner of
     the process sets its size. provider_options: {provider name: {option: value}}, e.g.
     {"CUDAExecutionProvider": {"device_id": 1}}. io_binding: None = only when CUDA is active.
-    variant: a bundle variant such as "fp16". profile_prefix: turn on ORT's profiler (files
+    variant: a bundle variant such as "fp16", or "base" (default: the one bundle.json names for the
+    provider in use, else the base files). require_provider: raise ProviderUnavailable unless that
+    provider runs the model with every compute node placed on it. profile_prefix: ORT's profiler (files
     `<prefix>_encoder_*.json`, `<prefix>_decoder_*.json`; bench/profile.py). Thread-safe for
     concurrent `translate` calls (each thread reuses its own DecodeBatch, so a call finds the
     buffers of the previous one allocated and bound); `fault_hook` is for tests (called with
@@ -57,6 +61,7 @@ class Runner:
         io_binding: bool | None = None,
         variant: str | None = None,
         profile_prefix: str | None = None,
+        require_provider: str | None = None,
     ) -> None:
         self.bundle = bundle if isinstance(bundle, Bundle) else load_bundle(bundle)
         self.config = self.bundle.config
@@ -65,17 +70,25 @@ class Runner:
         self.vocab_size = int(self.config["vocab_size"])
         self.max_beam = max_beam
         self.tokenizer = Tokenizer.from_file(str(self.bundle.tokenizer_path))
-        encoder, decoder = self.bundle.encoder_path, self.bundle.decoder_path
-        if variant is not None:
-            if variant not in self.bundle.variants:
-                raise ValueError(f"bundle has no variant {variant!r} (has: {sorted(self.bundle.variants)})")
-            files = self.bundle.variants[variant]
-            encoder, decoder = files["encoder"], files["decoder"]
-        self.variant = variant
-        self.sessions = open_sessions(
-            encoder, decoder, tuple(providers) if providers else None,
-            provider_options, intra_op_threads, shared_thread_pool, profile_prefix,
-        )
+        device_id = int((provider_options or {}).get(CUDA, {}).get("device_id", 0))
+        planned, why_not_cuda = plan_providers(providers, device_id)
+
+        def open_variant(name: str | None, on: list[str]) -> tuple[dict[str, Path], Sessions]:
+            """The variant's files and their sessions on the providers `on`."""
+            files = self.bundle.files(name)
+            return files, open_sessions(files["encoder"], files["decoder"], on, provider_options,
+                                        intra_op_threads, shared_thread_pool, profile_prefix, why_not_cuda)
+
+        chosen = variant is not None  # else: the variant bundle.json names for the provider in use
+        self.variant = (None if variant == BASE_VARIANT else variant) if chosen else \
+            self.bundle.variant_for(planned[0])
+        files, self.sessions = open_variant(self.variant, planned)
+        if not chosen and self.bundle.variant_for(self.provider) != self.variant:  # ORT fell back
+            self.variant = self.bundle.variant_for(self.provider)
+            files, self.sessions = open_variant(self.variant, self.providers)
+        host_nodes = {graph: self.bundle.host_nodes.get(path.name, ()) for graph, path in files.items()}
+        check_provider(self.sessions, require_provider, host_nodes)
+        decoder = files["decoder"]
         self.kv_cache = self.sessions.kv_cache  # "concat" or "inplace" (service/runtime/kvcache.py)
         self._local = threading.local()  # the thread's DecodeBatch for translate()
         n_layers = self.bundle.n_decoder_layers
@@ -86,18 +99,22 @@ class Runner:
                               self.kv_cache, self.sessions.cache_dtype)
         if io_binding or (io_binding is None and self.provider == CUDA):
             device = "cuda" if self.provider == CUDA else "cpu"
-            cuda_options = (provider_options or {}).get(CUDA, {}) if device == "cuda" else {}
-            device_id = int(cuda_options.get("device_id", 0))
+            device_id = device_id if device == "cuda" else 0
             self.backend: Backend = IoBindingBackend(self.sessions, n_layers, device, device_id)
         else:
             self.backend = HostBackend(self.sessions, n_layers)
-        log.info("runner for %s %s on %s (%s)", self.bundle.name, self.bundle.version, self.provider,
-                 type(self.backend).__name__)
+        log.info("runner for %s %s on %s, variant %s (%s)", self.bundle.name, self.bundle.version,
+                 self.provider, self.variant_name, type(self.backend).__name__)
 
     @property
     def provider(self) -> str:
         """Execution provider actually doing the work (e.g. "CPUExecutionProvider")."""
         return self.sessions.provider
+
+    @property
+    def variant_name(self) -> str:
+        """The bundle variant in use: its name in bundle.json, or "base" for encoder.onnx / decoder.onnx."""
+        return self.variant or BASE_VARIANT
 
     @property
     def providers(self) -> list[str]:

@@ -1,35 +1,54 @@
-"""ONNX Runtime sessions of a bundle: providers, one shared CPU thread pool.
+"""ONNX Runtime sessions of a bundle: which providers, with which options, placed where.
 
-Two sessions that each own an intra-op pool spin on the same cores and starve each other
-(docs/performance.md): by default both sessions use ORT's process-wide pool, created once
-with `onnxruntime.set_global_thread_pool_sizes` (public API) before the first such session.
+Providers are planned before any session is opened (`plan_providers`): the CUDA provider is asked
+for only when its libraries load and a device is there (service/runtime/cuda.py), otherwise the
+plan is the CPU alone and one log line says why. Session options then follow the provider that
+really runs the graphs (`session.get_providers()`), not the requested list: if ONNX Runtime still
+falls back while creating a session, the sessions are made again with the options of the provider
+in use. The options per provider:
+
+- CPU: ORT's process-wide intra-op pool shared by both sessions (two pools spinning on the same
+  cores starve each other, docs/performance.md), created once with
+  `onnxruntime.set_global_thread_pool_sizes`; the SkipLayerNormalization fusion off (ORT's CPU
+  kernel is several times slower than Add + LayerNormalization beyond a few rows).
+- CUDA: per-session pools that do not spin (the CPU only runs shape computations; ORT's global
+  pool once the process has one, since ORT then refuses per-session pools), every fusion on, and
+  the placement of each node recorded, so that `misplaced_nodes` can list compute nodes that ONNX
+  Runtime put on another provider (a missing CUDA kernel for an op or dtype means Memcpy nodes and
+  PCIe traffic around it).
+
+ORT's Python sessions can re-create themselves on the CPU after a provider error at run time:
+`disable_fallback()` is called on every session, so a failure is reported instead.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnxruntime as ort
 
-from interface.names import (
-    SEQLENS_K,
-    past_name,
-)
+from interface.names import SEQLENS_K, past_name
+from service.domain.errors import ProviderUnavailable
+from service.runtime.cuda import CUDA, cuda_unavailable
 
 log = logging.getLogger(__name__)
 
-CPU, CUDA = "CPUExecutionProvider", "CUDAExecutionProvider"
+CPU = "CPUExecutionProvider"
 CROSS_KEY = past_name(0, "encoder", "key")  # its shape gives the decoder's source length S
 # ONNX Runtime's CPU SkipLayerNormalization is several times slower than Add + LayerNormalization
 # once there are more than a few rows (docs/performance.md): on the CPU, keep them unfused.
 CPU_DISABLED_OPTIMIZERS = ("SkipLayerNormFusion",)
 DEFAULT_PROVIDERS = (CUDA, CPU)
 ORT_DTYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
+RECORD_PLACEMENT = "session.record_ep_graph_assignment_info"
+# Nodes that are never compute: ORT's own copies between devices, and shape reads.
+NOT_COMPUTE_OPS = frozenset({"MemcpyFromHost", "MemcpyToHost", "Shape", "Size"})
 
 _pool_lock = threading.Lock()
 _pool_threads: int | None = None  # size we asked for; -1 when someone else created the pool
@@ -53,21 +72,26 @@ def ensure_global_thread_pool(threads: int) -> bool:
         return True
 
 
-def select_providers(requested: list[str] | tuple[str, ...] | None) -> list[str]:
-    """Requested providers (default CUDA, CPU) that this onnxruntime build offers, CPU last."""
+def plan_providers(requested: Sequence[str] | None, device_id: int = 0) -> tuple[list[str], str | None]:
+    """Providers to ask ONNX Runtime for (requested ones this build offers and this machine can run,
+    CPU last), and why CUDA was left out (None if it was not)."""
     available = ort.get_available_providers()
     wanted = list(requested or DEFAULT_PROVIDERS)
     missing = [p for p in wanted if p not in available]
     if missing:
-        log.warning("execution providers not available in this build: %s", ", ".join(missing))
+        log.warning("execution providers not available in this onnxruntime build: %s", ", ".join(missing))
     chosen = [p for p in wanted if p in available and p != CPU]
-    return [*chosen, CPU]
+    why_not_cuda = cuda_unavailable(device_id) if CUDA in chosen else None
+    if why_not_cuda:
+        log.warning("not using %s: %s", CUDA, why_not_cuda)
+        chosen.remove(CUDA)
+    return [*chosen, CPU], why_not_cuda
 
 
-def session_options(intra_op_threads: int, shared_pool: bool, profile_prefix: str | None = None
-                    ) -> ort.SessionOptions:
-    """Options of one session: the global pool if shared, else its own pool of intra_op_threads;
-    ORT's profiler writes `<profile_prefix>_<date>.json` when a prefix is given (bench/profile.py)."""
+def session_options(provider: str, intra_op_threads: int, shared_pool: bool,
+                    profile_prefix: str | None = None, spinning: bool = True) -> ort.SessionOptions:
+    """Options of one session whose graph runs on `provider` (see the module docstring); ORT's
+    profiler writes `<profile_prefix>_<date>.json` when a prefix is given (bench/profile.py)."""
     so = ort.SessionOptions()
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     if profile_prefix:
@@ -76,7 +100,16 @@ def session_options(intra_op_threads: int, shared_pool: bool, profile_prefix: st
         so.use_per_session_threads = False
     else:
         so.intra_op_num_threads, so.inter_op_num_threads = intra_op_threads, 1
+    if provider != CPU or not spinning:
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    if provider != CPU:
+        so.add_session_config_entry(RECORD_PLACEMENT, "1")
     return so
+
+
+def disabled_optimizers(provider: str) -> list[str]:
+    """Graph rewrites to leave out for a graph that runs on `provider`."""
+    return list(CPU_DISABLED_OPTIMIZERS) if provider == CPU else []
 
 
 @dataclass
@@ -87,6 +120,8 @@ class Sessions:
     decoder: ort.InferenceSession
     providers: list[str]
     shared_pool: bool
+    why_not_cuda: str | None = None  # why CUDA was not asked for, when it was requested
+    options: dict[str, dict[str, str]] = field(default_factory=dict)  # provider options passed to ORT
 
     @property
     def provider(self) -> str:
@@ -105,30 +140,94 @@ class Sessions:
         return ORT_DTYPES[by_name[past_name(0, "encoder", "key")]]
 
 
+def _open(path: Path, providers: list[str], options: dict[str, dict[str, str]], intra_op_threads: int,
+          shared: bool, profile_prefix: str | None, spinning: bool = True) -> ort.InferenceSession:
+    """One session on `providers` with the options of the first; no run-time fallback."""
+    so = session_options(providers[0], intra_op_threads, shared, profile_prefix, spinning)
+    with_opts = [(p, options.get(p, {})) for p in providers]
+    session = ort.InferenceSession(str(path), so, providers=with_opts,
+                                   disabled_optimizers=disabled_optimizers(providers[0]))
+    session.disable_fallback()
+    return session
+
+
+def _use_global_pool(provider: str, shared_pool: bool, threads: int) -> bool:
+    """Whether sessions on `provider` use ORT's global pool: on the CPU when shared_pool asks for it,
+    and on any provider once the process has one (ORT then refuses per-session pools)."""
+    if provider == CPU and shared_pool:
+        return ensure_global_thread_pool(threads)
+    with _pool_lock:
+        return _pool_threads is not None
+
+
 def open_sessions(
     encoder_path: Path,
     decoder_path: Path,
-    providers: list[str] | tuple[str, ...] | None = None,
+    providers: Sequence[str] | None = None,
     provider_options: dict[str, dict[str, Any]] | None = None,
     intra_op_threads: int = 0,
     shared_pool: bool = True,
     profile_prefix: str | None = None,
+    why_not_cuda: str | None = None,
 ) -> Sessions:
-    """Create both sessions; report the providers in use (CUDA silently falls back to CPU)."""
-    chosen = select_providers(providers)
-    options = provider_options or {}
-    shared = shared_pool and ensure_global_thread_pool(intra_op_threads)
-    with_opts = [(p, {str(k): str(v) for k, v in options.get(p, {}).items()}) for p in chosen]
-    so = session_options(intra_op_threads, shared, profile_prefix and f"{profile_prefix}_decoder")
-    enc_so = session_options(intra_op_threads, shared, profile_prefix and f"{profile_prefix}_encoder")
-    if shared_pool and not shared:  # fallback: an idle spinning encoder pool would starve the decoder
-        enc_so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    disabled = list(CPU_DISABLED_OPTIMIZERS) if chosen == [CPU] else []
-    enc = ort.InferenceSession(str(encoder_path), enc_so, providers=with_opts, disabled_optimizers=disabled)
-    working = [(p, o) for p, o in with_opts if p in enc.get_providers()]  # don't retry a failed provider
-    dec = ort.InferenceSession(str(decoder_path), so, providers=working, disabled_optimizers=disabled)
-    in_use = dec.get_providers()
-    if chosen[0] not in in_use:
-        log.warning("requested %s but ONNX Runtime uses %s (missing libraries?)", chosen[0], in_use)
+    """Create both sessions on `providers` (already planned by plan_providers; CPU added last if
+    missing) with the options of the provider each session really uses."""
+    planned = [p for p in (providers or [CPU]) if p != CPU] + [CPU]
+    options = {p: {str(k): str(v) for k, v in (provider_options or {}).get(p, {}).items()} for p in planned}
+    shared = _use_global_pool(planned[0], shared_pool, intra_op_threads)
+    prefix = {g: profile_prefix and f"{profile_prefix}_{g}" for g in ("encoder", "decoder")}
+    # without the shared pool, an idle spinning encoder pool would starve the decoder
+    enc = _open(encoder_path, planned, options, intra_op_threads, shared, prefix["encoder"],
+                spinning=shared or not shared_pool)
+    in_use = list(enc.get_providers())
+    if in_use[0] != planned[0]:  # ORT fell back while creating it: options of the provider in use
+        log.warning("asked ONNX Runtime for %s but it uses %s", planned[0], in_use[0])
+        planned = in_use
+        shared = _use_global_pool(planned[0], shared_pool, intra_op_threads)
+        enc = _open(encoder_path, planned, options, intra_op_threads, shared, prefix["encoder"],
+                    spinning=shared or not shared_pool)
+    dec = _open(decoder_path, planned, options, intra_op_threads, shared, prefix["decoder"])
+    in_use = list(dec.get_providers())
     log.info("ONNX Runtime providers in use: %s (shared thread pool: %s)", in_use, shared)
-    return Sessions(enc, dec, list(in_use), shared)
+    return Sessions(enc, dec, in_use, shared, why_not_cuda, {p: options.get(p, {}) for p in in_use})
+
+
+def placement(session: ort.InferenceSession) -> dict[str, list[tuple[str, str]]]:
+    """{provider: [(op_type, node name)]} as ONNX Runtime assigned the session's nodes (empty unless
+    the session recorded it: only sessions on a provider other than the CPU do)."""
+    try:
+        subgraphs = session.get_provider_graph_assignment_info()
+    except Exception:  # noqa: BLE001 - not recorded for this session
+        return {}
+    placed: dict[str, list[tuple[str, str]]] = {}
+    for subgraph in subgraphs:
+        placed.setdefault(subgraph.ep_name, []).extend((n.op_type, n.name) for n in subgraph.get_nodes())
+    return placed
+
+
+def misplaced_nodes(session: ort.InferenceSession, provider: str, host_nodes: Collection[str] = ()
+                    ) -> list[str]:
+    """"op_type name (provider)" of every compute node not on `provider`: all but ORT's copies,
+    shape reads, and `host_nodes` (the bundle's integer-only nodes, which ORT may keep on the host)."""
+    return [f"{op} {name} ({ep})" for ep, nodes in sorted(placement(session).items()) if ep != provider
+            for op, name in nodes if op not in NOT_COMPUTE_OPS and name not in host_nodes]
+
+
+def check_provider(sessions: Sessions, required: str | None, host_nodes: dict[str, Collection[str]]) -> None:
+    """Warn about compute nodes off the provider in use; with `required`, raise ProviderUnavailable
+    unless it is the provider in use with every compute node on it."""
+    if required and sessions.provider != required:
+        why = f": {sessions.why_not_cuda}" if required == CUDA and sessions.why_not_cuda else ""
+        raise ProviderUnavailable(
+            f"{required} is required (--require-provider) but ONNX Runtime uses {sessions.provider}{why}")
+    if sessions.provider == CPU:
+        return
+    for graph, session in (("encoder", sessions.encoder), ("decoder", sessions.decoder)):
+        misplaced = misplaced_nodes(session, sessions.provider, host_nodes.get(graph, ()))
+        if not misplaced:
+            continue
+        text = (f"{len(misplaced)} compute nodes of the {graph} are not on {sessions.provider}: "
+                f"{', '.join(misplaced)}")
+        if required:
+            raise ProviderUnavailable(f"{text} (--require-provider {required})")
+        log.warning("%s; they run elsewhere with copies around them", text)

@@ -111,6 +111,7 @@ def test_get_model_info(stub, runner, tiny_bundle):
         data = (tiny_bundle / f.name).read_bytes()
         assert (f.sha256, f.size_bytes) == (hashlib.sha256(data).hexdigest(), len(data))
     assert list(info.execution_providers) == runner.providers == ["CPUExecutionProvider"]
+    assert info.variant == "base"  # the tests' runner serves the fp32 files on the CPU
     assert (info.limits.max_batch_size, info.limits.max_source_tokens) == (MAX_BATCH, runner.max_len)
     assert info.limits.max_beam_size == runner.max_beam == DEFAULT_MAX_BEAM
     assert info.limits.max_output_tokens == runner.max_len - 1
@@ -253,4 +254,5 @@ def test_metrics_endpoint_counts_requests(tiny_bundle, runner):
     assert delta("translator_requests_total", method="inference.GRPCInferenceService/ModelStatistics",
                  code="NOT_FOUND") == 1
     info = [k for k in after if k[0] == "translator_model_info"]
-    assert info and {("batching", "continuous"), ("provider", "CPUExecutionProvider")} <= set(info[0][1])
+    assert info and {("batching", "continuous"), ("provider", "CPUExecutionProvider"),
+                     ("variant", "base")} <= set(info[0][1])

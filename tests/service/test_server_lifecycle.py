@@ -3,6 +3,7 @@ in-process and on SIGTERM / SIGINT (a real `python -m service.server` process), 
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from protos.translator.v1 import translator_pb2 as pb
 from protos.translator.v1 import translator_pb2_grpc as pb_grpc
 from service.domain.types import DecodeOptions
 from service.ops import metrics
+from service.runtime.cuda import cuda_unavailable
 from service.runtime.runner import Runner
 from service.server import BackgroundServer
 from tests.support import REPO_ROOT
@@ -182,3 +184,17 @@ def test_bad_bundle_exits_non_zero_with_a_message(tmp_path):
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert "bundle directory not found" in proc.stderr and "--bundle" in proc.stderr
+
+
+def test_a_required_provider_that_is_not_in_use_fails_start_up(tiny_bundle):
+    """--require-provider names a provider that is not the one running the model: exit code 3 and a
+    message saying which provider ran instead (no silent CPU fallback)."""
+    if cuda_unavailable() is None:
+        pytest.skip("this machine runs the CUDA provider")
+    env_flag = {"TRANSLATOR_REQUIRE_PROVIDER": "CUDAExecutionProvider"}
+    command = [sys.executable, "-m", "service.server", "--bundle", str(tiny_bundle), "--port", "0",
+               "--metrics-port", "-1"]
+    proc = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **env_flag})
+    assert proc.returncode == 3, proc.stderr
+    assert "CUDAExecutionProvider is required" in proc.stderr and "CPUExecutionProvider" in proc.stderr

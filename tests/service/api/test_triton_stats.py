@@ -91,7 +91,7 @@ def test_model_config_of_continuous_server(client, runner):
         "max_texts_per_request": str(MAX_BATCH), "max_batch_tokens": str(ServerConfig().max_batch_tokens),
         "max_queue_delay_ms": "5.0", "queue_size": "40", "max_beam_size": str(runner.max_beam),
         "max_output_tokens": str(runner.max_len - 1), "max_source_tokens": str(runner.max_len),
-        "execution_provider": "CPUExecutionProvider", "stream_parameter": "stream",
+        "execution_provider": "CPUExecutionProvider", "variant": "base", "stream_parameter": "stream",
     }
     with pytest.raises(triton.InferenceServerException, match="unknown model 'nope'"):
         client.get_model_config("nope")

@@ -51,7 +51,7 @@ def test_bucket_layouts():
 
 
 def test_endpoint_serves_every_metric_and_model_info(metrics_port):
-    metrics.set_model_info("tiny", "v9", "CPUExecutionProvider", "continuous")
+    metrics.set_model_info("tiny", "v9", "CPUExecutionProvider", "continuous", "fp16")
     metrics.observe_request("test.Endpoint", "OK", 0.01)
     with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as response:
         assert response.status == 200
@@ -64,6 +64,7 @@ def test_endpoint_serves_every_metric_and_model_info(metrics_port):
     assert "# TYPE translator_queue_depth gauge" in body
     assert "# TYPE translator_active_sequences gauge" in body
     info = next(line for line in body.splitlines() if line.startswith("translator_model_info{"))
-    for part in ('model="tiny"', 'version="v9"', 'provider="CPUExecutionProvider"', 'batching="continuous"'):
+    for part in ('model="tiny"', 'version="v9"', 'provider="CPUExecutionProvider"', 'batching="continuous"',
+                 'variant="fp16"'):
         assert part in info
     assert info.endswith(" 1.0")

@@ -1,0 +1,169 @@
+"""Providers and their options (service/runtime/sessions.py, service/runtime/cuda.py): planned before
+any session, options from the provider in use, variant choice, placement check, --require-provider."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import onnxruntime as ort
+import pytest
+
+from interface import names
+from service.domain.errors import BundleError, ProviderUnavailable
+from service.runtime import cuda, sessions
+from service.runtime.bundle import load_bundle
+from service.runtime.runner import Runner
+from service.runtime.sessions import CPU, CUDA, RECORD_PLACEMENT, Sessions, check_provider, misplaced_nodes
+
+CUDA_HERE = cuda.cuda_unavailable() is None
+
+
+def config_entry(so: ort.SessionOptions, key: str) -> str | None:
+    """A session config entry, None when unset."""
+    try:
+        return so.get_session_config_entry(key)
+    except RuntimeError:
+        return None
+
+
+def recorded_sessions(monkeypatch) -> list[dict]:
+    """Replace ort.InferenceSession in sessions.py by a recorder of what it is asked (then the real one)."""
+    calls: list[dict] = []
+    real = ort.InferenceSession
+
+    def recording(path, so, providers, disabled_optimizers):
+        calls.append({"path": Path(path).name, "providers": [p for p, _ in providers],
+                      "disabled": list(disabled_optimizers),
+                      "per_session_threads": so.use_per_session_threads,
+                      "spinning": config_entry(so, "session.intra_op.allow_spinning")})
+        return real(path, so, providers=providers, disabled_optimizers=disabled_optimizers)
+
+    monkeypatch.setattr(sessions.ort, "InferenceSession", recording)
+    return calls
+
+
+@pytest.mark.skipif(CUDA_HERE, reason="this machine can run the CUDA provider")
+def test_cuda_is_not_asked_for_where_it_cannot_load_and_the_reason_is_one_line():
+    why = cuda.cuda_unavailable()
+    assert why and "\n" not in why
+    planned, reason = sessions.plan_providers(None)
+    assert planned == [CPU] and reason == why
+    assert sessions.plan_providers([CPU]) == ([CPU], None)  # not requested: nothing to explain
+
+
+def test_plan_keeps_cuda_first_when_it_can_run(monkeypatch):
+    monkeypatch.setattr(sessions, "cuda_unavailable", lambda device_id=0: None)
+    assert sessions.plan_providers(None)[0] == [CUDA, CPU]
+    assert sessions.plan_providers([CPU, CUDA])[0] == [CUDA, CPU]  # CPU always last
+    assert sessions.plan_providers(["NoSuchExecutionProvider", CPU])[0] == [CPU]
+
+
+def test_default_providers_pass_ort_the_options_of_an_explicit_cpu_run(tiny_bundle, monkeypatch):
+    """On a machine without CUDA, the default (CUDA, CPU) request gives ORT exactly what --providers
+    CPUExecutionProvider gives it: the configuration the benchmarks measure."""
+    if CUDA_HERE:
+        pytest.skip("this machine runs CUDA: the default is not the CPU configuration")
+    calls = recorded_sessions(monkeypatch)
+    Runner(tiny_bundle)
+    default = list(calls)
+    calls.clear()
+    Runner(tiny_bundle, providers=[CPU])
+    assert default == calls and len(calls) == 2
+    assert all(c["providers"] == [CPU] and c["disabled"] == ["SkipLayerNormFusion"] for c in calls)
+    assert all(c["per_session_threads"] is False for c in calls)  # one shared pool
+
+
+def test_an_ort_fallback_while_creating_gets_the_options_of_the_provider_in_use(tiny_bundle, monkeypatch):
+    """If ORT is asked for CUDA and falls back to the CPU itself, the sessions are made again with the
+    CPU's options (fusion off, shared pool), not those of the requested CUDA."""
+    if CUDA_HERE:
+        pytest.skip("this machine runs CUDA: ORT does not fall back")
+    monkeypatch.setattr(sessions, "cuda_unavailable", lambda device_id=0: None)  # as if CUDA could load
+    calls = recorded_sessions(monkeypatch)
+    runner = Runner(tiny_bundle)
+    assert runner.provider == CPU and runner.providers == [CPU]
+    assert calls[0]["providers"] == [CUDA, CPU] and calls[0]["disabled"] == []  # the first, CUDA's options
+    assert [c["providers"] for c in calls[1:]] == [[CPU], [CPU]]
+    assert all(c["disabled"] == ["SkipLayerNormFusion"] for c in calls[1:])
+    assert all(c["per_session_threads"] is False for c in calls[1:])
+    assert runner.variant_name == "base"  # the CPU's variant, not the fp16 one planned for CUDA
+
+
+def test_session_options_per_provider():
+    cpu = sessions.session_options(CPU, 2, shared_pool=True)
+    assert cpu.use_per_session_threads is False and config_entry(cpu, RECORD_PLACEMENT) is None
+    gpu = sessions.session_options(CUDA, 2, shared_pool=False)
+    assert gpu.use_per_session_threads is True and gpu.intra_op_num_threads == 2
+    assert config_entry(gpu, "session.intra_op.allow_spinning") == "0"
+    assert config_entry(gpu, RECORD_PLACEMENT) == "1"
+    assert sessions.disabled_optimizers(CPU) == ["SkipLayerNormFusion"]
+    assert sessions.disabled_optimizers(CUDA) == []
+
+
+def test_sessions_never_fall_back_at_run_time(runner):
+    for session in (runner.sessions.encoder, runner.sessions.decoder):
+        assert session._enable_fallback is False
+
+
+def test_require_provider_fails_with_the_reason(tiny_bundle):
+    if CUDA_HERE:
+        pytest.skip("this machine runs CUDA")
+    with pytest.raises(ProviderUnavailable, match=f"{CUDA} is required .* uses {CPU}: .*") as info:
+        Runner(tiny_bundle, require_provider=CUDA)
+    assert cuda.cuda_unavailable() in str(info.value)
+    assert Runner(tiny_bundle, require_provider=CPU).provider == CPU
+
+
+def placed_sessions(tiny_bundle: Path, claimed: list[str]) -> Sessions:
+    """CPU sessions of the tiny bundle that record their placement, claiming to use `claimed`."""
+    so = ort.SessionOptions()
+    so.use_per_session_threads = False  # the process has ORT's global pool (the runner fixture made it)
+    so.add_session_config_entry(RECORD_PLACEMENT, "1")
+    enc, dec = (ort.InferenceSession(str(tiny_bundle / f), so, providers=[CPU])
+                for f in (names.ENCODER_FILE, names.DECODER_FILE))
+    return Sessions(enc, dec, claimed, shared_pool=False)
+
+
+def test_placement_check_lists_compute_nodes_off_the_provider(tiny_bundle, caplog):
+    """Every node of these sessions is on the CPU: for a CUDA run all compute nodes are misplaced
+    (not Shape reads, not the bundle's integer-only host nodes); under --require-provider that fails."""
+    placed = placed_sessions(tiny_bundle, [CUDA, CPU])
+    ops = {op for op, _ in sessions.placement(placed.decoder)[CPU]}
+    assert {"GroupQueryAttention", "MatMul", "LayerNormalization"} <= ops
+    misplaced = misplaced_nodes(placed.decoder, CUDA)
+    assert misplaced and all(m.endswith(f"({CPU})") for m in misplaced)
+    assert any(m.startswith("GroupQueryAttention ") for m in misplaced)
+    assert not misplaced_nodes(placed.decoder, CPU)
+    names_ = [m.split()[1] for m in misplaced]
+    assert misplaced_nodes(placed.decoder, CUDA, host_nodes=names_[:2]) == misplaced[2:]
+    with pytest.raises(ProviderUnavailable, match="compute nodes of the encoder are not on CUDA"):
+        check_provider(placed, CUDA, {})
+    check_provider(placed, None, {})  # without --require-provider: a warning
+    assert "compute nodes of the decoder are not on CUDAExecutionProvider" in caplog.text
+
+
+def bundle_copy(src: Path, dst: Path, **manifest_changes) -> Path:
+    """A copy of a bundle with top-level keys of bundle.json replaced."""
+    shutil.copytree(src, dst)
+    path = dst / names.BUNDLE_FILE
+    manifest = json.loads(path.read_text()) | manifest_changes
+    path.write_text(json.dumps(manifest))
+    return dst
+
+
+def test_the_variant_follows_the_provider_in_use(tiny_bundle, tmp_path):
+    """bundle.json's provider_variants picks the variant for the provider in use; --variant overrides."""
+    assert load_bundle(tiny_bundle).provider_variants == {CUDA: "fp16"}
+    on_cpu = bundle_copy(tiny_bundle, tmp_path / "b", provider_variants={CPU: "fp16"})
+    runner = Runner(on_cpu, providers=[CPU])
+    assert runner.variant_name == "fp16" and runner.spec.cache_dtype.__name__ == "float16"
+    assert Runner(on_cpu, providers=[CPU], variant="base").variant_name == "base"
+    assert Runner(tiny_bundle, providers=[CPU], variant="fp16").variant_name == "fp16"
+
+
+def test_a_manifest_naming_an_unknown_variant_is_refused(tiny_bundle, tmp_path):
+    bad = bundle_copy(tiny_bundle, tmp_path / "b", provider_variants={CUDA: "int4"})
+    with pytest.raises(BundleError, match="provider_variants"):
+        load_bundle(bad)
