@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TRAIN_MINUTES ?= 300  # total training budget of the default model (resumes count what was spent)
 
-.PHONY: setup serve test prometheus-tools perf-analyzer-tools lint protos bench bench-quick soak fuzz corpus train-default evaluate-default default-bundle clean
+.PHONY: setup serve test prometheus-tools perf-analyzer-tools lint protos bench bench-quick gpu-check soak fuzz corpus train-default evaluate-default default-bundle clean
 
 setup: $(STAMP)
 
@@ -43,6 +43,15 @@ bench: $(STAMP) protos
 
 bench-quick: $(STAMP) protos
 	$(PY) -m bench --quick
+
+# On a machine with an NVIDIA GPU (driver only: CUDA 13 and cuDNN 9 come from PyPI, the `cuda` extra):
+# the GPU test tier (`pytest -m gpu`, required to run: no skipping), then the GPU benchmark
+# (bench/gpu.py: engine fp16 / fp32 at batch 1, 32, 128, server at concurrency 1 and 64, CTranslate2
+# on CUDA when it loads); the last line is one JSON object. Under 10 minutes on one GPU.
+gpu-check: $(STAMP) protos
+	$(PY) -m pip install -q -e '.[cuda]'
+	TRANSLATOR_REQUIRE_GPU=1 $(PY) -m pytest -m gpu
+	$(PY) -m bench.gpu $(GPU_BENCH_ARGS)
 
 # Soak with faults (bench/soak.py, docs/reliability.md): 10,000 requests of every kind, valid and
 # hostile, against a server on the default bundle, every 2000th decoder step failing; about 10 min

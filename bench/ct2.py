@@ -133,9 +133,10 @@ def convert(checkpoint: Path, out: Path, vocab: list[str] | None = None) -> Path
 class CT2Engine:
     """Greedy decoding of token ids with a CTranslate2 Translator."""
 
-    def __init__(self, model_dir: Path, vocab: list[str], threads: int = 2) -> None:
-        self.translator = ctranslate2.Translator(str(model_dir), device="cpu", intra_threads=threads,
-                                                 inter_threads=1, compute_type="float32")
+    def __init__(self, model_dir: Path, vocab: list[str], threads: int = 2, device: str = "cpu",
+                 compute_type: str = "float32") -> None:
+        self.translator = ctranslate2.Translator(str(model_dir), device=device, intra_threads=threads,
+                                                 inter_threads=1, compute_type=compute_type)
         self.vocab, self.index = vocab, {t: i for i, t in enumerate(vocab)}
 
     def greedy(self, sources: list[list[int]], max_new_tokens: int) -> list[list[int]]:

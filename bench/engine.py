@@ -84,7 +84,7 @@ def build(name: str, checkpoint: Path, bundle: Path, threads: int, ct2_model: Pa
 
         return torch_decode
     if name == "onnxruntime":
-        runner = Runner(bundle, providers=["CPUExecutionProvider"], intra_op_threads=threads)
+        runner = Runner(bundle, intra_op_threads=threads)
         options = DecodeOptions(max_new_tokens=runner.max_len - 1)
         return lambda batch: [h[0].tokens for h in runner.translate(batch, options, max_rows=len(batch))]
     if name == "ctranslate2":

@@ -64,7 +64,7 @@ def main(argv: list[str]) -> int:
     from service.runtime.runner import Runner
 
     bundle, threads = argv
-    runner = Runner(bundle, providers=["CPUExecutionProvider"], intra_op_threads=int(threads))
+    runner = Runner(bundle, intra_op_threads=int(threads))
     for line in sys.stdin:
         text = json.loads(line)["text"]
         t0 = time.perf_counter()

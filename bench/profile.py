@@ -64,7 +64,7 @@ def count_runs(events: list[dict]) -> int:
 def profile_decoder(bundle: Path, sources: list[str], batch: int, threads: int,
                     work: Path) -> tuple[Profile, Profile]:
     """Profiles (encoder, decoder) of greedy decoding `sources` in static batches of `batch`."""
-    runner = Runner(bundle, providers=["CPUExecutionProvider"], intra_op_threads=threads,
+    runner = Runner(bundle, intra_op_threads=threads,
                     profile_prefix=str(work / f"b{batch}"))
     ids = runner.encode_texts(sources)
     options = DecodeOptions(max_new_tokens=runner.max_len - 1)

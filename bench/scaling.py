@@ -181,7 +181,7 @@ def run_plan(plan: Plan, bundle: Path, sources: list[str], log=print) -> tuple[d
 
     lengths = Lengths(bundle)
     singles = [s for s in sources if lengths(s) <= lengths.max_len]
-    runner = Runner(bundle, providers=["CPUExecutionProvider"], intra_op_threads=plan.intra_op_threads)
+    runner = Runner(bundle, intra_op_threads=plan.intra_op_threads)
     by_length = length_sweep(runner, plan, sources, lengths)
     log("length sweep done")
     by_batch = batch_sweep(runner, plan, singles)

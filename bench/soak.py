@@ -242,7 +242,7 @@ def compare_metrics(report: Report, before: Counter, after: Counter, records: Se
 def run(settings: Settings, log=print) -> Report:
     """Run a soak; returns its report."""
     report = Report(settings={k: str(v) for k, v in asdict(settings).items()})
-    runner = Runner(settings.bundle, providers=["CPUExecutionProvider"], intra_op_threads=1)
+    runner = Runner(settings.bundle, intra_op_threads=1)
     mix = Mix(runner, held_out_sources(settings.sources), settings.max_batch_size, settings.max_message_bytes,
               seed=settings.seed)
     # The server's RSS reaches its plateau after ~2,000 requests of the mix (ORT's arena and the
