@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,24 @@ def pytest_configure(config) -> None:
     except ImportError:
         return
     torch.set_num_threads(1)
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Tests marked `gpu` need a CUDA device: skipped (with the reason) where none can be opened, and
+    a usage error instead under TRANSLATOR_REQUIRE_GPU=1 (`make gpu-check`), so that a GPU run never
+    passes by skipping."""
+    gpu = [item for item in items if "gpu" in item.keywords]
+    if not gpu:
+        return
+    from service.runtime.cuda import cuda_unavailable
+
+    why = cuda_unavailable()
+    if why is None:
+        return
+    if os.environ.get("TRANSLATOR_REQUIRE_GPU") == "1":
+        raise pytest.UsageError(f"TRANSLATOR_REQUIRE_GPU=1 but the CUDA provider cannot run here: {why}")
+    for item in gpu:
+        item.add_marker(pytest.mark.skip(reason=f"no CUDA: {why}"))
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,107 @@
+"""The GPU tier (`pytest -m gpu`, run by `make gpu-check`): the service on ONNX Runtime's CUDA provider.
+
+Skipped where no CUDA device can be opened, a usage error instead under TRANSLATOR_REQUIRE_GPU=1
+(tests/conftest.py). Checks what no CPU run can: every compute node of the fp16 variant placed on
+CUDA, the self-attention cache updated in place in device memory (same data pointer in and out,
+only the new column written), tokens as the CPU fp32 run gives them (fp16 within the tolerance of
+tests/service/runtime/test_runner.py: identical greedy tokens, log-probs within 0.05), requests
+joining, leaving and cancelled mid-decode as decoded alone, and a real server reporting CUDA.
+"""
+
+from __future__ import annotations
+
+import grpc
+import numpy as np
+import pytest
+
+from protos.translator.v1 import translator_pb2 as pb
+from protos.translator.v1 import translator_pb2_grpc as pb_grpc
+from service.domain.types import DecodeOptions
+from service.runtime.backends import IoBindingBackend
+from service.runtime.runner import Runner
+from service.runtime.sessions import CUDA, misplaced_nodes
+from service.server import BackgroundServer
+from tests.support.decoding import MAX_NEW, assert_same_hypotheses, drain, reference
+from tests.support.server import TEXTS, server_config
+
+pytestmark = pytest.mark.gpu
+
+FP16_LOGPROB_ATOL = 0.05  # fp16 against fp32, as the CPU fp16 test allows
+
+
+@pytest.fixture(scope="module")
+def cuda_runner(tiny_bundle) -> Runner:
+    """The tiny bundle on CUDA as the server loads it by default (fp16 variant), CUDA required."""
+    return Runner(tiny_bundle, require_provider=CUDA)
+
+
+def test_every_compute_node_of_the_fp16_variant_is_on_cuda(cuda_runner):
+    assert cuda_runner.provider == CUDA and cuda_runner.variant_name == "fp16"
+    assert isinstance(cuda_runner.backend, IoBindingBackend) and cuda_runner.backend.device == "cuda"
+    files = cuda_runner.bundle.files("fp16")
+    sessions = cuda_runner.sessions
+    for graph, session in (("encoder", sessions.encoder), ("decoder", sessions.decoder)):
+        host = cuda_runner.bundle.host_nodes.get(files[graph].name, ())
+        assert misplaced_nodes(session, CUDA, host) == [], graph
+
+
+def test_greedy_and_beam_give_the_tokens_of_the_cpu_fp32_run(cuda_runner, runner, texts):
+    ids = runner.encode_texts(texts)
+    greedy, beam = DecodeOptions(max_new_tokens=MAX_NEW), DecodeOptions(beam_size=4, max_new_tokens=MAX_NEW)
+    for options in (greedy, beam):
+        on_gpu, on_cpu = cuda_runner.translate(ids, options), runner.translate(ids, options)
+        assert len({tuple(h[0].tokens) for h in on_cpu}) > 1  # the reference is not one output for all
+        for g, c in zip(on_gpu, on_cpu, strict=True):
+            assert g[0].tokens == c[0].tokens
+            assert g[0].log_prob == pytest.approx(c[0].log_prob, abs=FP16_LOGPROB_ATOL)
+
+
+def test_the_self_attention_cache_is_written_in_place_in_device_memory(cuda_runner, texts):
+    """Across a decoder step the cache buffers keep their device address, and of each row only the
+    column of its new token changes."""
+    batch = cuda_runner.new_batch(4)
+    requests = [cuda_runner.make_request(t, DecodeOptions(max_new_tokens=MAX_NEW)) for t in texts[:3]]
+    batch.add(requests)
+    for _ in range(3):
+        batch.step()
+    cache = batch._cache  # the self-attention cache (service/runtime/kvcache.py)
+    before_ptrs = [t.data_ptr() for t in cache.past()]
+    lengths = cache.filled().copy()
+    before = [cuda_runner.backend.to_host(t) for t in cache.past()]
+    batch.step()
+    after = [cuda_runner.backend.to_host(t) for t in cache.past()]
+    assert [t.data_ptr() for t in cache.past()] == before_ptrs
+    for old, new in zip(before, after, strict=True):
+        for row, length in enumerate(lengths):
+            changed = np.flatnonzero((old[row] != new[row]).any(axis=(0, 2)))  # columns that changed
+            assert changed.tolist() == [length], (row, length, changed)
+
+
+def test_requests_joining_leaving_and_cancelled_mid_decode_decode_as_alone(cuda_runner, texts):
+    ids = cuda_runner.encode_texts(texts)
+    beam = DecodeOptions(beam_size=3, n_best=2, max_new_tokens=MAX_NEW)
+    greedy = DecodeOptions(max_new_tokens=MAX_NEW)
+    batch = cuda_runner.new_batch(16)
+    first = [cuda_runner.make_request(ids[1], beam), cuda_runner.make_request(ids[0], greedy),
+             cuda_runner.make_request(ids[3], greedy)]
+    batch.add(first)
+    for _ in range(3):
+        batch.step()
+    assert batch.cancel(first[2]) is True  # leaves mid-decode
+    late = [cuda_runner.make_request(ids[4], greedy), cuda_runner.make_request(ids[2], beam)]
+    batch.add(late)  # joins a cache that already has columns
+    out = drain(batch)
+    for request in [*first[:2], *late]:
+        want = reference(cuda_runner, request.source, request.options)
+        assert_same_hypotheses(out[request.id], want, rtol=1e-3, atol=1e-3)
+
+
+def test_a_server_with_default_flags_reports_cuda(tiny_bundle):
+    config = server_config(tiny_bundle, providers=("CUDAExecutionProvider", "CPUExecutionProvider"),
+                           require_provider=CUDA)
+    with BackgroundServer(config) as server, grpc.insecure_channel(server.address) as channel:
+        stub = pb_grpc.TranslatorStub(channel)
+        info = stub.GetModelInfo(pb.GetModelInfoRequest(), timeout=30)
+        assert info.execution_providers[0] == CUDA and info.variant == "fp16"
+        reply = stub.Translate(pb.TranslateRequest(texts=TEXTS), timeout=60)
+        assert len(reply.results) == len(TEXTS) and all(r.hypotheses[0].token_ids for r in reply.results)
