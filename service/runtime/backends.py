@@ -1,20 +1,23 @@
 """Backends: how a DecodeBatch runs the encoder and decoder graphs and where its KV cache lives.
 
-`HostBackend` (CPU provider): the cache is numpy arrays in host memory; an in-place decoder
-(export/inplace.py) runs through a `DecoderBinding` that binds each cache array as its own past
-input and present output, so ONNX Runtime writes the new column into it and nothing is copied.
+Each backend has a `memory` (service/runtime/devicemem.py) that holds the cache tensors and copies
+their rows; the KV caches (service/runtime/kvcache.py) restructure themselves through it only.
 
-`IoBindingBackend` (CUDA provider): the decoder's KV cache stays in device memory between steps.
-Each step binds the small inputs (ids, positions, masks) from host memory, the self-attention
-cache and the cross-attention K/V as device OrtValues, and binds every `present.*` output to the
-device so ORT allocates it there; those OrtValues are fed back as `past_key_values.*` next step.
-Only log-probs and cross-attention weights come back to the host. Restructuring the cache (rows
-joining or leaving, beam reordering, dropping columns) goes through host memory via
-`to_host`/`to_device`: free for greedy steady state, one round trip per step with beams. With an
-in-place decoder each self-attention cache OrtValue is bound as its own `present.*` output as
-well (service/runtime/kvcache.py, InplaceCache in device mode). The Runner selects it only when
-the CUDA provider is really active (or when asked to, which the tests do on the CPU device to
-exercise the binding logic).
+`HostBackend` (CPU provider): the cache is numpy arrays in host memory (`HostArrays`); an in-place
+decoder (export/inplace.py) runs through a `DecoderBinding` that binds each cache array as its own
+past input and present output, so ONNX Runtime writes the new column into it and nothing is copied.
+
+`IoBindingBackend` (CUDA provider): the cache is device OrtValues (`DeviceMemory`) and never goes
+through host memory. The encoder's cross-attention K/V are bound as device outputs and copied
+into the cache on the device; each decoder step binds the small inputs (ids, positions, lengths,
+masks) from host memory and the cache tensors (views of the first n_rows rows of buffers with
+spare rows) as device OrtValues. With an in-place decoder each self-attention cache view is bound
+as its own `present.*` output too, so the decoder writes the new column into it; otherwise every
+`present.*` output is bound to the device and the OrtValues ORT allocates become the next past.
+Rows joining or leaving, compaction and beam reordering are device-to-device row copies; only
+log-probs and cross-attention weights come back to the host. The Runner selects it only when the
+CUDA provider is really active (or when asked to, which the tests do on the CPU device to exercise
+the binding and device-memory logic).
 
 Every run first calls the backend's `fault_hook` (tests inject failures and stalls through it).
 """
@@ -23,26 +26,26 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 import onnxruntime as ort
 
 from interface.names import CROSS_ATTENTIONS, INPUT_IDS, LOGPROBS, decoder_outputs, self_cache_io
+from service.runtime.devicemem import CacheTensor, DeviceMemory, HostArrays, Memory
 from service.runtime.sessions import CROSS_KEY, ORT_DTYPES, Sessions
 
 FaultHook = Callable[[str], None]  # called with "encoder" or "decoder" before each run
-CacheTensor = Any  # a KV-cache tensor: np.ndarray in host memory, ort.OrtValue on a device
 
 
 class Backend(Protocol):
-    """What a DecodeBatch needs to run the graphs and to move cache tensors."""
+    """What a DecodeBatch needs to run the graphs, and the memory its cache tensors live in."""
 
-    host_memory: bool  # cache tensors are numpy arrays that may be edited in place
+    memory: Memory  # where cache tensors live and how their rows are copied
     fault_hook: FaultHook | None
 
-    def encode(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        """Cross-attention K/V of every decoder layer, each (B, H, S, Dh), as host arrays."""
+    def encode(self, feeds: dict[str, np.ndarray]) -> list[CacheTensor]:
+        """Cross-attention K/V of every decoder layer, each (B, H, S, Dh), in the backend's memory."""
         ...
 
     def decode(self, feeds: dict[str, np.ndarray], past: dict[str, CacheTensor], inplace: bool = False
@@ -51,11 +54,7 @@ class Backend(Protocol):
         ...
 
     def to_host(self, x: CacheTensor) -> np.ndarray:
-        """A cache tensor as a numpy array."""
-        ...
-
-    def to_device(self, a: np.ndarray) -> CacheTensor:
-        """A numpy array as a cache tensor for the next run."""
+        """A cache tensor as a numpy array (tests and diagnostics; never on the decode path)."""
         ...
 
 
@@ -116,7 +115,9 @@ class DecoderBinding:
 
 
 class _SessionBackend:
-    """What both backends share: the sessions, the fault hook, and the encoder run."""
+    """What both backends share: the sessions, the fault hook, and reading cache tensors."""
+
+    memory: Memory
 
     def __init__(self, sessions: Sessions, n_layers: int) -> None:
         self.sessions = sessions
@@ -128,10 +129,9 @@ class _SessionBackend:
         if self.fault_hook is not None:
             self.fault_hook(stage)
 
-    def encode(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        """Cross-attention K/V of every decoder layer, each (B, H, S, Dh), as host arrays."""
-        self._before("encoder")
-        return self.sessions.encoder.run(None, feeds)
+    def to_host(self, x: CacheTensor) -> np.ndarray:
+        """A cache tensor as a numpy array (tests and diagnostics; never on the decode path)."""
+        return self.memory.to_host(x)
 
 
 class HostBackend(_SessionBackend):
@@ -144,13 +144,18 @@ class HostBackend(_SessionBackend):
     """
 
     device = "cpu"
-    host_memory = True  # cache tensors are numpy arrays that may be edited in place
 
     def __init__(self, sessions: Sessions, n_layers: int) -> None:
         super().__init__(sessions, n_layers)
+        self.memory = HostArrays()
         self.outputs = decoder_outputs(n_layers)
         assert self.outputs[0] == LOGPROBS and self.outputs[-1] == CROSS_ATTENTIONS
         self._local = threading.local()  # the thread's DecoderBinding (a binding is not thread-safe)
+
+    def encode(self, feeds: dict[str, np.ndarray]) -> list[CacheTensor]:
+        """Cross-attention K/V of every decoder layer, each (B, H, S, Dh), as host arrays."""
+        self._before("encoder")
+        return self.sessions.encoder.run(None, feeds)
 
     def decode(
         self, feeds: dict[str, np.ndarray], past: dict[str, CacheTensor], inplace: bool = False
@@ -170,25 +175,27 @@ class HostBackend(_SessionBackend):
         logp, attn = binding.run(feeds, past)
         return logp, attn, []
 
-    def to_host(self, x: CacheTensor) -> np.ndarray:
-        """Cache tensor as numpy (already is)."""
-        return x
-
-    def to_device(self, a: np.ndarray) -> CacheTensor:
-        """Cache tensor for the next run: contiguous numpy."""
-        return np.ascontiguousarray(a)
-
 
 class IoBindingBackend(_SessionBackend):
-    """Runs the decoder through IO binding with device-resident cache OrtValues; the encoder's K/V
-    come back as host arrays (the batch places them, then uploads)."""
-
-    host_memory = False
+    """Runs both graphs through IO binding; the KV cache is device OrtValues that stay on the device."""
 
     def __init__(self, sessions: Sessions, n_layers: int, device: str = "cuda", device_id: int = 0) -> None:
         super().__init__(sessions, n_layers)
         self.device, self.device_id = device, device_id
+        self.memory = DeviceMemory(device, device_id)
         self.presents = decoder_outputs(n_layers)[1:-1]
+        self._encoder_outputs = [o.name for o in sessions.encoder.get_outputs()]
+
+    def encode(self, feeds: dict[str, np.ndarray]) -> list[CacheTensor]:
+        """Cross-attention K/V of every decoder layer, each (B, H, S, Dh), as device OrtValues."""
+        self._before("encoder")
+        binding = self.sessions.encoder.io_binding()
+        for name, arr in feeds.items():
+            binding.bind_cpu_input(name, arr)
+        for name in self._encoder_outputs:
+            binding.bind_output(name, self.device, self.device_id)
+        self.sessions.encoder.run_with_iobinding(binding)
+        return binding.get_outputs()
 
     def decode(
         self, feeds: dict[str, np.ndarray], past: dict[str, CacheTensor], inplace: bool = False
@@ -205,26 +212,14 @@ class IoBindingBackend(_SessionBackend):
         for name, arr in feeds.items():
             binding.bind_cpu_input(name, arr)
         for name, value in past.items():
-            if isinstance(value, ort.OrtValue):
-                binding.bind_ortvalue_input(name, value)
-                if inplace and name in self.in_place:
-                    binding.bind_ortvalue_output(self.in_place[name], value)
-            else:  # empty cache at the first step: nothing worth uploading
-                binding.bind_cpu_input(name, np.ascontiguousarray(value))
+            binding.bind_ortvalue_input(name, value)
+            if inplace and name in self.in_place:
+                binding.bind_ortvalue_output(self.in_place[name], value)
         if not inplace:
             for name in self.presents:
                 binding.bind_output(name, self.device, self.device_id)
         self.sessions.decoder.run_with_iobinding(binding)
         out = binding.get_outputs()
-        return self.to_host(out[0]), self.to_host(out[1]), [] if inplace else list(out[2:])
-
-    def to_host(self, x: CacheTensor) -> np.ndarray:
-        """Device cache tensor -> numpy array that owns its memory."""
-        # copy=True: on the CPU device numpy() may be a view of memory that dies with the OrtValue
-        return np.array(x.numpy(), copy=True) if isinstance(x, ort.OrtValue) else x
-
-    def to_device(self, a: np.ndarray) -> CacheTensor:
-        """Numpy -> device OrtValue (empty arrays stay on the host)."""
-        if a.size == 0:
-            return np.ascontiguousarray(a)
-        return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(a), self.device, self.device_id)
+        # copies: on the CPU device numpy() is a view of memory that dies with the OrtValue
+        logp, attn = (np.array(x.numpy(), copy=True) for x in out[:2])
+        return logp, attn, [] if inplace else list(out[2:])

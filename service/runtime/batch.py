@@ -29,8 +29,9 @@ nothing). The source mask is derived from each row's source length when rows or 
 Masked entries are always finite (zeros, a former row's values or the encoder's output at
 padding) and column 0 of every row's encoder mask is valid, so no NaN can leak through a mask.
 
-Tensors go through the backend's `to_host`/`to_device` when restructured: identity for the CPU
-backend, a device round trip for the CUDA IO-binding backend (service/runtime/backends.py).
+Tensors live in the backend's memory (service/runtime/backends.py, devicemem.py): numpy arrays on
+the CPU, device OrtValues with the CUDA IO-binding backend, where the encoder's output, joins,
+leaves, compaction and beam reordering all stay on the device (no host round trip).
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ from interface.names import (
 from service.domain.errors import BatchFull, InvalidInput
 from service.domain.types import Event, FinishedEvent, Hypothesis, Request, ResolvedOptions, TokenEvent
 from service.runtime.backends import Backend
+from service.runtime.devicemem import CacheTensor
 from service.runtime.kvcache import ConcatCache, CrossCache, InplaceCache
 from service.runtime.search import BeamSearch, GreedySearch
 from service.runtime.spec import ModelSpec
@@ -286,14 +288,15 @@ class DecodeBatch:
         return FinishedEvent(act.request, hyps)
 
     # ----- cache bookkeeping --------------------------------------------------------------
-    def _encode(self, sources: list[list[int]]) -> list[np.ndarray]:
-        """Run the encoder on right-padded sources; cross K/V per layer, each (B, H, S_new, Dh)."""
+    def _encode(self, sources: list[list[int]]) -> list[CacheTensor]:
+        """Run the encoder on right-padded sources; cross K/V per layer, each (B, H, S_new, Dh), in
+        the backend's memory."""
         s = max(len(x) for x in sources)
         ids = np.full((len(sources), s), self.spec.special.pad, np.int64)
         mask = np.zeros((len(sources), s), np.int64)
         for i, x in enumerate(sources):
             ids[i, : len(x)], mask[i, : len(x)] = x, 1
-        return [self._be.to_host(e) for e in self._be.encode({INPUT_IDS: ids, ATTENTION_MASK: mask})]
+        return self._be.encode({INPUT_IDS: ids, ATTENTION_MASK: mask})
 
     def _reset(self) -> None:
         """Empty cache: no rows, L = 0, S = 0."""
