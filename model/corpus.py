@@ -1,21 +1,21 @@
 """The default corpus, generated offline from a seed: English text normalization.
 
-Written form -> spoken form, the first stage of a speech synthesizer. Numbers are verbalized
-with num2words (English); every other character is copied verbatim. Conventions:
+Written form -> spoken form, the first stage of a speech synthesizer. The classes (cardinal,
+ordinal, percentage, decimal, money, year, date, time, measure, phone) and their conventions are
+in model/verbalize.py, which also makes every target: target = verbalize(source). Numbers are drawn
+by shape (model/sampling.py), not only uniformly.
 
-- cardinal `4,217` or `4217` (0 .. 10^9) -> `num2words(4217)` = "four thousand, two hundred and
-  seventeen";
-- ordinal `22nd` (1 .. 10^7) -> `num2words(22, to="ordinal")` = "twenty-second";
-- percentage `45%` (0 .. 1000) -> `num2words(45) + " percent"` = "forty-five percent".
+Sentences are of two kinds: 60% real sentence frames (model/frames.py: "It costs $5.20 today.",
+"The meeting moved to 5:30 pm on May 21."), a quarter of them two frames in a row; 40% word salad
+as before: 2-10 filler words from wordfreq's English list around 1-3 written forms of any class,
+with punctuation. A share of the filler words is held out of the training split (never a word the
+frames write themselves, a month, a unit or am/pm), so the model must learn to copy words it has
+never seen. Splits are disjoint by source sentence.
 
-Years, dates, amounts and times are left out on purpose: a four-digit year reads differently
-from the same cardinal ("1984" -> "nineteen eighty-four"), which is ambiguous without context.
+    python -m model.corpus --out data/corpus   # writes train.tsv, valid.tsv, test.tsv, probe.tsv
 
-Filler words come from wordfreq's English list (open vocabulary: a share of the words is held
-out of the training split, so the model must learn to copy words it has never seen), with
-capitalized words and punctuation. Splits are disjoint by source sentence.
-
-    python -m model.corpus --out data/corpus   # writes train.tsv, valid.tsv, test.tsv
+probe.tsv holds the shapes uniform sampling misses (round numbers, trailing and inner zeros,
+repeated digits, round ordinals and percentages, zero cents and decimals), disjoint from train.
 """
 
 from __future__ import annotations
@@ -23,56 +23,59 @@ from __future__ import annotations
 import argparse
 import random
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from num2words import num2words
 from wordfreq import top_n_list
 
+from model.frames import FRAMES, SLOT, THINGS, frame_vocabulary
+from model.sampling import DRAW, draw_measure, draw_year, ordinal_suffix, shaped_number, with_separators
+from model.verbalize import MONTHS, UNITS, YEAR_CONTEXT, verbalize
+
+__all__ = ["build", "cardinal", "generate", "ordinal", "ordinal_suffix", "probe", "sentence", "word_lists"]
+
 WORD_LIST_SIZE = 30000
 HELD_OUT_WORDS = 0.05  # share of the word list never used in the training split
 PUNCT_AFTER = [",", ",", ".", "!", "?", ";", ":"]
+P_FRAME, P_TWO_FRAMES = 0.6, 0.25
+FRAME_CLASSES = {"cardinal": 16, "ordinal": 9, "percentage": 8, "decimal": 8, "money": 11, "year": 9,
+                 "date": 7, "time": 7, "measure": 9, "phone": 5, "mixed": 11}
+SALAD_CLASSES = {"cardinal": 34, "ordinal": 12, "percentage": 8, "decimal": 8, "money": 9, "year": 7,
+                 "date": 5, "time": 6, "measure": 7, "phone": 4}
 _WORD = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?")
+Sampler = Callable[[random.Random], str]
+
+
+def reserved_words() -> set[str]:
+    """Words the generator writes itself: never held out of the training split."""
+    return frame_vocabulary() | {m.lower() for m in MONTHS} | set(UNITS) | {"am", "pm", *YEAR_CONTEXT}
 
 
 def word_lists(seed: int = 0) -> tuple[list[str], list[str]]:
     """(training words, all words): alphabetic English words, the held-out share removed."""
     words = [w for w in top_n_list("en", WORD_LIST_SIZE) if _WORD.fullmatch(w)]
-    rng = random.Random(seed)
-    held = set(rng.sample(words, int(len(words) * HELD_OUT_WORDS)))
+    rng, reserved = random.Random(seed), reserved_words()
+    held = set(rng.sample([w for w in words if w not in reserved], int(len(words) * HELD_OUT_WORDS)))
     return [w for w in words if w not in held], words
 
 
-def ordinal_suffix(n: int) -> str:
-    """English ordinal suffix: 1st, 2nd, 3rd, 4th, 11th, 12th, 13th, 21st, 102nd, ..."""
-    if 10 <= n % 100 <= 20:
-        return "th"
-    return {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
-
-
-def _number(rng: random.Random, max_digits: int) -> int:
-    """A number whose digit count is uniform in 1..max_digits (so every magnitude is common)."""
-    digits = rng.randint(1, max_digits)
-    return rng.randint(0 if digits == 1 else 10 ** (digits - 1), 10**digits - 1)
-
-
 def cardinal(rng: random.Random, p_separators: float = 0.5) -> tuple[str, str]:
-    """A cardinal 0 .. 10^9, with or without thousands separators."""
-    n = 10**9 if rng.random() < 0.01 else _number(rng, 9)
+    """A (written, spoken) cardinal 0 .. 10^9, its digit count uniform (the tiny test task's numbers)."""
+    if rng.random() < 0.01:
+        n = 10**9
+    else:
+        digits = rng.randint(1, 9)
+        n = rng.randint(0 if digits == 1 else 10 ** (digits - 1), 10**digits - 1)
     written = f"{n:,}" if n >= 1000 and rng.random() < p_separators else str(n)
     return written, num2words(n)
 
 
 def ordinal(rng: random.Random) -> tuple[str, str]:
-    """An ordinal 1st .. 10,000,000th."""
-    n = max(1, _number(rng, 7))
+    """A (written, spoken) ordinal 1st .. 9,999,999th, its digit count uniform."""
+    digits = rng.randint(1, 7)
+    n = max(1, rng.randint(0 if digits == 1 else 10 ** (digits - 1), 10**digits - 1))
     return f"{n}{ordinal_suffix(n)}", num2words(n, to="ordinal")
-
-
-def percentage(rng: random.Random) -> tuple[str, str]:
-    """An integer percentage 0% .. 1000%."""
-    n = _number(rng, 3) if rng.random() < 0.98 else 1000
-    return f"{n}%", f"{num2words(n)} percent"
 
 
 def _filler(rng: random.Random, words: list[str]) -> str:
@@ -85,37 +88,134 @@ def _filler(rng: random.Random, words: list[str]) -> str:
     return w.capitalize() if r < 0.2 else w.upper() if r < 0.23 else w
 
 
-def _long_cardinal(rng: random.Random) -> tuple[str, str]:
-    """A cardinal written mostly without separators: its magnitude must be read off its digit count."""
-    return cardinal(rng, p_separators=0.2)
+def _pick(rng: random.Random, weights: dict[str, int]) -> str:
+    """A key drawn with the given weights."""
+    return rng.choices(list(weights), list(weights.values()))[0]
+
+
+def fill(frame: str, rng: random.Random, words: list[str], samplers: dict[str, Sampler] | None = None) -> str:
+    """The frame with every slot drawn (`samplers` overrides the class samplers)."""
+    draw = {**DRAW, "year": draw_year, **(samplers or {})}
+
+    def slot(m: re.Match) -> str:
+        name = m[1]
+        if name in draw:
+            return draw[name](rng)
+        if name in ("length", "weight", "volume", "speed"):
+            return draw_measure(rng, name)
+        if name in ("thing", "things"):
+            return rng.choice(THINGS)[name == "things"]
+        w = rng.choice(words)  # uniform: a rare word is a plausible name or noun
+        return w.capitalize() if name == "Name" else w
+
+    return SLOT.sub(slot, frame)
+
+
+def frame_sentence(rng: random.Random, words: list[str]) -> str:
+    """One or two real sentence frames with their slots drawn."""
+    n = 2 if rng.random() < P_TWO_FRAMES else 1
+    return " ".join(fill(rng.choice(FRAMES[_pick(rng, FRAME_CLASSES)]), rng, words) for _ in range(n))
+
+
+def salad_sentence(rng: random.Random, words: list[str], numbers_focus: bool = False) -> str:
+    """Filler words around written forms of any class, with punctuation.
+
+    With `numbers_focus` (a curriculum supplement): 0-3 words around 2-3 written forms, most of
+    them cardinals without separators, the hardest part of the task.
+    """
+    if numbers_focus:
+        n_words, n_items, weights = rng.randint(0, 3), rng.randint(2, 3), {**SALAD_CLASSES, "cardinal": 150}
+    else:
+        n_words, weights = rng.randint(2, 10), SALAD_CLASSES
+        n_items = 1 if rng.random() < 0.6 else 2 if rng.random() < 0.8 else 3
+    items = [_filler(rng, words) for _ in range(n_words)]
+    for _ in range(n_items):
+        kind = _pick(rng, weights)
+        item = DRAW[kind](rng, 0.2) if kind == "cardinal" and numbers_focus else DRAW[kind](rng)
+        items.insert(rng.randint(0, len(items)), item)
+    out = [w + (rng.choice(PUNCT_AFTER) if i < len(items) - 1 and rng.random() < 0.12 else "")
+           for i, w in enumerate(items)]
+    if not out[0][:1].isdigit() and rng.random() < 0.8:  # sentence-initial capital
+        out[0] = out[0][:1].upper() + out[0][1:]
+    return " ".join(out) + rng.choice([".", ".", ".", "!", "?", ""])
 
 
 def sentence(rng: random.Random, words: list[str], numbers_focus: bool = False) -> tuple[str, str]:
-    """One (written, spoken) pair: 2-10 words around 1-2 numbers, with punctuation.
-
-    With `numbers_focus` (a curriculum supplement): 0-3 words around 2-3 numbers, most of them
-    cardinals without separators, the hardest part of the task.
-    """
-    if numbers_focus:
-        kinds, n_words, n_numbers = [_long_cardinal] * 7 + [ordinal] * 3, rng.randint(0, 3), rng.randint(2, 3)
+    """One (written, spoken) pair: a frame sentence or word salad."""
+    if not numbers_focus and rng.random() < P_FRAME:
+        src = frame_sentence(rng, words)
     else:
-        kinds = [cardinal] * 6 + [ordinal] * 3 + [percentage]
-        n_words = rng.randint(2, 10)
-        n_numbers = 0  # drawn below, after the words, to keep the default corpus's random stream
-    items: list[tuple[str, str]] = [(w, w) for w in (_filler(rng, words) for _ in range(n_words))]
-    for _ in range(n_numbers or (1 if rng.random() < 0.7 else 2)):
-        items.insert(rng.randint(0, len(items)), rng.choice(kinds)(rng))
-    src, tgt = [], []
-    for i, (s, t) in enumerate(items):
-        punct = rng.choice(PUNCT_AFTER) if i < len(items) - 1 and rng.random() < 0.12 else ""
-        src.append(s + punct)
-        tgt.append(t + punct)
-    end = rng.choice([".", ".", ".", "!", "?", ""])
-    if src[0] == tgt[0] and rng.random() < 0.8:  # sentence-initial capital on a copied word
-        src[0] = tgt[0] = src[0][:1].upper() + src[0][1:]
-    return " ".join(src) + end, " ".join(tgt) + end
+        src = salad_sentence(rng, words, numbers_focus)
+    return src, verbalize(src)
 
 
+# ----- the probe: shapes uniform sampling misses ------------------------------------------------
+PROBE_FRAMES = {
+    "cardinal": ("We counted {cardinal} {things}.", "There are {cardinal} {things} here.",
+                 "The total was {cardinal}.", "{Name} sold {cardinal} {things}."),
+    "ordinal": ("It was the {ordinal} {thing}.", "She finished {ordinal}.", "The {ordinal} visitor won."),
+    "percentage": ("Prices rose {percentage} this year.", "The battery is at {percentage}."),
+    "money": ("It costs {money} today.", "{Name} paid {money} for the {thing}."),
+    "decimal": ("The ratio was {decimal}.",),
+    "measure": ("The trail is {length} long.", "The box weighs {weight}."),
+}
+PROBE_EXAMPLES = ("We counted 1,000,000 birds.", "It costs $5.20 today.", "Meet me at 5:30 pm.",
+                  "Pi is 3.14 roughly.", "Born in 1984 in Ohio.", "Call 555-0142 now.",
+                  "We counted 1984 birds.")
+
+
+def _probe_number(rng: random.Random, max_digits: int = 12) -> int:
+    """A round, trailing-zero, inner-zero or repeated-digit number of at least three digits."""
+    while (n := shaped_number(rng, max_digits, rng.choice(["round", "trailing", "inner", "repeated"]))) < 100:
+        pass
+    return n
+
+
+def _round(rng: random.Random, max_digits: int) -> int:
+    """One significant digit: 20, 300, 1,000,000."""
+    return rng.randint(1, 9) * 10 ** rng.randint(1, max_digits - 1)
+
+
+def probe_samplers() -> dict[str, Sampler]:
+    """Samplers of the probe's shapes, by slot."""
+    def ordinal_(r: random.Random) -> str:
+        n = _round(r, 9) if r.random() < 0.7 else _probe_number(r, 9)
+        return with_separators(n, r) + ordinal_suffix(n)
+
+    def money_(r: random.Random) -> str:
+        amount = with_separators(_probe_number(r, 7), r, 0.8)
+        return f"{r.choice('$€£')}{amount}{r.choice(['', '', '.00', '.50', '.05'])}"
+
+    return {
+        "cardinal": lambda r: with_separators(_probe_number(r), r),
+        "ordinal": ordinal_,
+        "percentage": lambda r: f"{r.choice([0, 100, 1000]) if r.random() < 0.2 else _round(r, 3)}%",
+        "money": money_,
+        "decimal": lambda r: f"{r.choice([0, 1, 10, 100, 1000])}.{r.choice(['0', '00', '05', '50', '005'])}",
+        "length": lambda r: f"{with_separators(_probe_number(r, 6), r)} {r.choice(['km', 'm', 'ft', 'mi'])}",
+        "weight": lambda r: f"{with_separators(_probe_number(r, 6), r)} {r.choice(['kg', 'g', 'lb'])}",
+    }
+
+
+def probe(n: int, seed: int, words: list[str], exclude: set[str] | None = None) -> Iterator[tuple[str, str]]:
+    """n distinct probe pairs (the task's own examples first), skipping sources in `exclude`."""
+    rng, seen, samplers = random.Random(seed), set(exclude or ()), probe_samplers()
+    weights = {"cardinal": 50, "ordinal": 20, "percentage": 12, "money": 8, "decimal": 4, "measure": 6}
+    made = 0
+    for src in PROBE_EXAMPLES:
+        if made < n and src not in seen:
+            seen.add(src)
+            made += 1
+            yield src, verbalize(src)
+    while made < n:
+        src = fill(rng.choice(PROBE_FRAMES[_pick(rng, weights)]), rng, words, samplers)
+        if src not in seen:
+            seen.add(src)
+            made += 1
+            yield src, verbalize(src)
+
+
+# ----- splits -----------------------------------------------------------------------------------
 def generate(
     n: int, seed: int, words: list[str], exclude: set[str] | None = None, numbers_focus: bool = False
 ) -> Iterator[tuple[str, str]]:
@@ -141,12 +241,15 @@ def write_tsv(path: Path, pairs: Iterator[tuple[str, str]]) -> set[str]:
     return sources
 
 
-def build(out: Path, n_train: int, n_valid: int, n_test: int, seed: int, n_numbers: int = 0) -> None:
-    """Write the three disjoint splits under `out` (+ numbers.tsv, a number-focused training supplement)."""
+def build(out: Path, n_train: int, n_valid: int, n_test: int, seed: int, n_numbers: int = 0,
+          n_probe: int = 400) -> None:
+    """Write the disjoint splits under `out`: test, valid, probe, train (+ numbers.tsv, a supplement)."""
     out.mkdir(parents=True, exist_ok=True)
     train_words, all_words = word_lists(seed)
     held = write_tsv(out / "test.tsv", generate(n_test, seed + 2, all_words))
     held |= write_tsv(out / "valid.tsv", generate(n_valid, seed + 1, all_words, held))
+    if n_probe:
+        held |= write_tsv(out / "probe.tsv", probe(n_probe, seed + 4, all_words, held))
     write_tsv(out / "train.tsv", generate(n_train, seed, train_words, held))
     if n_numbers:
         write_tsv(out / "numbers.tsv", generate(n_numbers, seed + 3, train_words, held, numbers_focus=True))
@@ -159,11 +262,13 @@ def main() -> None:
     ap.add_argument("--train", type=int, default=400_000)
     ap.add_argument("--valid", type=int, default=2_000)
     ap.add_argument("--test", type=int, default=2_000)
+    ap.add_argument("--probe", type=int, default=400, help="pairs of the number-shape probe (0: none)")
     ap.add_argument("--numbers", type=int, default=0, help="pairs of the number-focused supplement")
     ap.add_argument("--seed", type=int, default=1234)
     a = ap.parse_args()
-    build(a.out, a.train, a.valid, a.test, a.seed, a.numbers)
-    print(f"wrote {a.train}/{a.valid}/{a.test} pairs to {a.out}")
+    build(a.out, a.train, a.valid, a.test, a.seed, a.numbers, a.probe)
+    print(f"wrote {a.train}/{a.valid}/{a.test}/{a.probe} train/valid/test/probe pairs to {a.out}"
+          + (f" and {a.numbers} to numbers.tsv" if a.numbers else ""))
 
 
 if __name__ == "__main__":
