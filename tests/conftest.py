@@ -98,14 +98,17 @@ def tiny_concat_bundle(tmp_path_factory, tiny_checkpoint) -> Path:
     return out
 
 
-@pytest.fixture(scope="module", params=["inplace", "concat"])
+@pytest.fixture(scope="module", params=["inplace", "concat", "inplace-bound", "concat-bound"])
 def layout_runner(request, tiny_bundle, tiny_concat_bundle):
-    """CPU runner of the tiny bundle in both KV-cache layouts (service/runtime/kvcache.py)."""
+    """CPU runner of the tiny bundle in both KV-cache layouts (service/runtime/kvcache.py), with the
+    host backend and ("-bound") with the IO-binding backend on the CPU device, whose cache is ORT
+    device memory restructured without host round trips (service/runtime/devicemem.py)."""
     from service.runtime.runner import Runner
 
-    bundle = tiny_bundle if request.param == "inplace" else tiny_concat_bundle
-    r = Runner(bundle, providers=["CPUExecutionProvider"])
-    assert r.kv_cache == request.param
+    layout, _, bound = request.param.partition("-")
+    bundle = tiny_bundle if layout == "inplace" else tiny_concat_bundle
+    r = Runner(bundle, providers=["CPUExecutionProvider"], io_binding=bool(bound))
+    assert r.kv_cache == layout and (type(r.backend).__name__ == "IoBindingBackend") == bool(bound)
     return r
 
 

@@ -1,15 +1,19 @@
 """The decode batch (service/runtime/batch.py) under joins, leaves, reuse and failures: every request decodes
-exactly as it does alone, in both KV-cache layouts."""
+exactly as it does alone, in both KV-cache layouts, with the host backend and with the IO-binding backend
+(on the CPU device), whose cache never goes through host memory."""
 
 from __future__ import annotations
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 
 from model.data import pad
 from model.decoding import beam_search
 from service.domain.types import DecodeOptions, FinishedEvent, Hypothesis
-from service.runtime.batch import SOURCE_AXIS_MIN
+from service.runtime.batch import SOURCE_AXIS_MIN, DecodeBatch
+from service.runtime.devicemem import DeviceMemory
+from service.runtime.runner import Runner
 from tests.support.decoding import MAX_NEW, assert_distinct, assert_same_hypotheses, drain, reference, tokens
 from tests.support.scheduling import Gate
 
@@ -90,7 +94,7 @@ def test_a_row_reused_by_a_shorter_source_ignores_the_longer_sources_columns(lay
     req = layout_runner.make_request(short, opts)
     batch.add(req)
     row = batch.rows_of(req)[0]
-    stale = [c[row, :, len(short):len(long_)] for c in batch._cross.tensors()]
+    stale = [layout_runner.backend.to_host(c)[row, :, len(short):len(long_)] for c in batch._cross.tensors()]
     assert all(np.abs(c).max() > 0 for c in stale)  # a long source's K/V are still there, unzeroed
     got = drain(batch)[req.id]
     ref = layout_runner.new_batch(4)
@@ -200,3 +204,74 @@ def test_fault_hook_fails_a_step_without_corrupting_the_batch(layout_runner, tex
         layout_runner.fault_hook = None
     assert batch.shape == before and batch.requests == [req]
     assert_same_hypotheses(drain(batch)[req.id], reference(layout_runner, req.source, req.options))
+
+
+# ----- the IO-binding backend's device cache -----------------------------------------------------
+def joins_leaves_and_beams(runner: Runner, batch: DecodeBatch, ids: list[list[int]],
+                           steps: list[list[int]] | None = None) -> dict[int, list[Hypothesis]]:
+    """Three requests (a beam of 3, two greedy), three steps, one cancelled, two more joining (greedy and
+    a beam), then decoded to the end; the results by position. `steps` gets the data pointers of the
+    in-place self-attention cache tensors before and after a step on which no row joins or leaves."""
+    beam = DecodeOptions(beam_size=3, n_best=2, max_new_tokens=MAX_NEW)
+    greedy = DecodeOptions(max_new_tokens=MAX_NEW)
+    reqs = [runner.make_request(ids[1], beam), runner.make_request(ids[0], greedy),
+            runner.make_request(ids[3], greedy), runner.make_request(ids[4], greedy),
+            runner.make_request(ids[2], beam)]
+    batch.add(reqs[:3])
+    for _ in range(3):
+        batch.step()
+    assert batch.cancel(reqs[2]) is True  # leaves mid-decode
+    batch.add(reqs[3:])  # join a cache that has columns
+    if steps is not None:
+        past = batch._cache.past()
+        steps.append([t.data_ptr() for t in past])
+        assert not any(isinstance(e, FinishedEvent) for e in batch.step())
+        assert batch._cache.past() == past  # the same views, bound again as they are
+        steps.append([t.data_ptr() for t in batch._cache.past()])
+    out = drain(batch)
+    return {i: out[r.id] for i, r in enumerate(reqs) if r.id in out}
+
+
+@pytest.mark.parametrize("layout", ["inplace", "concat"])
+def test_the_device_cache_never_goes_through_host_memory(layout, tiny_bundle, tiny_concat_bundle, texts,
+                                                         monkeypatch):
+    """Once a batch has run (buffers and the zeros new ones are filled from allocated), joins, leaves,
+    cancellations, compaction and beam reorders move no KV-cache tensor (4-D) between host and device
+    memory, decode token-identically to the host backend, and the in-place self-attention cache keeps its
+    buffers across a step on which no row changes."""
+    bundle = tiny_bundle if layout == "inplace" else tiny_concat_bundle
+    host = Runner(bundle, providers=["CPUExecutionProvider"])
+    bound = Runner(bundle, providers=["CPUExecutionProvider"], io_binding=True)
+    assert isinstance(bound.backend.memory, DeviceMemory) and bound.backend.memory.transfer == "memmove"
+    ids = host.encode_texts(texts)
+    want = joins_leaves_and_beams(host, host.new_batch(16), ids)
+    assert_distinct([[h.tokens for h in hyps] for hyps in want.values()])
+    batch = bound.new_batch(16)
+    joins_leaves_and_beams(bound, batch, ids)  # the first run allocates
+
+    calls: list[tuple[str, int]] = []
+
+    def spy(owner: type, name: str, ndim) -> None:
+        """Wrap owner.name to record each call: its name and the rank of the tensor it moves."""
+        original = getattr(owner, name)
+
+        def call(*args, **kwargs):
+            calls.append((name, ndim(*args)))
+            return original(*args, **kwargs)
+        monkeypatch.setattr(owner, name, call)
+
+    spy(ort.OrtValue, "numpy", lambda v: len(v.shape()))  # device -> host
+    spy(ort.OrtValue, "update_inplace", lambda v, a: a.ndim)  # host -> device
+    spy(ort.OrtValue, "ortvalue_from_numpy", lambda a, *_: a.ndim)  # host -> device
+    spy(DeviceMemory, "zeros", lambda m, shape, dtype: len(shape))  # a new buffer
+    steps: list[list[int]] = []
+    got = joins_leaves_and_beams(bound, batch, ids, steps if layout == "inplace" else None)
+    assert calls, "nothing was spied on"
+    uploads = [c for c in calls if c[0] == "update_inplace"]  # cache rows or the zeros new buffers copy
+    assert not uploads and ("numpy", 4) not in calls and ("ortvalue_from_numpy", 4) not in calls, calls
+    if layout == "inplace":
+        assert ("zeros", 4) not in calls  # the buffers of the first run have the capacity
+        assert steps[0] == steps[1]  # written in place: the same device buffers
+    assert got.keys() == want.keys()
+    for i, hyps in want.items():
+        assert_same_hypotheses(got[i], hyps)
