@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
@@ -135,7 +136,7 @@ class DeviceMemory:
         """A zero-filled buffer: copied on the device from a zero tensor that is uploaded only when a
         larger one is needed (at most ZERO_CHUNK elements, copied piecewise into larger buffers)."""
         x = self.empty(shape, dtype)
-        size = int(np.prod(shape))
+        size = math.prod(shape)
         if size:
             zero = self._zero.get(dtype)
             if zero is None or zero.shape()[0] < min(size, ZERO_CHUNK):
@@ -202,7 +203,7 @@ _capsule_pointer.restype, _capsule_pointer.argtypes = ctypes.c_void_p, [ctypes.p
 def view(base: ort.OrtValue, offset: int, shape: Sequence[int]) -> ort.OrtValue:
     """Elements [offset, offset + prod(shape)) of a C-contiguous OrtValue as an OrtValue of `shape`,
     sharing its memory and keeping it alive."""
-    size, total = int(np.prod(shape)), int(np.prod(base.shape()))
+    size, total = math.prod(shape), math.prod(base.shape())
     if offset < 0 or offset + size > total:
         raise ValueError(f"elements [{offset}, {offset + size}) outside a tensor of {total}")
     capsule = base.__dlpack__()
