@@ -46,14 +46,15 @@ from typing import Protocol
 import numpy as np
 import onnxruntime as ort
 
+from service.runtime.cuda import CUDA, PROVIDER_LIBRARY
+
 log = logging.getLogger(__name__)
 
 CacheTensor = np.ndarray | ort.OrtValue  # a KV-cache tensor: numpy on the host, an OrtValue on a device
 Shape = tuple[int, ...]
 Pairs = list[tuple[ort.OrtValue, ort.OrtValue]]  # (source, destination) views of equal size
-CUDA_PROVIDER = "CUDAExecutionProvider"
+CUDA_LIBRARY = Path(ort.__file__).parent / "capi" / PROVIDER_LIBRARY
 ZERO_CHUNK = 1 << 20  # elements of the largest zero tensor a DeviceMemory uploads
-CUDA_LIBRARY = Path(ort.__file__).parent / "capi" / "libonnxruntime_providers_cuda.so"
 
 
 class Memory(Protocol):
@@ -289,9 +290,9 @@ def _choose_transfer(device: str, device_id: int) -> str:
     why = _can_copy_tensors(device, device_id)
     if why is not None and device == "cuda" and CUDA_LIBRARY.is_file():
         try:  # as onnxruntime does on import for builds with the CUDA plugin EP
-            ort.register_execution_provider_library(CUDA_PROVIDER, str(CUDA_LIBRARY))
+            ort.register_execution_provider_library(CUDA, str(CUDA_LIBRARY))
         except Exception as exc:  # noqa: BLE001 - "already registered" or a library that cannot load
-            log.debug("register_execution_provider_library(%s): %s", CUDA_PROVIDER, exc)
+            log.debug("register_execution_provider_library(%s): %s", CUDA, exc)
         why = _can_copy_tensors(device, device_id)
     if why is None:
         return "copy_tensors"

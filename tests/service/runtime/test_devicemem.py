@@ -4,11 +4,14 @@ their buffer's memory and keep it alive; on a CUDA device (the gpu tier) the cop
 from __future__ import annotations
 
 import gc
+import logging
+from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 import pytest
 
+from service.runtime import devicemem
 from service.runtime.devicemem import DeviceMemory, HostArrays, Memory, view
 
 MEMORIES = {
@@ -47,6 +50,15 @@ def memory(request) -> Memory:
 def test_device_memory_on_the_cpu_copies_with_memmove():
     # ORT's environment has no CPU -> CPU data transfer: onnxruntime.copy_tensors raises there
     assert DeviceMemory("cpu").transfer == "memmove"
+
+
+def test_where_ort_cannot_copy_on_a_device_rows_go_through_host_memory_with_a_warning(monkeypatch, caplog):
+    monkeypatch.setattr(devicemem, "_can_copy_tensors", lambda device, device_id: "no data transfer")
+    monkeypatch.setattr(devicemem, "CUDA_LIBRARY", Path("/nonexistent"))  # nothing to register
+    with caplog.at_level(logging.WARNING, logger=devicemem.__name__):
+        assert devicemem._choose_transfer("cuda", 0) == "host"
+    assert "copied through host memory" in caplog.text and "no data transfer" in caplog.text
+    assert devicemem._choose_transfer("cpu", 0) == "memmove"
 
 
 def test_zeros_are_zero(memory):
