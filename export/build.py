@@ -15,15 +15,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 from tokenizers import Tokenizer
 
 import export.fused  # noqa: F401  (registers the "fused" lowering)
 import export.inplace  # noqa: F401  (registers the "inplace" lowering)
 from export.attention import get_lowering
 from export.bundle import build_manifest, copy_tokenizer, write_manifest
+from export.cuda_kernels import integer_nodes
 from export.export import export_graphs
 from export.variants import OFFLINE_LEVEL_NAME, optimize_offline, to_fp16
-from export.verify import verify_bundle, verify_fp16
+from export.verify import verify_bundle
+from export.verify_fp16 import verify_fp16
 from interface import names
 from model.checkpoint import file_sha256, load_checkpoint, tokenizer_path
 from model.data import read_tsv
@@ -129,11 +132,12 @@ def build_bundle(
         log(f"exporting {checkpoint} ({sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters)")
         info = export_graphs(model, staging, lowering)
         seconds.update({f"export_{k}": v for k, v in info.seconds.items()})
-        variants = {}
+        variants, host_nodes = {}, {}
         fp32_files = {"encoder": names.ENCODER_FILE, "decoder": names.DECODER_FILE}
-        if opts.fp16:
+        if opts.fp16:  # for the CUDA provider: every node checked against its CUDA kernels
             for graph, file in FP16_FILES.items():
                 to_fp16(staging / fp32_files[graph], staging / file)
+                host_nodes[file] = integer_nodes(onnx.load(staging / file))
             variants["fp16"] = dict(FP16_FILES)
         if opts.optimize:
             log(f"optimizing offline (onnxruntime level {OFFLINE_LEVEL_NAME})")
@@ -155,7 +159,7 @@ def build_bundle(
                      "optimized": opts.optimize,
                      "optimization_level": OFFLINE_LEVEL_NAME if opts.optimize else None}
         manifest = build_manifest(staging, model.cfg, file_sha256(checkpoint), int(state.get("step", 0)),
-                                  onnx_info, metrics, variants, verification)
+                                  onnx_info, metrics, variants, verification, host_nodes)
         write_manifest(staging, manifest)
         _replace_dir(staging, out)
     except BaseException:

@@ -16,6 +16,8 @@ from model.checkpoint import file_sha256
 from model.config import ModelConfig
 
 MODEL_NAME = "translator"
+# execution provider -> the variant (key of "variants") made for it; providers not listed use the base files
+PROVIDER_VARIANTS = {"CUDAExecutionProvider": "fp16"}
 
 
 def library_versions() -> dict[str, str]:
@@ -64,6 +66,7 @@ def build_manifest(
     metrics: dict[str, Any],
     variants: dict[str, dict[str, str]] | None = None,
     verification: dict[str, Any] | None = None,
+    host_nodes: dict[str, list[str]] | None = None,
 ) -> dict[str, Any]:
     """The bundle.json content; hashes every file currently in bundle_dir."""
     now = datetime.now(UTC)
@@ -82,6 +85,11 @@ def build_manifest(
     }
     if variants:
         manifest["variants"] = variants
+        for_providers = {p: v for p, v in PROVIDER_VARIANTS.items() if v in variants}
+        if for_providers:
+            manifest["provider_variants"] = for_providers
+    if host_nodes:
+        manifest["host_nodes"] = host_nodes  # file -> its integer-only nodes (may run on the host)
     if verification:
         manifest["verification"] = verification  # extra key: max diffs and greedy agreement
     return manifest

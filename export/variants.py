@@ -11,7 +11,9 @@ import onnxruntime as ort
 from onnx import numpy_helper
 from onnxruntime.transformers.float16 import convert_float_to_float16
 
-from export.export import pin_ir_version
+from export.cuda_kernels import missing_cuda_kernels
+from export.cuda_variant import cuda_cross_attention
+from export.export import ExportError, pin_ir_version
 from export.verify import cpu_session
 
 # Offline optimization level. BASIC only applies provider-independent rewrites that keep standard
@@ -26,13 +28,17 @@ OFFLINE_LEVEL_NAME = "basic"
 
 
 def to_fp16(src: Path, dst: Path) -> None:
-    """Write an fp16 copy of src (fp16 weights, activations and float I/O) for the CUDA provider.
+    """Write the fp16 variant of src for the CUDA provider: its CUDA form, in fp16, every node checked.
 
-    keep_io_types=False: the K/V caches and log-probs are fp16 too, which halves cache traffic.
-    Constants outside the fp16 range are clipped to +-65504, and so is the attention kernels'
-    `mask_filter_value` (float32's minimum, which is -inf in fp16: a fully masked row would be NaN).
+    The decoder's shared-KV cross-attention becomes MultiHeadAttention plus standard ops for the
+    alignment weights (export/cuda_variant.py), then everything is converted to fp16 (weights,
+    activations and float I/O: keep_io_types=False, so the K/V caches and log-probs are fp16 too,
+    which halves cache traffic). Constants outside the fp16 range are clipped to +-65504, and so is
+    the attention kernels' `mask_filter_value` (float32's minimum, which is -inf in fp16: a fully
+    masked row would be NaN). Raises ExportError if a node has no CUDA kernel for its types
+    (export/cuda_kernels.py), so no bundle ships a variant that the CUDA provider cannot run.
     """
-    proto = convert_float_to_float16(onnx.load(src), keep_io_types=False)
+    proto = convert_float_to_float16(cuda_cross_attention(onnx.load(src)), keep_io_types=False)
     for init in proto.graph.initializer:  # the converter stores fp16 as int32_data (~2x the bytes)
         if init.data_type == onnx.TensorProto.FLOAT16 and not init.raw_data:
             init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init), init.name))
@@ -41,6 +47,10 @@ def to_fp16(src: Path, dst: Path) -> None:
         for attr in node.attribute:
             if attr.name == "mask_filter_value" and attr.f < fp16_min:
                 attr.f = fp16_min
+    missing = missing_cuda_kernels(proto)
+    if missing:
+        listed = "; ".join(f"{m.node} ({m.op}): {m.reason}" for m in missing)
+        raise ExportError(f"{dst.name}: {len(missing)} node(s) without a CUDA kernel: {listed}")
     pin_ir_version(proto)
     onnx.checker.check_model(proto, full_check=True)
     onnx.save_model(proto, dst, save_as_external_data=False)

@@ -13,6 +13,7 @@ deploy       exported metric names, PromQL, Kubernetes files
 docs         what README.md and docs/ state (the example translation, the exact match)
 properties   settings of the property-based tests
 tools        tools `make test` installs: skip without them, fail under CI
+cuda         the kernel classes the installed CUDA provider library instantiates (RTTI names)
 """
 
 from pathlib import Path
