@@ -289,8 +289,7 @@ class DecodeBatch:
 
     # ----- cache bookkeeping --------------------------------------------------------------
     def _encode(self, sources: list[list[int]]) -> list[CacheTensor]:
-        """Run the encoder on right-padded sources; cross K/V per layer, each (B, H, S_new, Dh), in
-        the backend's memory."""
+        """Run the encoder on right-padded sources; cross K/V per layer, each (B, H, S_new, Dh)."""
         s = max(len(x) for x in sources)
         ids = np.full((len(sources), s), self.spec.special.pad, np.int64)
         mask = np.zeros((len(sources), s), np.int64)

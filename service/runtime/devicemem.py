@@ -134,8 +134,7 @@ class DeviceMemory:
         self._zero: dict[type, ort.OrtValue] = {}  # 1-D zeros per dtype, copied into new buffers
 
     def zeros(self, shape: Shape, dtype: type) -> ort.OrtValue:
-        """A zero-filled buffer: copied on the device from a zero tensor that is uploaded only when a
-        larger one is needed (at most ZERO_CHUNK elements, copied piecewise into larger buffers)."""
+        """A zero-filled buffer, copied piecewise on the device from this memory's zero tensor."""
         x = self.empty(shape, dtype)
         size = math.prod(shape)
         if size:
@@ -162,8 +161,7 @@ class DeviceMemory:
 
     def copy_rows(self, dst: ort.OrtValue, dst_rows: np.ndarray, src: ort.OrtValue, src_rows: np.ndarray,
                   cols: int | None = None, src_col: int = 0) -> None:
-        """dst[dst_rows, :, :cols] = src[src_rows, :, src_col:src_col + cols], in one device copy (two
-        through a temporary when dst is src and a destination row is also a source row)."""
+        """dst[dst_rows, :, :cols] = src[src_rows, :, src_col:src_col + cols] in one device copy (or two)."""
         _, heads, dst_len, d_head = self.shape(dst)
         cols = dst_len if cols is None else cols
         dst_rows, src_rows = np.asarray(dst_rows, np.int64), np.asarray(src_rows, np.int64)
@@ -202,8 +200,7 @@ _capsule_pointer.restype, _capsule_pointer.argtypes = ctypes.c_void_p, [ctypes.p
 
 
 def view(base: ort.OrtValue, offset: int, shape: Sequence[int]) -> ort.OrtValue:
-    """Elements [offset, offset + prod(shape)) of a C-contiguous OrtValue as an OrtValue of `shape`,
-    sharing its memory and keeping it alive."""
+    """Elements [offset, offset + prod(shape)) of a C-contiguous OrtValue, as an OrtValue over its memory."""
     size, total = math.prod(shape), math.prod(base.shape())
     if offset < 0 or offset + size > total:
         raise ValueError(f"elements [{offset}, {offset + size}) outside a tensor of {total}")
@@ -229,8 +226,7 @@ def _overlap(a: ort.OrtValue, b: ort.OrtValue) -> bool:
 # ----- segments ----------------------------------------------------------------------------------
 def _segments(dst_rows: np.ndarray, src_rows: np.ndarray, heads: int, dst_len: int, src_len: int,
               cols: int, src_col: int, d_head: int) -> list[tuple[int, int, int]]:
-    """(dst offset, src offset, elements) of the contiguous pieces of a row copy: runs of whole rows
-    when every column of both sides is copied, else one piece per row and head."""
+    """(dst offset, src offset, elements) of each contiguous piece of a row copy."""
     if cols == dst_len == src_len and not src_col:
         row = heads * cols * d_head
         breaks = np.flatnonzero((np.diff(dst_rows) != 1) | (np.diff(src_rows) != 1)) + 1

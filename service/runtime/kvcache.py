@@ -154,8 +154,7 @@ class _RowBuffers:
         return int(self._mem.shape(self._buf[0])[0])
 
     def _cols(self, used: int) -> int | None:
-        """Columns to copy when only the first `used` hold data: all of them (None) where whole rows
-        copy cheaper (device memory: one piece per run of rows), else `used`."""
+        """Columns to copy of rows whose first `used` hold data (None: all, cheaper on a device)."""
         return None if self._mem.whole_rows else used
 
     def _grown(self, need: int) -> int:

@@ -209,9 +209,12 @@ def test_fault_hook_fails_a_step_without_corrupting_the_batch(layout_runner, tex
 # ----- the IO-binding backend's device cache -----------------------------------------------------
 def joins_leaves_and_beams(runner: Runner, batch: DecodeBatch, ids: list[list[int]],
                            steps: list[list[int]] | None = None) -> dict[int, list[Hypothesis]]:
-    """Three requests (a beam of 3, two greedy), three steps, one cancelled, two more joining (greedy and
-    a beam), then decoded to the end; the results by position. `steps` gets the data pointers of the
-    in-place self-attention cache tensors before and after a step on which no row joins or leaves."""
+    """Requests joining, leaving, cancelled and beam-searched in one batch; the results by position.
+
+    Three requests (a beam of 3, two greedy), three steps, one cancelled, two more joining (greedy and a
+    beam), then decoded to the end. `steps` gets the data pointers of the in-place self-attention cache
+    tensors before and after a step on which no row joins or leaves.
+    """
     beam = DecodeOptions(beam_size=3, n_best=2, max_new_tokens=MAX_NEW)
     greedy = DecodeOptions(max_new_tokens=MAX_NEW)
     reqs = [runner.make_request(ids[1], beam), runner.make_request(ids[0], greedy),
@@ -235,10 +238,13 @@ def joins_leaves_and_beams(runner: Runner, batch: DecodeBatch, ids: list[list[in
 @pytest.mark.parametrize("layout", ["inplace", "concat"])
 def test_the_device_cache_never_goes_through_host_memory(layout, tiny_bundle, tiny_concat_bundle, texts,
                                                          monkeypatch):
-    """Once a batch has run (buffers and the zeros new ones are filled from allocated), joins, leaves,
-    cancellations, compaction and beam reorders move no KV-cache tensor (4-D) between host and device
-    memory, decode token-identically to the host backend, and the in-place self-attention cache keeps its
-    buffers across a step on which no row changes."""
+    """After its first run, a device cache moves no KV-cache tensor between host and device memory.
+
+    Once the buffers and the zeros new ones are filled from exist, joins, leaves, cancellations,
+    compaction and beam reorders move no 4-D tensor through host memory, decode token-identically to the
+    host backend, and the in-place self-attention cache keeps its buffers across a step on which no row
+    changes.
+    """
     bundle = tiny_bundle if layout == "inplace" else tiny_concat_bundle
     host = Runner(bundle, providers=["CPUExecutionProvider"])
     bound = Runner(bundle, providers=["CPUExecutionProvider"], io_binding=True)
