@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from model.checkpoint import save_checkpoint
+from model.checkpoint import save_checkpoint, tokenizer_path
 from model.config import ModelConfig
 from model.data import CorpusError, encode_pairs, read_tsv, token_batches
 from model.evaluate import evaluate
@@ -50,6 +50,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--valid", type=Path, required=True)
     ap.add_argument("--out", type=Path, required=True, help="run directory (checkpoints, tokenizer, log)")
     ap.add_argument("--tokenizer", type=Path, help="existing tokenizer.json (default: train one)")
+    ap.add_argument("--init", type=Path, help="start from this checkpoint's weights, config and tokenizer "
+                    "(fine-tuning: a fresh optimizer and schedule; the model options are ignored)")
     ap.add_argument("--vocab-size", type=int, default=2000)
     ap.add_argument("--d-model", type=int, default=256)
     ap.add_argument("--heads", type=int, default=4)
@@ -97,17 +99,23 @@ def train(a: argparse.Namespace) -> dict:
     a.out.mkdir(parents=True, exist_ok=True)
     train_pairs = [pair for path in a.train for pair in read_tsv(path)]
     valid_pairs = read_tsv(a.valid)[: a.eval_size]
+    last, best_file = a.out / "last.pt", a.out / "best.pt"
+    state = torch.load(last, map_location=a.device, weights_only=True) if last.exists() else None
+    init = torch.load(a.init, map_location=a.device, weights_only=True) if a.init and not state else None
     tok_file = a.out / "tokenizer.json"
     if not tok_file.exists():
-        tok = load_tokenizer(a.tokenizer) if a.tokenizer else train_tokenizer(
+        given = tokenizer_path(a.init, init) if init else a.tokenizer
+        tok = load_tokenizer(given) if given else train_tokenizer(
             (t for pair in train_pairs for t in pair), a.vocab_size)
         tok.save(str(tok_file))
     tok = load_tokenizer(tok_file)
 
-    last, best_file = a.out / "last.pt", a.out / "best.pt"
-    state = torch.load(last, map_location=a.device, weights_only=True) if last.exists() else None
-    model = (Transformer(ModelConfig.from_dict(state["config"])) if state
+    config = (state or init or {}).get("config")
+    model = (Transformer(ModelConfig.from_dict(config)) if config
              else build_model(a, tok.get_vocab_size())).to(a.device)
+    if init:
+        model.load_state_dict(init["model"])
+        print(f"initialized from {a.init} (step {init.get('step', 0)})", file=sys.stderr)
     cfg = model.cfg
     opt = torch.optim.Adam(model.parameters(), lr=0.0, betas=(0.9, 0.98), eps=1e-9)
     step, elapsed, best = 0, 0.0, {"exact_match": -1.0, "chrf": -1.0}

@@ -46,6 +46,23 @@ def test_resume_continues_from_last_step(tiny_corpus, tmp_path):
                            second["model"]["encoder.layers.0.ffn.w_1.weight"])
 
 
+def test_init_fine_tunes_from_a_checkpoint(tiny_checkpoint, tiny_corpus, tmp_path):
+    """--init takes the checkpoint's config, tokenizer and weights (the model options are ignored) and
+    starts a fresh schedule at step 0; a resume then continues the fine-tuning run, not the init."""
+    init = torch.load(tiny_checkpoint, weights_only=True)
+    common = ["--train", str(tiny_corpus["train"]), "--valid", str(tiny_corpus["valid"]), "--out",
+              str(tmp_path), "--eval-every", "5", "--init", str(tiny_checkpoint), "--d-model", "64"]
+    train(parse_args([*common, "--max-steps", "0"]))
+    given = tiny_checkpoint.parent / "tokenizer.json"
+    assert (tmp_path / "tokenizer.json").read_bytes() == given.read_bytes()
+    train(parse_args([*common, "--max-steps", "5"]))
+    tuned = torch.load(tmp_path / "last.pt", weights_only=True)
+    assert tuned["config"] == init["config"] and tuned["step"] == 5
+    name = "src_embed.lut.weight"
+    moved = (tuned["model"][name] - init["model"][name]).abs().max().item()
+    assert 0 < moved < 0.1  # started from the init's weights: five small steps away from them
+
+
 def test_cli_reports_malformed_corpus(tmp_path):
     bad = tmp_path / "bad.tsv"
     bad.write_text("one\ttwo\nno tab here\n", encoding="utf-8")
