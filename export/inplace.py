@@ -20,7 +20,9 @@ token per step.
 Cross-attention is GroupQueryAttention too, in its shared-KV form (no new keys/values, `causal`
 0): the encoder's K/V are the "cache" and `encoder_seqlens_k` (source length - 1 per row) says
 how far each row attends, so a row's cost follows its own source length instead of the longest
-source of the batch, and no padding mask is needed (`translator::cached_cross_attention`).
+source of the batch, and no padding mask is needed (`translator::cached_cross_attention`). ONNX
+Runtime's CUDA provider runs GroupQueryAttention in fp16 only and never with a QK output, so the
+fp16 variant takes this cross-attention as MultiHeadAttention instead (export/cuda_variant.py).
 """
 
 from __future__ import annotations
