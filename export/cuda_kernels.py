@@ -137,8 +137,7 @@ def type_name(elem_type: int) -> str:
 
 
 def value_types(proto: onnx.ModelProto) -> dict[str, str]:
-    """Element type of every value, by onnx shape inference; a contrib op's untyped outputs take the
-    type of its first input (true of the attention ops), then inference runs again."""
+    """Element type of every value by onnx shape inference (untyped contrib outputs: their input 0's)."""
     model = onnx.ModelProto()
     model.CopyFrom(proto)
     while True:
@@ -202,8 +201,7 @@ def missing_cuda_kernels(proto: onnx.ModelProto) -> list[Missing]:
 
 
 def integer_nodes(proto: onnx.ModelProto) -> list[str]:
-    """Names of the nodes whose every input and output is an integer or bool tensor (shape computations,
-    the source mask): ONNX Runtime's CUDA provider may keep such small nodes on the host."""
+    """Names of the nodes with only integer or bool inputs and outputs (CUDA may run them on the host)."""
     types = value_types(proto)
     return [node.name for node in proto.graph.node
             if all(types.get(x) in INTEGERS for x in [*node.input, *node.output] if x)]

@@ -28,26 +28,22 @@ OFFLINE_LEVEL_NAME = "basic"
 
 
 def to_fp16(src: Path, dst: Path) -> None:
-    """Write the fp16 variant of src for the CUDA provider: its CUDA form, in fp16, every node checked.
-
-    The decoder's shared-KV cross-attention becomes MultiHeadAttention plus standard ops for the
-    alignment weights (export/cuda_variant.py), then everything is converted to fp16 (weights,
-    activations and float I/O: keep_io_types=False, so the K/V caches and log-probs are fp16 too,
-    which halves cache traffic). Constants outside the fp16 range are clipped to +-65504, and so is
-    the attention kernels' `mask_filter_value` (float32's minimum, which is -inf in fp16: a fully
-    masked row would be NaN). Raises ExportError if a node has no CUDA kernel for its types
-    (export/cuda_kernels.py), so no bundle ships a variant that the CUDA provider cannot run.
-    """
+    """Write the CUDA provider's fp16 variant of src; ExportError if a node has no CUDA kernel."""
+    # the decoder's shared-KV cross-attention as MultiHeadAttention plus standard ops for the
+    # alignment weights (export/cuda_variant.py); then fp16 weights, activations and float I/O
+    # (keep_io_types=False: the K/V caches and log-probs are fp16 too, which halves cache traffic)
     proto = convert_float_to_float16(cuda_cross_attention(onnx.load(src)), keep_io_types=False)
     for init in proto.graph.initializer:  # the converter stores fp16 as int32_data (~2x the bytes)
         if init.data_type == onnx.TensorProto.FLOAT16 and not init.raw_data:
             init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init), init.name))
+    # constants outside the fp16 range are clipped to +-65504, and so is the attention kernels'
+    # mask_filter_value (float32's minimum is -inf in fp16: a fully masked row would be NaN)
     fp16_min = float(np.finfo(np.float16).min)
     for node in proto.graph.node:
         for attr in node.attribute:
             if attr.name == "mask_filter_value" and attr.f < fp16_min:
                 attr.f = fp16_min
-    missing = missing_cuda_kernels(proto)
+    missing = missing_cuda_kernels(proto)  # export/cuda_kernels.py: no bundle ships what CUDA cannot run
     if missing:
         listed = "; ".join(f"{m.node} ({m.op}): {m.reason}" for m in missing)
         raise ExportError(f"{dst.name}: {len(missing)} node(s) without a CUDA kernel: {listed}")

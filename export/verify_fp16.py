@@ -76,8 +76,7 @@ def verify_fp16(
     bundle_dir: Path, model: Transformer, sources: list[list[int]], encoder: str, decoder: str,
     cases: tuple[Case, ...] = DEFAULT_CASES, seed: int = 0,
 ) -> dict[str, Any]:
-    """Check the fp16 graphs `encoder` / `decoder` of bundle_dir against model on the CPU provider
-    (see module doc); raise ParityError on failure, return the worst differences and greedy counts."""
+    """Check the fp16 graphs of bundle_dir against model on the CPU provider; raise ParityError on failure."""
     model = model.eval()
     paths = [bundle_dir / encoder, bundle_dir / decoder]
     check_graphs(paths)

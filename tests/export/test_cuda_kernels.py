@@ -4,12 +4,14 @@ weights computed apart, no QK output anywhere, the same interface, decoding clos
 
 from __future__ import annotations
 
+import copy
 import json
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+import torch
 from onnx import TensorProto, helper
 from onnxruntime.transformers.float16 import convert_float_to_float16
 
@@ -18,9 +20,11 @@ from export.cuda_kernels import CUDA_KERNELS, integer_nodes, missing_cuda_kernel
 from export.cuda_variant import cuda_cross_attention
 from export.export import ExportError
 from export.variants import to_fp16
-from export.verify import open_session
-from export.verify_fp16 import FP16_ATOL, verify_fp16
+from export.verify import ParityError, open_session
+from export.verify_fp16 import FP16_ATOL, tie_margin, verify_fp16
 from interface import names
+from model.decoding import greedy_decode
+from model.transformer import padding_mask
 from tests.support.cuda import LIBRARY, first_arguments, kernel_classes
 from tests.support.model import graph_ops
 
@@ -178,6 +182,32 @@ def test_the_fp16_variant_decodes_close_to_pytorch(tiny_bundle, tiny_model):
         assert 0 < report[f"{kind}_max_diff"] <= atol, kind  # compared (not 0), and within the tolerance
     assert report["greedy_sources"] == 3
     assert report["greedy_identical"] + report["greedy_near_ties"] == 3
+
+
+def test_fp16_verification_fails_for_a_different_model(tiny_bundle, tiny_model):
+    other = copy.deepcopy(tiny_model)
+    with torch.no_grad():  # log-probs moved by up to 0.2: four times the fp16 tolerance
+        other.generator.proj.bias.add_(0.2 * torch.arange(other.cfg.vocab_size) / other.cfg.vocab_size)
+    with pytest.raises(ParityError, match="fp16 logprobs differs"):
+        verify_fp16(tiny_bundle, other, [[5, 2]], **FP16_FILES)
+
+
+@torch.inference_mode()
+def test_a_greedy_divergence_is_judged_by_pytorchs_lead_at_the_step_where_it_parts(tiny_model):
+    cfg = tiny_model.cfg
+    source = [5, 6, 7, cfg.eos_id]
+    ref = greedy_decode(tiny_model, torch.tensor([source]), 12)[0].tokens
+    assert len(ref) >= 3
+    src = torch.tensor([source])
+    mask = padding_mask(src, cfg.pad_id)
+    logp = tiny_model.decode(torch.tensor([[cfg.bos_id, *ref[:2]]]),
+                             tiny_model.cross_kv(tiny_model.encode(src, mask)), mask)[0][0, -1]
+    other = int(logp.argsort(descending=True)[1])  # the runner-up at step 2
+    ours = [*ref[:2], other, *ref[3:]]
+    margin = tie_margin(tiny_model, source, ours, ref)
+    assert margin == pytest.approx(float(logp[ref[2]] - logp[other]), abs=1e-5) and margin >= 0
+    stopped = tie_margin(tiny_model, source, ref[:2], ref)  # ours ended (eos) where PyTorch went on
+    assert stopped == pytest.approx(float(logp[ref[2]] - logp[cfg.eos_id]), abs=1e-5)
 
 
 @pytest.mark.skipif(not LIBRARY.exists(), reason=f"no CUDA provider library at {LIBRARY}")

@@ -21,8 +21,7 @@ _ARG = re.compile(rb"NS_(\d+)|S\d*_|L[a-z]-?\d+E|([a-z])")
 
 
 def _template_args(text: bytes) -> tuple[str, ...] | None:
-    """Itanium-mangled template arguments ("NS_9MLFloat16EfEE", after the "I") -> type names, None if
-    they do not parse; a substitution ("S3_") repeats the first argument, literals ("Lb0E") are skipped."""
+    """Mangled template arguments ("NS_9MLFloat16EfEE") -> type names ("S3_" repeats the first), or None."""
     args: list[str] = []
     i = 0
     while text[i : i + 1] != b"E":
@@ -43,8 +42,7 @@ def _template_args(text: bytes) -> tuple[str, ...] | None:
 
 
 def kernel_classes(library: Path = LIBRARY) -> dict[tuple[str, str], set[tuple[str, ...]]]:
-    """(namespace "contrib" or "core", class name) -> the template argument lists it is instantiated
-    with (an empty tuple for a class that is no template), from onnxruntime::[contrib::]cuda."""
+    """("contrib" | "core", class name) -> the template arguments of its instantiations (() if none)."""
     found: dict[tuple[str, str], set[tuple[str, ...]]] = {}
     with library.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
         for match in _CLASS.finditer(data):
