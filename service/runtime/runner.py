@@ -25,7 +25,7 @@ from service.domain.types import DEFAULT_MAX_BEAM, DecodeOptions, FinishedEvent,
 from service.runtime.backends import Backend, FaultHook, HostBackend, IoBindingBackend
 from service.runtime.batch import DecodeBatch
 from service.runtime.bundle import Bundle, load_bundle
-from service.runtime.sessions import CUDA, Sessions, check_provider, open_sessions, plan_providers
+from service.runtime.sessions import CUDA, check_provider, open_sessions, plan_providers
 from service.runtime.spec import ModelSpec
 
 log = logging.getLogger(__name__)
@@ -72,20 +72,17 @@ class Runner:
         self.tokenizer = Tokenizer.from_file(str(self.bundle.tokenizer_path))
         device_id = int((provider_options or {}).get(CUDA, {}).get("device_id", 0))
         planned, why_not_cuda = plan_providers(providers, device_id)
+        chosen = None if variant == BASE_VARIANT else variant
 
-        def open_variant(name: str | None, on: list[str]) -> tuple[dict[str, Path], Sessions]:
-            """The variant's files and their sessions on the providers `on`."""
-            files = self.bundle.files(name)
-            return files, open_sessions(files["encoder"], files["decoder"], on, provider_options,
-                                        intra_op_threads, shared_thread_pool, profile_prefix, why_not_cuda)
+        def variant_of(provider: str) -> str | None:
+            """The variant to run on `provider`: the one asked for, else the bundle's for it."""
+            return chosen if variant is not None else self.bundle.variant_for(provider)
 
-        chosen = variant is not None  # else: the variant bundle.json names for the provider in use
-        self.variant = (None if variant == BASE_VARIANT else variant) if chosen else \
-            self.bundle.variant_for(planned[0])
-        files, self.sessions = open_variant(self.variant, planned)
-        if not chosen and self.bundle.variant_for(self.provider) != self.variant:  # ORT fell back
-            self.variant = self.bundle.variant_for(self.provider)
-            files, self.sessions = open_variant(self.variant, self.providers)
+        self.sessions = open_sessions(lambda provider: self.bundle.files(variant_of(provider)), planned,
+                                      provider_options, intra_op_threads, shared_thread_pool, profile_prefix,
+                                      why_not_cuda)
+        self.variant = variant_of(self.provider)
+        files = self.sessions.files
         host_nodes = {graph: self.bundle.host_nodes.get(path.name, ()) for graph, path in files.items()}
         check_provider(self.sessions, require_provider, host_nodes)
         decoder = files["decoder"]

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -122,6 +122,7 @@ class Sessions:
     shared_pool: bool
     why_not_cuda: str | None = None  # why CUDA was not asked for, when it was requested
     options: dict[str, dict[str, str]] = field(default_factory=dict)  # provider options passed to ORT
+    files: dict[str, Path] = field(default_factory=dict)  # {"encoder": path, "decoder": path} opened
 
     @property
     def provider(self) -> str:
@@ -160,9 +161,11 @@ def _use_global_pool(provider: str, shared_pool: bool, threads: int) -> bool:
         return _pool_threads is not None
 
 
+GraphFiles = Callable[[str], Mapping[str, Path]]  # provider -> {"encoder": path, "decoder": path}
+
+
 def open_sessions(
-    encoder_path: Path,
-    decoder_path: Path,
+    graph_files: GraphFiles,
     providers: Sequence[str] | None = None,
     provider_options: dict[str, dict[str, Any]] | None = None,
     intra_op_threads: int = 0,
@@ -171,25 +174,31 @@ def open_sessions(
     why_not_cuda: str | None = None,
 ) -> Sessions:
     """Create both sessions on `providers` (already planned by plan_providers; CPU added last if
-    missing) with the options of the provider each session really uses."""
+    missing), each from the files `graph_files` gives for the provider really in use and with
+    that provider's options."""
     planned = [p for p in (providers or [CPU]) if p != CPU] + [CPU]
     options = {p: {str(k): str(v) for k, v in (provider_options or {}).get(p, {}).items()} for p in planned}
-    shared = _use_global_pool(planned[0], shared_pool, intra_op_threads)
     prefix = {g: profile_prefix and f"{profile_prefix}_{g}" for g in ("encoder", "decoder")}
-    # without the shared pool, an idle spinning encoder pool would starve the decoder
-    enc = _open(encoder_path, planned, options, intra_op_threads, shared, prefix["encoder"],
-                spinning=shared or not shared_pool)
+
+    def encoder_on(providers_: list[str]) -> tuple[ort.InferenceSession, bool]:
+        """The encoder session on providers_, and whether it uses ORT's global pool."""
+        shared_ = _use_global_pool(providers_[0], shared_pool, intra_op_threads)
+        # without the shared pool, an idle spinning encoder pool would starve the decoder
+        return _open(graph_files(providers_[0])["encoder"], providers_, options, intra_op_threads, shared_,
+                     prefix["encoder"], spinning=shared_ or not shared_pool), shared_
+
+    enc, shared = encoder_on(planned)
     in_use = list(enc.get_providers())
-    if in_use[0] != planned[0]:  # ORT fell back while creating it: options of the provider in use
+    if in_use[0] != planned[0]:  # ORT fell back while creating it: the files and options of the one in use
         log.warning("asked ONNX Runtime for %s but it uses %s", planned[0], in_use[0])
         planned = in_use
-        shared = _use_global_pool(planned[0], shared_pool, intra_op_threads)
-        enc = _open(encoder_path, planned, options, intra_op_threads, shared, prefix["encoder"],
-                    spinning=shared or not shared_pool)
-    dec = _open(decoder_path, planned, options, intra_op_threads, shared, prefix["decoder"])
+        enc, shared = encoder_on(planned)
+    files = graph_files(planned[0])
+    dec = _open(files["decoder"], planned, options, intra_op_threads, shared, prefix["decoder"])
     in_use = list(dec.get_providers())
     log.info("ONNX Runtime providers in use: %s (shared thread pool: %s)", in_use, shared)
-    return Sessions(enc, dec, in_use, shared, why_not_cuda, {p: options.get(p, {}) for p in in_use})
+    return Sessions(enc, dec, in_use, shared, why_not_cuda, {p: options.get(p, {}) for p in in_use},
+                    dict(files))
 
 
 def placement(session: ort.InferenceSession) -> dict[str, list[tuple[str, str]]]:

@@ -86,6 +86,8 @@ def test_an_ort_fallback_while_creating_gets_the_options_of_the_provider_in_use(
     assert runner.provider == CPU and runner.providers == [CPU]
     assert calls[0]["providers"] == [CUDA, CPU] and calls[0]["disabled"] == []  # the first, CUDA's options
     assert [c["providers"] for c in calls[1:]] == [[CPU], [CPU]]
+    assert calls[0]["path"] == "encoder.fp16.onnx"  # the variant bundle.json names for CUDA
+    assert [c["path"] for c in calls[1:]] == [names.ENCODER_FILE, names.DECODER_FILE]  # the CPU's
     assert all(c["disabled"] == ["SkipLayerNormFusion"] for c in calls[1:])
     assert all(c["per_session_threads"] is False for c in calls[1:])
     assert runner.variant_name == "base"  # the CPU's variant, not the fp16 one planned for CUDA
