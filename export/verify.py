@@ -53,19 +53,21 @@ class VerifyReport:
         return asdict(self)
 
 
-def cpu_session(path: Path, so: ort.SessionOptions) -> ort.InferenceSession:
-    """A CPU session; joins ORT's process-wide thread pool if a service Runner already set one up.
+def cpu_session(model: Path | bytes, so: ort.SessionOptions) -> ort.InferenceSession:
+    """A CPU session of a model file (or serialized model); joins ORT's process-wide thread pool if
+    a service Runner already set one up.
 
     Once a process has created ORT's global thread pool, sessions with their own pools are refused
     ("use_per_session_threads must be false when using a global thread pool").
     """
+    source = model if isinstance(model, bytes) else str(model)
     try:
-        return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        return ort.InferenceSession(source, so, providers=["CPUExecutionProvider"])
     except RuntimeError as e:
         if "global thread pool" not in str(e):
             raise
         so.use_per_session_threads = False
-        return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        return ort.InferenceSession(source, so, providers=["CPUExecutionProvider"])
 
 
 def open_session(path: Path) -> ort.InferenceSession:

@@ -20,7 +20,7 @@ from export.cuda_kernels import CUDA_KERNELS, integer_nodes, missing_cuda_kernel
 from export.cuda_variant import cuda_cross_attention
 from export.export import ExportError
 from export.variants import to_fp16
-from export.verify import ParityError, open_session
+from export.verify import ParityError, cpu_session, open_session
 from export.verify_fp16 import FP16_ATOL, tie_margin, verify_fp16
 from interface import names
 from model.decoding import greedy_decode
@@ -131,7 +131,7 @@ def test_the_cuda_form_computes_what_the_gqa_form_does(tiny_bundle, tiny_model, 
     proto = cuda_cross_attention(load(tiny_bundle / names.DECODER_FILE))
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
-    cuda_form = ort.InferenceSession(proto.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    cuda_form = cpu_session(proto.SerializeToString(), so)
     base = open_session(tiny_bundle / names.DECODER_FILE)
     rng = np.random.default_rng(len(lens))
     src_lens = rng.integers(1, s + 1, b)

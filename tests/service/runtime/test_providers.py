@@ -10,6 +10,7 @@ from pathlib import Path
 import onnxruntime as ort
 import pytest
 
+from export.verify import cpu_session
 from interface import names
 from service.domain.errors import BundleError, ProviderUnavailable
 from service.runtime import cuda, sessions
@@ -120,11 +121,12 @@ def test_require_provider_fails_with_the_reason(tiny_bundle):
 
 def placed_sessions(tiny_bundle: Path, claimed: list[str]) -> Sessions:
     """CPU sessions of the tiny bundle that record their placement, claiming to use `claimed`."""
-    so = ort.SessionOptions()
-    so.use_per_session_threads = False  # the process has ORT's global pool (the runner fixture made it)
-    so.add_session_config_entry(RECORD_PLACEMENT, "1")
-    enc, dec = (ort.InferenceSession(str(tiny_bundle / f), so, providers=[CPU])
-                for f in (names.ENCODER_FILE, names.DECODER_FILE))
+    def session(file: str) -> ort.InferenceSession:
+        so = ort.SessionOptions()
+        so.add_session_config_entry(RECORD_PLACEMENT, "1")
+        return cpu_session(tiny_bundle / file, so)
+
+    enc, dec = session(names.ENCODER_FILE), session(names.DECODER_FILE)
     return Sessions(enc, dec, claimed, shared_pool=False)
 
 
