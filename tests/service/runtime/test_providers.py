@@ -171,3 +171,20 @@ def test_a_manifest_naming_an_unknown_variant_is_refused(tiny_bundle, tmp_path):
     bad = bundle_copy(tiny_bundle, tmp_path / "b", provider_variants={CUDA: "int4"})
     with pytest.raises(BundleError, match="provider_variants"):
         load_bundle(bad)
+
+
+def test_pip_installed_cuda_libraries_are_preloaded_quietly(tmp_path, monkeypatch, capsys):
+    """With NVIDIA's wheels installed (a `nvidia` namespace package), onnxruntime.preload_dlls() runs
+    and what it prints about missing libraries goes to the debug log, not to stdout."""
+    (tmp_path / "nvidia" / "cu13").mkdir(parents=True)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    calls = []
+
+    def preload_dlls() -> None:
+        calls.append(True)
+        print("Failed to load libcudnn.so.9: not found")
+
+    monkeypatch.setattr(cuda.ort, "preload_dlls", preload_dlls)
+    assert cuda.pip_cuda_installed()
+    assert cuda.preload_pip_cuda.__wrapped__() is True and calls == [True]
+    assert capsys.readouterr().out == ""
