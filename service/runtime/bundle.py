@@ -8,11 +8,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from interface.names import BUNDLE_FILE, BUNDLE_FORMAT_VERSION, DECODER_FILE, ENCODER_FILE, TOKENIZER_FILE
+from interface.generation import (
+    FORMAT_WITH_GENERATION,
+    GenerationSpec,
+    LanguageSpec,
+    TokenizerSpec,
+    parse_generation,
+    parse_languages,
+    parse_tokenizer,
+)
+from interface.names import BUNDLE_FILE, BUNDLE_FORMAT_VERSION, DECODER_FILE, ENCODER_FILE
 from service.domain.errors import BundleError
 
-SUPPORTED_FORMAT_VERSIONS = (BUNDLE_FORMAT_VERSION,)
-REQUIRED_FILES = (ENCODER_FILE, DECODER_FILE, TOKENIZER_FILE)
+SUPPORTED_FORMAT_VERSIONS = (BUNDLE_FORMAT_VERSION, FORMAT_WITH_GENERATION)
+REQUIRED_FILES = (ENCODER_FILE, DECODER_FILE)  # and the tokenizer's files
 REQUIRED_MODEL_KEYS = ("vocab_size", "d_model", "n_heads", "n_decoder_layers", "max_len")
 
 
@@ -39,7 +48,9 @@ class Bundle:
     format_version: int
     encoder_path: Path
     decoder_path: Path
-    tokenizer_path: Path
+    tokenizer: TokenizerSpec = field(default_factory=TokenizerSpec)  # format 1: tokenizer.json
+    generation: GenerationSpec = field(default_factory=GenerationSpec)  # format 1: bos start, [eos] suffix
+    languages: LanguageSpec = field(default_factory=LanguageSpec)  # format 1: none
     variants: dict[str, dict[str, Path]] = field(default_factory=dict)
     provider_variants: dict[str, str] = field(default_factory=dict)  # provider -> its variant
     host_nodes: dict[str, tuple[str, ...]] = field(default_factory=dict)  # file -> integer-only nodes
@@ -51,6 +62,12 @@ class Bundle:
         if variant not in self.variants:
             raise BundleError(f"bundle {self.path} has no variant {variant!r} (has: {sorted(self.variants)})")
         return dict(self.variants[variant])
+
+    @property
+    def tokenizer_path(self) -> Path:
+        """The tokenizer's file (kind tokenizers) or its vocabulary (kind sentencepiece)."""
+        spec = self.tokenizer
+        return self.path / (spec.file if spec.kind == "tokenizers" else spec.vocab)
 
     def variant_for(self, provider: str) -> str | None:
         """The variant bundle.json names for `provider` (None: the base files)."""
@@ -128,12 +145,37 @@ def _special_ids(manifest: dict[str, Any]) -> SpecialIds:
     return SpecialIds(**{k: int(tokens.get(k, model.get(f"{k}_id", v))) for k, v in defaults.items()})
 
 
+def _generation_objects(root: Path,
+                        manifest: dict[str, Any]) -> tuple[TokenizerSpec, GenerationSpec, LanguageSpec]:
+    """The tokenizer, generation and languages objects (format 2; format 1 has the defaults), their
+    token ids checked against the model's vocabulary."""
+    if manifest["format_version"] < FORMAT_WITH_GENERATION:
+        return TokenizerSpec(), GenerationSpec(), LanguageSpec()
+    try:
+        tokenizer = parse_tokenizer(manifest.get("tokenizer"))
+        generation = parse_generation(manifest.get("generation"))
+        languages = parse_languages(manifest.get("languages"))
+    except ValueError as e:
+        raise BundleError(f"{BUNDLE_FILE} of bundle {root}: {e}") from None
+    vocab = int(manifest["model"]["vocab_size"])
+    ids = {"generation.decoder_start_id": [generation.decoder_start_id],
+           "generation.source_suffix": list(generation.source_suffix or ()),
+           "languages.codes": list(languages.codes.values())}
+    for key, values in ids.items():
+        bad = [i for i in values if i is not None and not 0 <= i < vocab]
+        if bad:
+            raise BundleError(f"{BUNDLE_FILE} of bundle {root}: '{key}' holds id {bad[0]}, outside the "
+                              f"model's vocabulary of {vocab}")
+    return tokenizer, generation, languages
+
+
 def load_bundle(path: str | Path, check_hashes: bool = True) -> Bundle:
     """Read bundle.json, verify every listed file (size and sha256) and return the Bundle."""
     root = Path(path)
     manifest = _read_manifest(root)
     files = manifest["files"]
-    for name in REQUIRED_FILES:
+    tokenizer, generation, languages = _generation_objects(root, manifest)
+    for name in (*REQUIRED_FILES, *tokenizer.files()):
         if name not in files:
             raise BundleError(f"{BUNDLE_FILE} of bundle {root} does not list required file {name}")
     for name, entry in files.items():
@@ -163,7 +205,9 @@ def load_bundle(path: str | Path, check_hashes: bool = True) -> Bundle:
         format_version=int(manifest["format_version"]),
         encoder_path=root / ENCODER_FILE,
         decoder_path=root / DECODER_FILE,
-        tokenizer_path=root / TOKENIZER_FILE,
+        tokenizer=tokenizer,
+        generation=generation,
+        languages=languages,
         variants=variants,
         provider_variants={str(k): str(v) for k, v in provider_variants.items()},
         host_nodes={str(k): tuple(str(n) for n in v) for k, v in host_nodes.items()},

@@ -55,5 +55,5 @@ def test_unknown_format_version_names_found_and_supported(bundle_copy):
     manifest = json.loads((bundle_copy / "bundle.json").read_text())
     manifest["format_version"] = 99
     (bundle_copy / "bundle.json").write_text(json.dumps(manifest))
-    with pytest.raises(BundleError, match=r"format_version 99; this runtime supports format_version 1"):
+    with pytest.raises(BundleError, match=r"format_version 99; this runtime supports format_version 1, 2"):
         load_bundle(bundle_copy)
