@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from service.domain.errors import InvalidInput
+from service.domain.languages import Languages
 from service.domain.types import DEFAULT_MAX_BEAM, DecodeOptions, ResolvedOptions
 
 CHAR_SLACK = 2  # normalizers may shrink a text a little: refuse unseen only texts twice over the bound
@@ -23,22 +24,25 @@ CHAR_SLACK = 2  # normalizers may shrink a text a little: refuse unseen only tex
 @dataclass(frozen=True)
 class RequestLimits:
     """The model's max_len, the widest beam, most source tokens (incl. eos) and output tokens per
-    text, and the character bound they imply."""
+    text, the character bound they imply, and the model's languages."""
 
     max_len: int
     max_beam: int
     max_source_tokens: int
     max_output_tokens: int
     max_text_chars: int
+    languages: Languages = Languages()
 
     @classmethod
     def of(cls, max_len: int, longest_token: int, max_beam: int = DEFAULT_MAX_BEAM,
-           max_source_tokens: int = 0, max_output_tokens: int = 0) -> RequestLimits:
-        """The limits of a model (its max_len and longest vocabulary entry in bytes), lowered by the
-        given values (0: the model's own)."""
+           max_source_tokens: int = 0, max_output_tokens: int = 0,
+           languages: Languages | None = None) -> RequestLimits:
+        """The limits of a model (its max_len, longest vocabulary entry in bytes and languages), lowered
+        by the given values (0: the model's own)."""
         source = min(max_len, max_source_tokens or max_len)
         output = min(max_len - 1, max_output_tokens or max_len - 1)
-        return cls(max_len, max_beam, source, output, source * max(1, longest_token) * CHAR_SLACK)
+        return cls(max_len, max_beam, source, output, source * max(1, longest_token) * CHAR_SLACK,
+                   languages or Languages())
 
     def check_texts(self, texts: Sequence[Any]) -> None:
         """InvalidInput for a text too long in characters to fit max_source_tokens (before tokenizing)."""
@@ -55,11 +59,11 @@ class RequestLimits:
                                    f"most {self.max_source_tokens} (--max-source-tokens)")
 
     def resolve(self, asked: DecodeOptions) -> ResolvedOptions:
-        """The options a request decodes with, validated once: the model's limits and max_beam, then
-        max_output_tokens (the default shrinks to it, an explicit larger value is InvalidInput)."""
+        """The options a request decodes with, validated once: the model's limits, max_beam and languages,
+        then max_output_tokens (the default shrinks to it, an explicit larger value is InvalidInput)."""
         if not isinstance(asked, DecodeOptions):
             raise InvalidInput(f"options must be DecodeOptions, got {type(asked).__name__}")
-        resolved = asked.resolved(self.max_len, self.max_beam)
+        resolved = asked.resolved(self.max_len, self.max_beam, self.languages)
         if resolved.max_new_tokens <= self.max_output_tokens:
             return resolved
         if asked.max_new_tokens is not None:

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from service.domain.errors import InvalidInput
+from service.domain.languages import Languages
 
 DEFAULT_MAX_BEAM = 8  # the widest beam a server or a Runner accepts unless told otherwise
 
@@ -40,7 +41,8 @@ class FinishReason(StrEnum):
 
 @dataclass(frozen=True)
 class DecodeOptions:
-    """How to decode one request, as asked; max_new_tokens None means the model's limit (max_len - 1)."""
+    """How to decode one request, as asked; max_new_tokens None means the model's limit (max_len - 1);
+    languages by code, for many-to-many models only (service/domain/languages.py)."""
 
     beam_size: int = 1
     n_best: int = 1
@@ -48,9 +50,12 @@ class DecodeOptions:
     max_new_tokens: int | None = None
     with_alignment: bool = False
     stream: bool = False  # emit a TokenEvent per generated token (greedy only)
+    source_language: str | None = None
+    target_language: str | None = None
 
-    def resolved(self, max_len: int, max_beam: int) -> ResolvedOptions:
-        """Validated copy with max_new_tokens filled in; raises InvalidInput on bad values."""
+    def resolved(self, max_len: int, max_beam: int, languages: Languages | None = None) -> ResolvedOptions:
+        """Validated copy with max_new_tokens filled in and the languages resolved to ids against the
+        model's (None: a model without languages); raises InvalidInput on bad values."""
         limit = max_len - 1
         for name in ("beam_size", "n_best"):
             if not _is_int(getattr(self, name)):
@@ -70,17 +75,22 @@ class DecodeOptions:
                 f"max_new_tokens must be between 1 and {limit}, got {_shown(self.max_new_tokens)}")
         if self.stream and self.beam_size != 1:
             raise InvalidInput(f"streaming needs beam_size 1, got {self.beam_size}")
+        prefix, forced = (languages or Languages()).resolve(self.source_language, self.target_language)
         return ResolvedOptions(int(self.beam_size), int(self.n_best), float(self.alpha), int(steps),
-                               bool(self.with_alignment), bool(self.stream))
+                               bool(self.with_alignment), bool(self.stream), self.source_language,
+                               self.target_language, source_prefix=prefix, forced_first=forced)
 
 
 @dataclass(frozen=True)
 class ResolvedOptions(DecodeOptions):
-    """DecodeOptions validated against a model's limits, max_new_tokens filled in (resolved once)."""
+    """DecodeOptions validated against a model's limits, max_new_tokens filled in, the languages as ids:
+    the source's first ids and the first generated token (resolved once)."""
 
     max_new_tokens: int = 1
+    source_prefix: tuple[int, ...] = ()  # ids before a source's pieces (its language)
+    forced_first: int | None = None  # the first generated token (the target language), forced
 
-    def resolved(self, max_len: int, max_beam: int) -> ResolvedOptions:
+    def resolved(self, max_len: int, max_beam: int, languages: Languages | None = None) -> ResolvedOptions:
         """Already resolved: itself."""
         return self
 
@@ -112,7 +122,8 @@ def _is_length_penalty(x: Any) -> bool:
 
 @dataclass(eq=False)
 class Request:
-    """One source to decode: ids (tokenizer ids + eos), options, and an opaque caller tag."""
+    """One source to decode: ids (language prefix + tokenizer ids + suffix, usually eos), options, and an
+    opaque caller tag."""
 
     source: list[int]
     options: DecodeOptions = field(default_factory=DecodeOptions)
@@ -166,6 +177,6 @@ class Result:
     """The outcome of one input text."""
 
     hypotheses: list[Hypothesis]  # n-best, best first (empty if cancelled)
-    source_ids: list[int]  # tokenizer ids + eos
+    source_ids: list[int]  # what the encoder read: language prefix + tokenizer ids + suffix (eos)
     finish_reason: FinishReason  # of the best hypothesis, or CANCELLED
     timings: Timings
