@@ -104,7 +104,7 @@ def build_scheduler(config: ServerConfig, runner: Runner) -> Scheduler:
         max_queue_delay_ms=config.max_queue_delay_ms, queue_size=config.queue_size,
         watchdog_s=config.watchdog_s)
     limits = RequestLimits.of(runner.max_len, runner.longest_token, config.max_beam, config.max_source_tokens,
-                              config.max_output_tokens)
+                              config.max_output_tokens, runner.languages)
     return Scheduler(runner, make_policy(config.batching, settings), settings, limits)
 
 
@@ -222,7 +222,9 @@ async def serve(config: ServerConfig, runner: Runner | None = None) -> RunningSe
             running.metrics_port = metrics.start_metrics_server(config.metrics_port, config.metrics_host)
         metrics.set_model_info(model=MODEL_NAME, version=runner.bundle.version, provider=runner.provider,
                                batching=scheduler.mode.value, variant=runner.variant_name)
-        warmup = DecodeOptions(max_new_tokens=min(8, runner.max_len - 1))
+        source, target = runner.languages.example()  # a many-to-many model needs a pair
+        warmup = DecodeOptions(max_new_tokens=min(8, runner.max_len - 1), source_language=source,
+                               target_language=target)
         await scheduler.submit([WARMUP_TEXT], warmup)  # a real translation before reporting SERVING
     except BaseException:
         await running.stop(0.0)

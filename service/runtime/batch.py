@@ -36,12 +36,10 @@ leaves, compaction and beam reordering all stay on the device (no host round tri
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from tokenizers import Tokenizer
-from tokenizers.decoders import DecodeStream
 
 from interface.names import (
     ATTENTION_MASK,
@@ -57,8 +55,9 @@ from service.domain.types import Event, FinishedEvent, Hypothesis, Request, Reso
 from service.runtime.backends import Backend
 from service.runtime.devicemem import CacheTensor
 from service.runtime.kvcache import ConcatCache, CrossCache, InplaceCache
-from service.runtime.search import BeamSearch, GreedySearch
+from service.runtime.search import BeamSearch, GreedySearch, force_token
 from service.runtime.spec import ModelSpec
+from service.runtime.tokenization import TextTokenizer
 
 SOURCE_AXIS_MIN = 64  # source-lengths mode: the smallest S, doubled as longer sources come
 
@@ -71,7 +70,7 @@ class _Active:
     options: ResolvedOptions
     rows: np.ndarray  # (beam_size,) row indices
     search: GreedySearch | BeamSearch
-    stream: DecodeStream | None
+    stream: Callable[[int], str] | None  # the tokenizer's detokenizer of a streaming request
 
 
 class DecodeBatch:
@@ -81,7 +80,8 @@ class DecodeBatch:
     per request are fine; a request takes beam_size of the max_rows rows.
     """
 
-    def __init__(self, spec: ModelSpec, backend: Backend, tokenizer: Tokenizer, max_rows: int = 64) -> None:
+    def __init__(self, spec: ModelSpec, backend: Backend, tokenizer: TextTokenizer,
+                 max_rows: int = 64) -> None:
         if max_rows < 1:
             raise ValueError(f"max_rows must be >= 1, got {max_rows}")
         self.spec, self.max_rows, self._be, self._tokenizer = spec, max_rows, backend, tokenizer
@@ -161,14 +161,15 @@ class DecodeBatch:
         lengths = np.array([len(r.source) for r in reqs], np.int64)[owner]
         self._cross.write(new, enc, owner)  # a request's K/V repeated over its beam rows
         self._cache.start(new)
-        self._next[new], self._score[new] = self.spec.special.bos, 0.0
+        self._next[new], self._score[new] = self.spec.decoder_start, 0.0
         self._live[new], self._row_src[new] = True, lengths
         eos, pad = self.spec.special.eos, self.spec.special.pad
         for r, o, rr in zip(reqs, opts, rows, strict=True):
             n = len(r.source)
             search = GreedySearch(o, n, eos) if o.beam_size == 1 else BeamSearch(o, n, eos, pad)
-            stream = DecodeStream(skip_special_tokens=True) if o.stream else None
-            self._active[r] = _Active(r, o, rr, search, stream)
+            act = self._active[r] = _Active(r, o, rr, search, self._tokenizer.stream() if o.stream else None)
+            if o.forced_first is not None:
+                self._forcing.append(act)
         self._rows_changed()
 
     def cancel(self, request: Request) -> bool:
@@ -202,6 +203,12 @@ class DecodeBatch:
         past.update(zip(self._cross_names, self._cross.tensors(), strict=True))
         logp, attn, present = self._be.decode(feeds, past, self._cache.inplace)
         logp, attn = logp[:, -1].astype(np.float32, copy=False), attn[:, -1]  # (n_rows, V), (n_rows, S)
+        if self._forcing:  # newcomers' first tokens (their target language), on a copy of the output
+            logp = logp.copy()
+            for a in self._forcing:
+                if self._active.get(a.request) is a:
+                    force_token(logp, a.rows, a.options.forced_first)
+            self._forcing.clear()
         self._cache.advance(present, self._live)
         events: list[Event] = []
         greedy, greedy_rows, beams = self._searches()
@@ -250,14 +257,14 @@ class DecodeBatch:
         tokens = picked.argmax(axis=-1)
         self._score[rows] += picked[np.arange(len(tokens)), tokens]
         self._next[rows] = tokens
-        eos, tok, done = self.spec.special.eos, self._tokenizer, []
+        eos, done = self.spec.special.eos, []
         for a, t in zip(greedy, tokens.tolist(), strict=True):
             search = a.search
             if search.advance(t, None if search.attn is None else attn[a.rows[0]]):
                 search.log_prob = self._score[a.rows[0]]
                 done.append(a)
             if a.stream is not None and t != eos:
-                events.append(TokenEvent(a.request, t, a.stream.step(tok, t) or ""))
+                events.append(TokenEvent(a.request, t, a.stream(t)))
         return done
 
     def _advance_beams(self, beams: list[_Active], logp: np.ndarray, attn: np.ndarray) -> list[_Active]:
@@ -281,8 +288,8 @@ class DecodeBatch:
         self._free(act)
         detok = self._tokenizer.decode
         hyps = [
-            Hypothesis(h.tokens, detok(h.tokens, skip_special_tokens=True), h.log_prob, h.score,
-                       h.finish_reason, None if h.alignment is None else h.alignment.tolist())
+            Hypothesis(h.tokens, detok(h.tokens), h.log_prob, h.score, h.finish_reason,
+                       None if h.alignment is None else h.alignment.tolist())
             for h in act.search.results()
         ]
         return FinishedEvent(act.request, hyps)
@@ -309,6 +316,7 @@ class DecodeBatch:
         self._ids_of: np.ndarray | None = None  # the _next that _ids views
         self._ids = self._next[:, None]
         self._src_feeds: dict[str, np.ndarray] | None = None  # built by _source_feeds
+        self._forcing: list[_Active] = []  # requests whose first token is forced, before their first step
 
     def _allocate(self, sizes: list[int]) -> list[np.ndarray]:
         """Rows for each request: holes first, then new rows at the end."""

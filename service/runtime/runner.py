@@ -1,8 +1,11 @@
 """Torch-free runner of a model bundle: sessions, tokenizer, backend, and in-process translation.
 
-`Runner` owns the ONNX Runtime sessions, the tokenizer and the backend (host numpy cache on the
-CPU provider, device-resident cache through IO binding on CUDA: service/runtime/backends.py),
-and describes the model to its batches with a `ModelSpec`. `DecodeBatch` (service/runtime/batch.py)
+`Runner` owns the ONNX Runtime sessions, the tokenizer (service/runtime/tokenization.py) and the
+backend (host numpy cache on the CPU provider, device-resident cache through IO binding on CUDA:
+service/runtime/backends.py), and describes the model to its batches with a `ModelSpec`. A source
+is the language prefix + the tokenizer's ids + the bundle's source suffix (eos unless its
+`generation` says otherwise); the decoder starts from `generation.decoder_start_id` (bos unless
+said otherwise). `DecodeBatch` (service/runtime/batch.py)
 is the step-wise engine that the scheduler drives; `Runner.translate` is the simplest driver of
 it (add what fits, step until done).
 """
@@ -17,16 +20,24 @@ from pathlib import Path
 from typing import Any
 
 import onnxruntime as ort
-from tokenizers import Tokenizer
 
 from interface.names import decoder_inputs
 from service.domain.errors import BundleError, InvalidInput
-from service.domain.types import DEFAULT_MAX_BEAM, DecodeOptions, FinishedEvent, Hypothesis, Request
+from service.domain.languages import Languages
+from service.domain.types import (
+    DEFAULT_MAX_BEAM,
+    DecodeOptions,
+    FinishedEvent,
+    Hypothesis,
+    Request,
+    ResolvedOptions,
+)
 from service.runtime.backends import Backend, FaultHook, HostBackend, IoBindingBackend
 from service.runtime.batch import DecodeBatch
 from service.runtime.bundle import Bundle, load_bundle
 from service.runtime.sessions import CUDA, check_provider, open_sessions, plan_providers
 from service.runtime.spec import ModelSpec
+from service.runtime.tokenization import TextTokenizer, load_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +80,7 @@ class Runner:
         self.max_len = self.bundle.max_len
         self.vocab_size = int(self.config["vocab_size"])
         self.max_beam = max_beam
-        self.tokenizer = Tokenizer.from_file(str(self.bundle.tokenizer_path))
+        self._text_setup()
         device_id = int((provider_options or {}).get(CUDA, {}).get("device_id", 0))
         planned, why_not_cuda = plan_providers(providers, device_id)
         chosen = None if variant == BASE_VARIANT else variant
@@ -92,8 +103,10 @@ class Runner:
         check_decoder_inputs(self.sessions.decoder, n_layers, self.kv_cache, decoder)
         heads = int(self.config["n_heads"])
         d_head = int(self.config["d_model"]) // heads
+        start = self.bundle.generation.decoder_start_id
         self.spec = ModelSpec(self.vocab_size, self.max_len, n_layers, heads, d_head, self.special,
-                              self.kv_cache, self.sessions.cache_dtype)
+                              self.kv_cache, self.sessions.cache_dtype,
+                              self.special.bos if start is None else start)
         if io_binding or (io_binding is None and self.provider == CUDA):
             device = "cuda" if self.provider == CUDA else "cpu"
             device_id = device_id if device == "cuda" else 0
@@ -102,6 +115,22 @@ class Runner:
             self.backend = HostBackend(self.sessions, n_layers)
         log.info("runner for %s %s on %s, variant %s (%s)", self.bundle.name, self.bundle.version,
                  self.provider, self.variant_name, type(self.backend).__name__)
+
+    def _text_setup(self) -> None:
+        """The tokenizer, source suffix and languages of the bundle; BundleError when its ids do not fit
+        the model's vocabulary."""
+        b = self.bundle
+        suffix = b.generation.source_suffix
+        self.source_suffix: list[int] = [self.special.eos] if suffix is None else list(suffix)
+        spec = b.languages
+        self.languages = Languages(dict(spec.codes), spec.source_prefix, spec.forced_target)
+        special = (self.special.pad, self.special.bos, self.special.eos, self.special.unk)
+        self.tokenizer: TextTokenizer = load_tokenizer(b.tokenizer, b.path, self.special.unk, special,
+                                                       list(spec.codes.values()))
+        top = self.tokenizer.vocab_size - 1
+        if top >= self.vocab_size:
+            raise BundleError(f"the tokenizer of bundle {b.path} gives ids up to {top}, outside the model's "
+                              f"vocabulary of {self.vocab_size}")
 
     @property
     def provider(self) -> str:
@@ -130,18 +159,18 @@ class Runner:
     @property
     def longest_token(self) -> int:
         """Characters of the longest vocabulary entry (a text of C characters has >= C / this tokens)."""
-        return max((len(token) for token in self.tokenizer.get_vocab()), default=1)
+        return self.tokenizer.longest_token
 
     # ----- tokenization and validation ----------------------------------------------------
-    def encode_texts(self, texts: Sequence[str]) -> list[list[int]]:
-        """Source ids (tokenizer ids + eos) of each text; InvalidInput if empty or too long."""
+    def encode_texts(self, texts: Sequence[str], prefix: Sequence[int] = ()) -> list[list[int]]:
+        """Source ids (prefix, e.g. a language's id, + tokenizer ids + the source suffix, usually eos) of
+        each text; InvalidInput if empty or too long."""
         for i, t in enumerate(texts):
             if not isinstance(t, str):
                 raise InvalidInput(f"text {i} must be a string, got {type(t).__name__}")
             if not t.strip():
                 raise InvalidInput(f"text {i} is empty")
-        encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=False)
-        out = [e.ids + [self.special.eos] for e in encodings]
+        out = [[*prefix, *ids, *self.source_suffix] for ids in self.tokenizer.encode(texts)]
         for i, ids in enumerate(out):
             if len(ids) > self.max_len:
                 raise InvalidInput(f"text {i} is {len(ids)} tokens long (incl. eos); "
@@ -150,18 +179,26 @@ class Runner:
 
     def decode_tokens(self, ids: Sequence[int]) -> str:
         """Text of generated ids (special tokens skipped)."""
-        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+        return self.tokenizer.decode(ids)
 
-    def make_request(self, source: str | Sequence[int], options: DecodeOptions | None = None,
-                     tag: Any = None) -> Request:
-        """A validated Request from a text, or from source ids (tokenizer ids + eos) used as is; its
-        options resolved against the model's limits and max_beam."""
-        ids = self.encode_texts([source])[0] if isinstance(source, str) else [int(t) for t in source]
-        self.spec.check_source(ids)
+    def resolve(self, options: DecodeOptions | None) -> ResolvedOptions:
+        """Options resolved against the model's limits, max_beam and languages."""
         asked = options or DecodeOptions()
         if not isinstance(asked, DecodeOptions):
             raise InvalidInput(f"options must be DecodeOptions, got {type(asked).__name__}")
-        return Request(ids, asked.resolved(self.max_len, self.max_beam), tag)
+        return asked.resolved(self.max_len, self.max_beam, self.languages)
+
+    def make_request(self, source: str | Sequence[int], options: DecodeOptions | None = None,
+                     tag: Any = None) -> Request:
+        """A validated Request from a text (with the language prefix its options ask for), or from source
+        ids used as is (prefix and suffix included); its options resolved by `resolve`."""
+        resolved = self.resolve(options)
+        if isinstance(source, str):
+            ids = self.encode_texts([source], resolved.source_prefix)[0]
+        else:
+            ids = [int(t) for t in source]
+        self.spec.check_source(ids)
+        return Request(ids, resolved, tag)
 
     # ----- decoding -----------------------------------------------------------------------
     def new_batch(self, max_rows: int = 64) -> DecodeBatch:
@@ -178,10 +215,11 @@ class Runner:
         opts = list(options) if isinstance(options, Sequence) else [options or DecodeOptions()] * len(inputs)
         if len(opts) != len(inputs):
             raise InvalidInput(f"{len(inputs)} inputs but {len(opts)} options")
+        resolved = [self.resolve(o) for o in opts]
         texts = [i for i, x in enumerate(inputs) if isinstance(x, str)]
         encoded = dict(zip(texts, self.encode_texts([inputs[i] for i in texts]), strict=True))
-        pairs = enumerate(zip(inputs, opts, strict=True))
-        requests = [self.make_request(encoded.get(i, x), o) for i, (x, o) in pairs]
+        requests = [self.make_request([*o.source_prefix, *encoded[i]] if i in encoded else x, o)
+                    for i, (x, o) in enumerate(zip(inputs, resolved, strict=True))]
         too_big = [r.options.beam_size for r in requests if r.options.beam_size > max_rows]
         if too_big:
             raise InvalidInput(f"beam_size {too_big[0]} exceeds the batch size {max_rows}")

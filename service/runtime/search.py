@@ -4,7 +4,9 @@ The algorithms are those of `model/decoding.py`, step for step, in float32 like 
 a finished beam stays in the beam with a frozen score and is only followed by padding, beams
 are ranked by log_prob / ((5 + len) / 6) ** alpha with len counting eos, and beam size 1 is
 greedy decoding. One search owns the `k` rows of one request; `DecodeBatch` feeds it its rows
-of each decoder step's log-probs and reorders the KV cache rows by the returned parents.
+of each decoder step's log-probs and reorders the KV cache rows by the returned parents. A request
+with a forced first token (a target language) has its first step's log-probs replaced by
+`force_token` before either search sees them: every hypothesis starts with it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from service.domain.types import FinishReason, ResolvedOptions
+
+
+def force_token(logp: np.ndarray, rows: np.ndarray, token: int) -> None:
+    """Make `token` the only choice of these rows, in place, as transformers' ForcedBOSTokenLogitsProcessor
+    does: -inf everywhere but 0 at the token, so that it adds 0 to a hypothesis's log-prob."""
+    logp[rows] = -np.inf
+    logp[rows, token] = 0.0
 
 
 def length_penalty(length: int, alpha: float) -> float:

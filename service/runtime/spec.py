@@ -1,4 +1,5 @@
-"""What a decode batch needs to know of the model it runs: sizes, special ids, cache layout, limits.
+"""What a decode batch needs to know of the model it runs: sizes, special ids, the decoder's start id,
+cache layout, limits.
 
 Built once by the Runner from the bundle and its open sessions, and handed down to every
 `DecodeBatch`, which reads nothing else of the Runner.
@@ -26,6 +27,7 @@ class ModelSpec:
     special: SpecialIds
     kv_cache: str  # "concat" or "inplace" (interface/names.py KV_CACHES)
     cache_dtype: type  # numpy float32, or float16 for an fp16 variant
+    decoder_start: int  # the decoder's first input: bos, or the bundle's generation.decoder_start_id
 
     def check_source(self, ids: Sequence[int]) -> None:
         """InvalidInput unless ids is a non-empty list of in-vocabulary ids no longer than max_len."""

@@ -12,7 +12,8 @@ API (used by the gRPC servicers)::
     sched.fail_if_stuck()                   # polled by the server: stuck worker -> callers get UNAVAILABLE
 
 `deadline` is an absolute `time.monotonic()` value or None. `submit` resolves the options once
-against the `RequestLimits` (service/domain/limits.py), tokenizes and validates before queueing,
+against the `RequestLimits` (service/domain/limits.py; the languages of a many-to-many model too:
+the source's language prefix, the forced first token), tokenizes and validates before queueing,
 and raises InvalidInput (also for a beam wider than max_batch_size or more texts than
 queue_size), NotReady (not started), QueueFull (the bounded queue counts queued texts; a request
 is queued whole or not at all), ShuttingDown, DeadlineExceeded, BatchFailed (its batch failed; the
@@ -72,7 +73,8 @@ class Scheduler:
                  limits: RequestLimits | None = None) -> None:
         self.settings = settings or SchedulerSettings()
         self.policy, self.runner = policy, runner
-        self.limits = limits or RequestLimits.of(runner.max_len, runner.longest_token, runner.max_beam)
+        self.limits = limits or RequestLimits.of(runner.max_len, runner.longest_token, runner.max_beam,
+                                                 languages=runner.languages)
         self._worker = Worker(runner.new_batch(self.settings.max_batch_size), policy, self.settings)
         self._drain_task: asyncio.Future | None = None
 
@@ -167,7 +169,7 @@ class Scheduler:
             raise InvalidInput(f"beam_size {resolved.beam_size} exceeds the batch size {max_batch_size}")
         loop = asyncio.get_running_loop()
         jobs = []
-        sources = self.runner.encode_texts(texts)
+        sources = self.runner.encode_texts(texts, resolved.source_prefix)
         self.limits.check_sources(sources)
         for ids in sources:
             request = Request(ids, resolved)  # ids come from our tokenizer: in vocabulary, length checked

@@ -57,7 +57,7 @@ def test_n_best_scores_and_alignment(address, runner):
     ranked = [line for line in lines if line[:3] in ("1. ", "2. ")]
     assert ranked == [f"{rank}. {h.text}" for rank, h in enumerate(hyps, 1)]
     assert f"score={hyps[0].score:.4f} log_prob={hyps[0].log_prob:.4f}" in out
-    first_source_token = runner.tokenizer.id_to_token(runner.encode_texts([TEXTS[2]])[0][0])
+    first_source_token = runner.tokenizer.token(runner.encode_texts([TEXTS[2]])[0][0])
     headers = [line for line in lines if line.startswith("   alignment")]
     assert len(headers) == 2 and all(first_source_token in h for h in headers)
     rows = [line for line in lines if line.startswith("   ") and line not in headers and "score=" not in line]

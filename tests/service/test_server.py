@@ -57,7 +57,7 @@ def test_translate_matches_runner_with_beams_scores_and_tokens(stub, runner):
             assert got.log_prob == pytest.approx(want.log_prob, rel=1e-5)
             length = len(want.tokens) + (want.finish_reason == "eos")  # eos counts
             assert got.score == pytest.approx(want.log_prob / ((5 + length) / 6) ** 0.6, rel=1e-5)
-            assert list(got.tokens) == [runner.tokenizer.id_to_token(i) for i in want.tokens]
+            assert list(got.tokens) == [runner.tokenizer.token(i) for i in want.tokens]
             assert pb.FinishReason.Name(got.finish_reason) == f"FINISH_REASON_{want.finish_reason.upper()}"
         assert list(result.source_token_ids) == runner.encode_texts([text])[0]
         assert result.timings.total_ms >= result.timings.compute_ms > 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from tokenizers import Tokenizer
 
 from service.domain.errors import InvalidInput
 from service.domain.limits import CHAR_SLACK, RequestLimits
@@ -14,7 +15,7 @@ from tests.support.scheduling import run
 def test_limits_default_to_the_model_and_are_lowered_by_flags(runner):
     own = RequestLimits.of(runner.max_len, runner.longest_token)
     assert (own.max_source_tokens, own.max_output_tokens) == (runner.max_len, runner.max_len - 1)
-    longest = max(len(t) for t in runner.tokenizer.get_vocab())
+    longest = max(len(t) for t in Tokenizer.from_file(str(runner.bundle.tokenizer_path)).get_vocab())
     assert own.max_text_chars == runner.max_len * longest * CHAR_SLACK
     lowered = RequestLimits.of(runner.max_len, runner.longest_token, max_source_tokens=7, max_output_tokens=5)
     assert (lowered.max_source_tokens, lowered.max_output_tokens) == (7, 5)
