@@ -39,6 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--n-best", type=int, default=0, help="hypotheses per text (needs --beam >= N)")
     parser.add_argument("--beam", type=int, default=0, help="beam size (default: the server's, greedy)")
     parser.add_argument("--max-tokens", type=int, default=0, help="most output tokens per text")
+    parser.add_argument("--source-language", default="",
+                        help="language code of the texts (many-to-many models; see --info)")
+    parser.add_argument("--target-language", default="",
+                        help="language code to translate into (many-to-many models; see --info)")
     parser.add_argument("--v2", action="store_true", help="use the KServe v2 / Triton inference API")
     parser.add_argument("--info", action="store_true", help="print GetModelInfo as JSON and exit")
     parser.add_argument("--request-id", default="", help="client request id, echoed by the server")
@@ -50,6 +54,7 @@ def _options(args: argparse.Namespace) -> pb.TranslateOptions:
     return pb.TranslateOptions(
         max_output_tokens=args.max_tokens, beam_size=args.beam, n_best=args.n_best,
         return_scores=args.scores, return_alignment=args.alignment, return_tokens=args.alignment,
+        source_language=args.source_language, target_language=args.target_language,
     )
 
 
@@ -105,6 +110,9 @@ def _infer_v2(channel: grpc.Channel, args: argparse.Namespace, out: TextIO) -> N
         request.parameters[kserve_codec.BEAM_SIZE_KEY].int64_param = args.beam
     if args.max_tokens:
         request.parameters["max_output_tokens"].int64_param = args.max_tokens
+    for key in kserve_codec.LANGUAGE_KEYS:
+        if getattr(args, key):
+            request.parameters[key].string_param = getattr(args, key)
     response = v2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=args.timeout)
     index = [o.name for o in response.outputs].index(kserve_codec.OUTPUT_NAME)
     returned = int(response.outputs[index].shape[0])

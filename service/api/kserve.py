@@ -2,7 +2,8 @@
 
 One model, `translator` (version "1"; "" means the served version): input TEXT (BYTES, [-1]) ->
 output TRANSLATION (BYTES, same shape). Request parameters: `max_output_tokens` (or
-`max_tokens`) and `beam_size`, with the limits of the native API, and on ModelStreamInfer
+`max_tokens`), `beam_size` and, for a many-to-many model, `source_language` / `target_language`
+(strings), with the limits and checks of the native API, and on ModelStreamInfer
 `stream` (bool): one response per generated piece of text, then a final response; every
 response of a stream carries `triton_final_response` (false on pieces, true on the last).
 Tensors and parameters are decoded and encoded by service/api/kserve_codec.py; errors are domain
@@ -76,6 +77,7 @@ def decode_options(options: kserve_codec.InferOptions, max_len: int) -> DecodeOp
     return DecodeOptions(
         beam_size=options.beam_size or defaults.beam_size,
         max_new_tokens=options.max_output_tokens or defaults.max_new_tokens,
+        source_language=options.source_language, target_language=options.target_language,
     )
 
 

@@ -23,6 +23,7 @@ OUTPUT_NAME = "TRANSLATION"
 BYTES_DATATYPE = "BYTES"
 MAX_OUTPUT_TOKENS_KEYS = ("max_output_tokens", "max_tokens")
 BEAM_SIZE_KEY = "beam_size"
+LANGUAGE_KEYS = ("source_language", "target_language")  # string parameters: language codes
 STREAM_KEY = "stream"  # request parameter: one response per generated piece (ModelStreamInfer only)
 EMPTY_FINAL_KEY = "triton_enable_empty_final_response"  # set by tritonclient's enable_empty_final_response
 FINAL_RESPONSE_KEY = "triton_final_response"  # response parameter of every streamed response
@@ -45,6 +46,8 @@ class InferOptions:
     beam_size: int | None = None
     stream: bool = False
     empty_final_response: bool = False
+    source_language: str | None = None
+    target_language: str | None = None
 
 
 @dataclass(frozen=True)
@@ -237,6 +240,15 @@ def _bool_parameter(key: str, value: Message) -> bool:
                         f"\"false\"), got {got}")
 
 
+def _string_parameter(key: str, value: Message) -> str | None:
+    """A string from an InferParameter given as string_param (empty: not given)."""
+    kind = value.WhichOneof("parameter_choice")
+    if kind != "string_param":
+        got = f"{kind} {shown(getattr(value, kind))}" if kind else "no value"
+        raise InvalidTensor(f"parameter {key} must be a string (string_param), got {got}")
+    return value.string_param or None
+
+
 def parse_parameters(parameters: Mapping[str, Any]) -> InferOptions:
     """Read decoding options from request parameters; unknown keys are ignored."""
     given = [key for key in MAX_OUTPUT_TOKENS_KEYS if key in parameters]
@@ -248,8 +260,10 @@ def parse_parameters(parameters: Mapping[str, Any]) -> InferOptions:
         beam_size = _int_parameter(BEAM_SIZE_KEY, parameters[BEAM_SIZE_KEY])
     flags = {key: key in parameters and _bool_parameter(key, parameters[key])
              for key in (STREAM_KEY, EMPTY_FINAL_KEY)}
+    languages = {key: _string_parameter(key, parameters[key]) if key in parameters else None
+                 for key in LANGUAGE_KEYS}
     return InferOptions(max_output_tokens=max_output_tokens, beam_size=beam_size, stream=flags[STREAM_KEY],
-                        empty_final_response=flags[EMPTY_FINAL_KEY])
+                        empty_final_response=flags[EMPTY_FINAL_KEY], **languages)
 
 
 def decode_request(request: Message) -> DecodedRequest:

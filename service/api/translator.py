@@ -48,12 +48,14 @@ def decode_options(options: pb.TranslateOptions, max_len: int) -> DecodeOptions:
         alpha=options.length_penalty if options.HasField("length_penalty") else defaults.alpha,
         max_new_tokens=options.max_output_tokens or defaults.max_new_tokens,
         with_alignment=options.return_alignment,
+        source_language=options.source_language or None,
+        target_language=options.target_language or None,
     )
 
 
 def _tokens(runner: Runner, ids: list[int]) -> list[str]:
     """Vocabulary strings of token ids."""
-    return [runner.tokenizer.id_to_token(i) or "" for i in ids]
+    return [runner.tokenizer.token(i) for i in ids]
 
 
 def hypothesis_message(hyp: Hypothesis, options: pb.TranslateOptions, runner: Runner,
@@ -103,6 +105,7 @@ def model_info(runner: Runner, scheduler: Scheduler) -> pb.GetModelInfoResponse:
         ),
         execution_providers=runner.providers,
         variant=runner.variant_name,
+        languages=runner.languages.names,
         limits=pb.Limits(
             max_batch_size=settings.max_batch_size, max_source_tokens=scheduler.limits.max_source_tokens,
             max_beam_size=scheduler.limits.max_beam, max_output_tokens=scheduler.limits.max_output_tokens,
@@ -154,7 +157,7 @@ class TranslatorServicer(pb_grpc.TranslatorServicer):
         index = 0
         async for event in self.scheduler.stream(request.text, replace(options, stream=True), deadline):
             if isinstance(event, TokenEvent):
-                token = self.runner.tokenizer.id_to_token(event.token) or ""
+                token = self.runner.tokenizer.token(event.token)
                 piece = pb.TokenPiece(index=index, token_id=event.token, token=token, text=event.text)
                 index += 1
                 yield pb.TranslateStreamResponse(piece=piece, request_id=request_id)
