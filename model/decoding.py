@@ -37,7 +37,7 @@ def greedy_decode(model: Transformer, src: Tensor, max_new_tokens: int) -> list[
     src_mask = padding_mask(src, cfg.pad_id)
     cross = model.cross_kv(model.encode(src, src_mask))
     b = src.size(0)
-    token = torch.full((b, 1), cfg.bos_id, dtype=torch.long)
+    token = torch.full((b, 1), cfg.start_id, dtype=torch.long)
     out: list[list[int]] = [[] for _ in range(b)]
     log_prob = torch.zeros(b)
     done = torch.zeros(b, dtype=torch.bool)
@@ -81,7 +81,7 @@ def beam_search(
     cross = [(kk.repeat_interleave(k, dim=0), vv.repeat_interleave(k, dim=0)) for kk, vv in cross]
     scores = torch.full((b, k), float("-inf"))
     scores[:, 0] = 0.0  # all beams start identical: keep one alive
-    tokens = torch.full((b * k, 1), cfg.bos_id, dtype=torch.long)
+    tokens = torch.full((b * k, 1), cfg.start_id, dtype=torch.long)
     finished = torch.zeros(b * k, dtype=torch.bool)
     lengths = torch.zeros(b * k, dtype=torch.long)
     attn: list[Tensor] = []

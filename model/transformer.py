@@ -89,35 +89,65 @@ class MultiHeadAttention(nn.Module):
         return self.w_o(self.dropout(out)), (k, v), weights
 
 
-class PositionwiseFeedForward(nn.Module):
-    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2."""
+# the feed-forward non-linearity sigma of FFN(x) = sigma(x W_1 + b_1) W_2 + b_2 (config.ACTIVATIONS)
+ACTIVATION_FUNCTIONS = {
+    "relu": F.relu,  # max(0, x): the paper, M2M100, NLLB
+    "gelu": F.gelu,  # x Phi(x), Phi the standard normal CDF (erf form)
+    "silu": F.silu,  # x sigmoid(x), "swish": Marian / OPUS-MT
+}
 
-    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0) -> None:
+
+class PositionwiseFeedForward(nn.Module):
+    """FFN(x) = sigma(x W_1 + b_1) W_2 + b_2; sigma = max(0, .) in the paper."""
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu") -> None:
         super().__init__()
         self.w_1, self.w_2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
         self.dropout = nn.Dropout(dropout)
+        self.activation = ACTIVATION_FUNCTIONS[activation]
 
     def forward(self, x: Tensor) -> Tensor:
-        """Apply the same two-layer ReLU network at every position."""
-        return self.w_2(self.dropout(F.relu(self.w_1(x))))
+        """Apply the same two-layer network at every position."""
+        return self.w_2(self.dropout(self.activation(self.w_1(x))))
 
 
-def sinusoidal_table(max_len: int, d_model: int) -> Tensor:
-    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)); (L, D)."""
-    pos = torch.arange(max_len, dtype=torch.float32).unsqueeze(1)
-    div = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
-    pe = torch.zeros(max_len, d_model)
-    pe[:, 0::2] = torch.sin(pos * div)
-    pe[:, 1::2] = torch.cos(pos * div)
-    return pe
+def sinusoidal_table(max_len: int, d_model: int, layout: str = "interleaved", offset: int = 0) -> Tensor:
+    """Sinusoidal position table (L, D) in one of three layouts; row p is position p + offset.
+
+    interleaved (the paper): PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(same).
+    halves (Marian, tensor2tensor): the same angles, all sines first: [sin | cos], computed in
+    float64 like transformers' MarianSinusoidalPositionalEmbedding.
+    fairseq (M2M100, NLLB): [sin | cos] of pos * 10000^(-i / (d/2 - 1)), i < d/2, in float32 like
+    transformers' M2M100SinusoidalPositionalEmbedding.
+    """
+    n, half = max_len + offset, d_model // 2
+    if layout == "interleaved":
+        pos = torch.arange(n, dtype=torch.float32).unsqueeze(1)
+        div = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
+        pe = torch.zeros(n, d_model)
+        pe[:, 0::2] = torch.sin(pos * div)
+        pe[:, 1::2] = torch.cos(pos * div)
+    elif layout == "halves":
+        pos = torch.arange(n, dtype=torch.float64).unsqueeze(1)
+        angle = pos / torch.pow(10000.0, 2 * torch.arange(half, dtype=torch.float64) / d_model)  # (L, D/2)
+        pe = torch.cat([torch.sin(angle), torch.cos(angle)], dim=1).float()
+    elif layout == "fairseq":
+        freq = torch.exp(torch.arange(half, dtype=torch.float32) * -(math.log(10000) / (half - 1)))
+        angle = torch.arange(n, dtype=torch.float32).unsqueeze(1) * freq.unsqueeze(0)  # (L, D/2)
+        pe = torch.cat([torch.sin(angle), torch.cos(angle)], dim=1)
+    else:
+        raise ValueError(f"unknown sinusoid layout {layout!r}")
+    return pe[offset:]
 
 
 class PositionalEncoding(nn.Module):
     """Adds the sinusoidal position signal to embeddings (then dropout)."""
 
-    def __init__(self, d_model: int, max_len: int, dropout: float = 0.0) -> None:
+    def __init__(
+        self, d_model: int, max_len: int, dropout: float = 0.0, layout: str = "interleaved", offset: int = 0
+    ) -> None:
         super().__init__()
-        self.register_buffer("pe", sinusoidal_table(max_len, d_model), persistent=False)
+        self.register_buffer("pe", sinusoidal_table(max_len, d_model, layout, offset), persistent=False)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
@@ -128,12 +158,12 @@ class PositionalEncoding(nn.Module):
 
 
 class Embeddings(nn.Module):
-    """Token embedding scaled by sqrt(d_model)."""
+    """Token embedding scaled by sqrt(d_model) (the paper), or by 1 (scale=False)."""
 
-    def __init__(self, vocab_size: int, d_model: int) -> None:
+    def __init__(self, vocab_size: int, d_model: int, scale: bool = True) -> None:
         super().__init__()
         self.lut = nn.Embedding(vocab_size, d_model)
-        self.scale = math.sqrt(d_model)
+        self.scale = math.sqrt(d_model) if scale else 1.0
 
     def forward(self, tokens: Tensor) -> Tensor:
         """(B, L) int -> (B, L, D)."""
@@ -162,7 +192,7 @@ class EncoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.dropout)
-        self.ffn = PositionwiseFeedForward(cfg.d_model, cfg.d_ff, cfg.dropout)
+        self.ffn = PositionwiseFeedForward(cfg.d_model, cfg.d_ff, cfg.dropout, cfg.activation)
         args = (cfg.d_model, cfg.dropout, cfg.norm_first, cfg.layer_norm_eps)
         self.sublayer = nn.ModuleList([SublayerConnection(*args) for _ in range(2)])
 
@@ -180,7 +210,7 @@ class DecoderLayer(nn.Module):
         super().__init__()
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.dropout)
         self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.dropout)
-        self.ffn = PositionwiseFeedForward(cfg.d_model, cfg.d_ff, cfg.dropout)
+        self.ffn = PositionwiseFeedForward(cfg.d_model, cfg.d_ff, cfg.dropout, cfg.activation)
         args = (cfg.d_model, cfg.dropout, cfg.norm_first, cfg.layer_norm_eps)
         self.sublayer = nn.ModuleList([SublayerConnection(*args) for _ in range(3)])
 
@@ -236,7 +266,10 @@ class Decoder(nn.Module):
 
 
 class Generator(nn.Module):
-    """Final linear projection to the vocabulary, then log-softmax."""
+    """Final linear projection to the vocabulary, then log-softmax: log_softmax(x W + b).
+
+    The bias b is what transformers calls `final_logits_bias` (Marian); models without one load zeros.
+    """
 
     def __init__(self, d_model: int, vocab_size: int) -> None:
         super().__init__()
@@ -248,14 +281,15 @@ class Generator(nn.Module):
 
 
 class Transformer(nn.Module):
-    """Encoder-decoder Transformer with a shared vocabulary."""
+    """Encoder-decoder Transformer; one shared vocabulary unless cfg.source_vocab_size says otherwise."""
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.cfg = cfg
-        self.src_embed = Embeddings(cfg.vocab_size, cfg.d_model)
-        self.tgt_embed = Embeddings(cfg.vocab_size, cfg.d_model)
-        self.pos = PositionalEncoding(cfg.d_model, cfg.max_len, cfg.dropout)
+        self.src_embed = Embeddings(cfg.src_vocab, cfg.d_model, cfg.scale_embedding)
+        self.tgt_embed = Embeddings(cfg.vocab_size, cfg.d_model, cfg.scale_embedding)
+        self.pos = PositionalEncoding(cfg.d_model, cfg.max_len, cfg.dropout, cfg.position_table,
+                                      cfg.position_offset)
         self.encoder, self.decoder = Encoder(cfg), Decoder(cfg)
         self.generator = Generator(cfg.d_model, cfg.vocab_size)
         for p in self.parameters():

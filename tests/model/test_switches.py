@@ -1,0 +1,126 @@
+"""The configuration switches of imported pretrained families, each against its formula, and the
+defaults that keep our own checkpoints and bundles as they were."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from model.config import ModelConfig
+from model.decoding import beam_search, greedy_decode
+from model.transformer import (
+    Embeddings,
+    PositionalEncoding,
+    PositionwiseFeedForward,
+    sinusoidal_table,
+)
+from tests.support import REPO_ROOT
+from tests.support.model import tiny
+
+
+@pytest.mark.parametrize("activation, sigma", [
+    ("relu", lambda x: max(0.0, x)),
+    ("gelu", lambda x: x * 0.5 * (1 + math.erf(x / math.sqrt(2)))),  # x Phi(x)
+    ("silu", lambda x: x / (1 + math.exp(-x))),  # x sigmoid(x): Marian's "swish"
+])
+def test_feed_forward_activation_matches_formula(activation, sigma):
+    torch.manual_seed(0)
+    ffn = PositionwiseFeedForward(4, 6, activation=activation).eval()
+    x = torch.randn(3, 4)
+    with torch.no_grad():
+        hidden = [[sigma(float(v)) for v in row] for row in x @ ffn.w_1.weight.T + ffn.w_1.bias]
+    ref = torch.tensor(hidden) @ ffn.w_2.weight.T + ffn.w_2.bias
+    assert torch.allclose(ffn(x), ref, atol=1e-5)
+
+
+def test_halves_table_is_marian_sin_then_cos():
+    d, n = 16, 40
+    pe = sinusoidal_table(n, d, "halves")
+    for pos in range(n):
+        for i in range(d // 2):
+            angle = pos / 10000 ** (2 * i / d)
+            assert pe[pos, i].item() == pytest.approx(math.sin(angle), abs=1e-6)
+            assert pe[pos, d // 2 + i].item() == pytest.approx(math.cos(angle), abs=1e-6)
+
+
+def test_fairseq_table_with_offset_is_m2m100s():
+    d, n, offset = 16, 40, 2
+    pe = sinusoidal_table(n, d, "fairseq", offset)
+    assert pe.shape == (n, d)
+    for pos in range(n):
+        row = pos + offset  # position p reads row p + offset of fairseq's table
+        for i in range(d // 2):
+            angle = row * math.exp(-i * math.log(10000) / (d // 2 - 1))
+            assert pe[pos, i].item() == pytest.approx(math.sin(angle), abs=1e-5)
+            assert pe[pos, d // 2 + i].item() == pytest.approx(math.cos(angle), abs=1e-5)
+
+
+def test_offset_shifts_rows_and_interleaved_default_is_unchanged():
+    assert torch.equal(sinusoidal_table(30, 8, "interleaved", 3), sinusoidal_table(33, 8)[3:])
+    assert torch.equal(PositionalEncoding(8, 30).pe, sinusoidal_table(30, 8))
+    with pytest.raises(ValueError, match="layout"):
+        sinusoidal_table(4, 8, "learned")
+
+
+def test_embedding_scale_is_sqrt_d_model_or_one():
+    torch.manual_seed(0)
+    tokens = torch.tensor([[1, 2, 3]])
+    scaled, plain = Embeddings(5, 16), Embeddings(5, 16, scale=False)
+    plain.lut.weight.data.copy_(scaled.lut.weight.data)
+    assert torch.allclose(scaled(tokens), plain(tokens) * 4.0)
+    assert torch.equal(plain(tokens), plain.lut(tokens))
+
+
+def test_output_bias_is_added_to_the_logits():
+    """final_logits_bias: log_softmax(x E^T + b) with b the generator's bias."""
+    m = tiny()
+    with torch.no_grad():
+        m.generator.proj.bias.normal_()
+    x = torch.randn(2, 3, 16)
+    ref = torch.log_softmax(x @ m.src_embed.lut.weight.T + m.generator.proj.bias, dim=-1)
+    assert torch.allclose(m.generator(x), ref, atol=1e-5)
+
+
+def test_separate_source_vocabulary():
+    m = tiny(tie_embeddings=False, source_vocab_size=25)
+    assert m.src_embed.lut.weight.shape == (25, 16) and m.generator.proj.weight.shape == (40, 16)
+    lp = m(torch.randint(4, 25, (2, 5)), torch.randint(4, 40, (2, 3)))
+    assert lp.shape == (2, 3, 40)
+    with pytest.raises(ValueError, match="one vocabulary"):
+        ModelConfig(vocab_size=40, source_vocab_size=25)
+
+
+def test_decoder_start_token_begins_greedy_and_beam():
+    m = tiny(decoder_start_id=7)
+    assert m.cfg.start_id == 7 and tiny().cfg.start_id == tiny().cfg.bos_id == 1
+    src = torch.tensor([[5, 6, 8, 2]])
+    hyp = greedy_decode(m, src, 6)[0]
+    out = hyp.tokens + ([m.cfg.eos_id] if hyp.finished else [])
+    with torch.no_grad():  # teacher forcing from the start token
+        logp = m(src, torch.tensor([[7, *out[:-1]]]))[0]
+    forced = sum(float(logp[t, tok]) for t, tok in enumerate(out))
+    assert hyp.log_prob == pytest.approx(forced, abs=1e-4)
+    beam = beam_search(m, src, 6, beam_size=1)[0][0]
+    assert beam.tokens == hyp.tokens and beam.log_prob == pytest.approx(hyp.log_prob, abs=1e-5)
+
+
+def test_switches_reject_unknown_values():
+    with pytest.raises(ValueError, match="activation"):
+        ModelConfig(activation="tanh")
+    with pytest.raises(ValueError, match="position_table"):
+        ModelConfig(position_table="rotary")
+
+
+def test_defaults_keep_our_checkpoints_and_bundles_as_they_were():
+    """A config saved before the switches existed loads as the paper's model and writes the same keys."""
+    shipped = json.loads((REPO_ROOT / "artifacts/default/bundle/bundle.json").read_text())["model"]
+    cfg = ModelConfig.from_dict(shipped)
+    assert cfg.to_dict() == shipped
+    assert (cfg.activation, cfg.position_table, cfg.position_offset, cfg.scale_embedding) == \
+        ("relu", "interleaved", 0, True)
+    assert cfg.src_vocab == cfg.vocab_size and cfg.start_id == cfg.bos_id
+    marian = ModelConfig.from_dict({**shipped, "activation": "silu", "decoder_start_id": 5})
+    assert marian.to_dict() == {**shipped, "activation": "silu", "decoder_start_id": 5}
