@@ -1,4 +1,5 @@
-"""Checkpoint -> verified bundle directory: the export pipeline behind `python -m export`.
+"""Model -> verified bundle directory: the export pipeline behind `python -m export` (our checkpoints)
+and `python -m export.pretrained` (Hugging Face checkpoints), shared by both through `package`.
 
 The bundle is assembled in a hidden staging directory next to `out` and only moved into place
 after verification passed, so a failed export never leaves a half-written bundle behind.
@@ -25,7 +26,7 @@ from export.bundle import build_manifest, copy_tokenizer, write_manifest
 from export.cuda_kernels import integer_nodes
 from export.export import export_graphs
 from export.variants import OFFLINE_LEVEL_NAME, optimize_offline, to_fp16
-from export.verify import verify_bundle
+from export.verify import source_ids, verify_bundle
 from export.verify_fp16 import verify_fp16
 from interface import names
 from model.checkpoint import file_sha256, load_checkpoint, tokenizer_path
@@ -55,6 +56,20 @@ class BuildOptions:
 
 
 @dataclass
+class ModelSource:
+    """A model to package, and what its bundle holds and says besides the graphs."""
+
+    model: Transformer
+    write_tokenizer: Callable[[Path], None]  # writes the tokenizer file(s) into the bundle directory
+    sources: list[list[int]]  # source ids (+ eos) that verification decodes greedily
+    weights_sha256: str  # of the checkpoint (bundle.json `checkpoint`, and the version's suffix)
+    step: int = 0
+    metrics: Callable[[], dict[str, Any]] = dict  # computed after verification passed
+    manifest: dict[str, Any] = field(default_factory=dict)  # more bundle.json keys (format 2 objects)
+    format_version: int = names.BUNDLE_FORMAT_VERSION
+
+
+@dataclass
 class BuildResult:
     """The written bundle, its manifest and where the time went."""
 
@@ -73,17 +88,17 @@ def check_output_dir(out: Path, force: bool) -> None:
 
 
 def verification_sources(
-    model: Transformer, tok: Tokenizer, test_split: Path | None, n: int, seed: int = 0
+    model: Transformer, tok: Tokenizer | None, test_split: Path | None, n: int, seed: int = 0
 ) -> list[list[int]]:
     """Source ids (+ eos) for the greedy check: the split's first n sources, else random ids."""
     cfg = model.cfg
-    if test_split is not None:
+    if test_split is not None and tok is not None:
         texts = [s for s, _ in read_tsv(test_split)[:n]]
         encoded = tok.encode_batch(texts, add_special_tokens=False)
         return [e.ids[: cfg.max_len - 1] + [cfg.eos_id] for e in encoded]
     rng = np.random.default_rng(seed)
     lengths = rng.integers(1, min(24, cfg.max_len - 1), n)
-    return [rng.integers(4, cfg.vocab_size, int(k)).tolist() + [cfg.eos_id] for k in lengths]
+    return [source_ids(cfg, rng, int(k)).tolist() + [cfg.eos_id] for k in lengths]
 
 
 def bundle_metrics(
@@ -113,23 +128,44 @@ def build_bundle(
 ) -> BuildResult:
     """Export, verify and package a checkpoint into the bundle directory `out`."""
     opts = opts or BuildOptions()
-    start = time.perf_counter()
     checkpoint, out = Path(checkpoint), Path(out)
     if not checkpoint.is_file():
         raise BundleError(f"checkpoint not found: {checkpoint}")
     if opts.test_split is not None and not opts.test_split.is_file():
         raise BundleError(f"test split not found: {opts.test_split}")
     check_output_dir(out, opts.force)
-    lowering = get_lowering(opts.attention)
     model, state = load_checkpoint(checkpoint)
     tok_file = tokenizer_path(checkpoint, state)
     tok = load_tokenizer(tok_file)
+
+    def metrics() -> dict[str, Any]:
+        if opts.test_split is not None:
+            log(f"evaluating {opts.test_split} (first {opts.eval_size} pairs, greedy)")
+        return bundle_metrics(model, tok, state, opts.test_split, opts.eval_size)
+
+    source = ModelSource(
+        model=model, write_tokenizer=lambda staging: copy_tokenizer(tok_file, staging),
+        sources=verification_sources(model, tok, opts.test_split, opts.verify_sources),
+        weights_sha256=file_sha256(checkpoint), step=int(state.get("step", 0)), metrics=metrics)
+    return package(source, out, opts, log, name=str(checkpoint))
+
+
+def package(
+    source: ModelSource, out: Path, opts: BuildOptions, log: Callable[[str], None] = lambda _: None,
+    name: str = "model",
+) -> BuildResult:
+    """Export source.model to ONNX, verify the graphs against it and write the bundle `out`."""
+    start = time.perf_counter()
+    out = Path(out)
+    check_output_dir(out, opts.force)
+    lowering = get_lowering(opts.attention)
+    model = source.model
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
     staging.chmod(0o755)  # mkdtemp makes it private; a bundle is read by the serving user
     seconds: dict[str, float] = {}
     try:
-        log(f"exporting {checkpoint} ({sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters)")
+        log(f"exporting {name} ({sum(p.numel() for p in model.parameters()) / 1e6:.2f}M parameters)")
         info = export_graphs(model, staging, lowering)
         seconds.update({f"export_{k}": v for k, v in info.seconds.items()})
         variants, host_nodes = {}, {}
@@ -143,23 +179,20 @@ def build_bundle(
             log(f"optimizing offline (onnxruntime level {OFFLINE_LEVEL_NAME})")
             for file in fp32_files.values():
                 optimize_offline(staging / file)
-        copy_tokenizer(tok_file, staging)
+        source.write_tokenizer(staging)
         log("verifying against PyTorch")
         t = time.perf_counter()
-        sources = verification_sources(model, tok, opts.test_split, opts.verify_sources)
-        verification: dict[str, Any] = verify_bundle(staging, model, sources).as_dict()
+        verification: dict[str, Any] = verify_bundle(staging, model, source.sources).as_dict()
         if opts.fp16:
-            verification["fp16"] = verify_fp16(staging, model, sources, **FP16_FILES)
+            verification["fp16"] = verify_fp16(staging, model, source.sources, **FP16_FILES)
         seconds["verify"] = round(time.perf_counter() - t, 2)
-        if opts.test_split is not None:
-            log(f"evaluating {opts.test_split} (first {opts.eval_size} pairs, greedy)")
-        metrics = bundle_metrics(model, tok, state, opts.test_split, opts.eval_size)
+        metrics = source.metrics()
         onnx_info = {"opset": info.opset, "ir_version": info.ir_version, "exporter": info.exporter,
                      "attention": info.attention, "kv_cache": info.kv_cache, "dtype": "float32",
                      "optimized": opts.optimize,
                      "optimization_level": OFFLINE_LEVEL_NAME if opts.optimize else None}
-        manifest = build_manifest(staging, model.cfg, file_sha256(checkpoint), int(state.get("step", 0)),
-                                  onnx_info, metrics, variants, verification, host_nodes)
+        manifest = build_manifest(staging, model.cfg, source.weights_sha256, source.step, onnx_info, metrics,
+                                  variants, verification, host_nodes, source.format_version, source.manifest)
         write_manifest(staging, manifest)
         _replace_dir(staging, out)
     except BaseException:

@@ -67,16 +67,23 @@ def build_manifest(
     variants: dict[str, dict[str, str]] | None = None,
     verification: dict[str, Any] | None = None,
     host_nodes: dict[str, list[str]] | None = None,
+    format_version: int = names.BUNDLE_FORMAT_VERSION,
+    extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The bundle.json content; hashes every file currently in bundle_dir."""
+    """The bundle.json content; hashes every file currently in bundle_dir.
+
+    `extra`: the keys a format-2 bundle adds (interface/generation.py: tokenizer, generation,
+    languages; and `pretrained`, where it came from), written after special_tokens.
+    """
     now = datetime.now(UTC)
     manifest: dict[str, Any] = {
-        "format_version": names.BUNDLE_FORMAT_VERSION,
+        "format_version": format_version,
         "name": MODEL_NAME,
         "version": f"{now:%Y%m%d}-{checkpoint_sha256[:8]}",
         "created": now.isoformat(timespec="seconds"),
         "model": cfg.to_dict(),
         "special_tokens": {"pad": cfg.pad_id, "bos": cfg.bos_id, "eos": cfg.eos_id, "unk": cfg.unk_id},
+        **(extra or {}),
         "files": file_entries(bundle_dir),
         "io": io_spec(cfg.n_decoder_layers, onnx_info.get("kv_cache", "concat")),
         "onnx": {**onnx_info, "versions": library_versions()},

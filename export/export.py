@@ -184,7 +184,7 @@ class ExampleSizes:
 def example_sizes(model: Transformer) -> ExampleSizes:
     """Pick batch, src_len, new_len, past_len so that no two axes (nor past+new) coincide."""
     cfg = model.cfg
-    taken = {1, cfg.n_heads, cfg.d_head, cfg.d_model, cfg.vocab_size, cfg.d_ff, cfg.max_len}
+    taken = {1, cfg.n_heads, cfg.d_head, cfg.d_model, cfg.vocab_size, cfg.src_vocab, cfg.d_ff, cfg.max_len}
     picked: list[int] = []
     for n in (3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41):
         if n in taken:
@@ -208,7 +208,7 @@ def example_inputs(
     for an in-place cache, rows filled to different lengths)."""
     cfg = model.cfg
     g = torch.Generator().manual_seed(0)
-    ids = torch.randint(4, cfg.vocab_size, (s.batch, s.src_len), generator=g)
+    ids = torch.randint(4, cfg.src_vocab, (s.batch, s.src_len), generator=g)
     ones = torch.ones(s.batch, s.src_len, dtype=torch.long)
     kv = (s.batch, cfg.n_heads)
     past = [torch.randn(*kv, s.past_len, cfg.d_head, generator=g) for _ in range(2 * cfg.n_decoder_layers)]

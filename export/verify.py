@@ -24,6 +24,7 @@ import torch
 from export.cases import DEFAULT_CASES, Case, fit_case
 from export.verify_inplace import BoundCache, garbage_cache, row_past_lens, row_references, run_shape
 from interface import names
+from model.config import ModelConfig
 from model.decoding import greedy_decode
 from model.transformer import Transformer, padding_mask
 
@@ -114,13 +115,22 @@ def _max_diff(ours: list[np.ndarray], ref: list[torch.Tensor]) -> float:
     return max(_diff(a, b) for a, b in zip(ours, ref, strict=True))
 
 
+def source_ids(cfg: ModelConfig, rng: np.random.Generator, size: int | tuple[int, ...]) -> np.ndarray:
+    """Random ordinary source ids: drawn from 4..src_vocab-1, a special id (an imported model's pad,
+    say) replaced by the first ordinary one (our models' specials are 0..3: nothing to replace)."""
+    special = [cfg.pad_id, cfg.bos_id, cfg.eos_id, cfg.unk_id, cfg.start_id]
+    ordinary = next(i for i in range(4, cfg.src_vocab) if i not in special)
+    ids = rng.integers(4, cfg.src_vocab, size)
+    return np.where(np.isin(ids, special), ordinary, ids)
+
+
 def random_source(model: Transformer, batch: int, src_len: int, rng: np.random.Generator) -> np.ndarray:
     """Right-padded random source ids (B, S): row 0 is full, others 1..S real tokens."""
     cfg = model.cfg
     lengths = [src_len] + list(rng.integers(1, src_len + 1, batch - 1))
     ids = np.full((batch, src_len), cfg.pad_id, np.int64)
     for i, n in enumerate(lengths):
-        ids[i, :n] = rng.integers(4, cfg.vocab_size, n)
+        ids[i, :n] = source_ids(cfg, rng, n)
         ids[i, n - 1] = cfg.eos_id
     return ids
 
@@ -259,7 +269,7 @@ def step_feeds(
 
 
 def greedy_onnx(
-    enc: ort.InferenceSession, dec: ort.InferenceSession, src: np.ndarray, bos: int, eos: int, pad: int,
+    enc: ort.InferenceSession, dec: ort.InferenceSession, src: np.ndarray, start: int, eos: int, pad: int,
     max_new_tokens: int,
 ) -> list[list[int]]:
     """Greedy decoding with ONNX Runtime, step by step like `greedy_decode` (empty cache first).
@@ -273,7 +283,7 @@ def greedy_onnx(
     n = len(cross) // 2
     past = empty_cache(kv_cache, cross, max_new_tokens)
     bound = BoundCache(dec, past) if kv_cache == "inplace" else None
-    token = np.full((b, 1), bos, np.int64)
+    token = np.full((b, 1), start, np.int64)
     out: list[list[int]] = [[] for _ in range(b)]
     done = np.zeros(b, bool)
     for step in range(max_new_tokens):
@@ -305,7 +315,7 @@ def greedy_agreement(
         for i, s in enumerate(chunk):
             src[i, : len(s)] = s
         budget = min(cfg.max_len - 1, 3 * src.shape[1] + 10)
-        ours = greedy_onnx(enc, dec, src, cfg.bos_id, cfg.eos_id, cfg.pad_id, budget)
+        ours = greedy_onnx(enc, dec, src, cfg.start_id, cfg.eos_id, cfg.pad_id, budget)
         ref = [h.tokens for h in greedy_decode(model, torch.from_numpy(src), budget)]
         for a, b, source in zip(ours, ref, chunk, strict=True):
             same += a == b

@@ -65,7 +65,7 @@ def tie_margin(model: Transformer, source: list[int], ours: list[int], ref: list
     step = next(parted, min(len(ours), len(ref)))
     src = torch.tensor([source])
     mask = padding_mask(src, cfg.pad_id)
-    prefix = torch.tensor([[cfg.bos_id, *ref[:step]]])
+    prefix = torch.tensor([[cfg.start_id, *ref[:step]]])
     logp = model.decode(prefix, model.cross_kv(model.encode(src, mask)), mask)[0][0, -1]
     ours_next = ours[step] if step < len(ours) else cfg.eos_id
     ref_next = ref[step] if step < len(ref) else cfg.eos_id
