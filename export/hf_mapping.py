@@ -1,0 +1,274 @@
+"""A Hugging Face seq2seq checkpoint -> model/'s Transformer: its configuration switches and weights.
+
+Two families map onto the paper's Transformer with the switches of `ModelConfig`:
+
+    marian   (MarianMTModel: OPUS-MT)   post-LN; FFN activation `activation_function` (OPUS-MT:
+             swish = silu); sinusoids in [sin | cos] halves; embeddings times sqrt(d_model) if
+             `scale_embedding`; final_logits_bias; the decoder starts from pad; one shared
+             vocabulary, or separate source / target embeddings (share_encoder_decoder_embeddings
+             false, `decoder_vocab_size`)
+    m2m_100  (M2M100ForConditionalGeneration: M2M100, NLLB)   pre-LN with a final LayerNorm on
+             encoder and decoder; fairseq sinusoids ([sin | cos], frequencies 10000^(-i/(d/2-1)))
+             read at position + pad_id + 1; embeddings times sqrt(d_model) if `scale_embedding`;
+             no output bias; the decoder starts from eos
+
+Anything else is refused with the reason (`UNSUPPORTED`). Weights come from model.safetensors,
+pytorch_model.bin (torch.load with weights_only=True) or their sharded indexes, in float32; every
+tensor of the model must be found and every tensor of the file used (or known to be derived).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from model.checkpoint import file_sha256
+from model.config import ModelConfig
+from model.transformer import Transformer, sinusoidal_table
+
+SUPPORTED = {"marian": "MarianMTModel", "m2m_100": "M2M100ForConditionalGeneration"}
+UNSUPPORTED = {  # model_type -> why it does not map onto model/'s Transformer
+    "bart": "learned positional embeddings (offset 2) and a LayerNorm on the embeddings "
+            "(layernorm_embedding)",
+    "mbart": "learned positional embeddings and LayerNorms on the embeddings and after each stack",
+    "plbart": "learned positional embeddings and a LayerNorm on the embeddings",
+    "pegasus": "not mapped yet (pre-LN with sinusoids in halves, but untested here)",
+    "fsmt": "not mapped yet (fairseq WMT19: separate vocabularies, learned output projection)",
+    "nllb_moe": "mixture-of-experts feed-forward layers",
+    "t5": "relative position bias instead of absolute positions, RMSNorm, no attention scaling",
+    "mt5": "relative position bias instead of absolute positions, RMSNorm, gated-GELU feed-forward",
+    "umt5": "relative position bias per layer instead of absolute positions, RMSNorm",
+    "longt5": "relative position bias and local/transient-global attention",
+}
+HF_ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "silu", "silu": "silu"}
+# legacy BART-style keys that converted Marian configs carry; transformers' MarianMTModel ignores them
+# (it is always post-LN, sinusoidal, without embedding LayerNorm), so a true value means the weights
+# were not made for it
+MARIAN_FALSE_FLAGS = ("normalize_before", "add_final_layer_norm", "normalize_embedding", "add_bias_logits")
+ATTENTION = {"w_q": "q_proj", "w_k": "k_proj", "w_v": "v_proj", "w_o": "out_proj"}
+SUBLAYER_NORMS = {"encoder": ("self_attn_layer_norm", "final_layer_norm"),
+                  "decoder": ("self_attn_layer_norm", "encoder_attn_layer_norm", "final_layer_norm")}
+
+
+class UnsupportedModel(ValueError):
+    """The checkpoint's family or one of its settings has no counterpart in model/'s Transformer."""
+
+
+@dataclass(frozen=True)
+class Pretrained:
+    """What was read: the family, its transformers class, the weight files and their combined sha256."""
+
+    family: str
+    architecture: str
+    config: dict[str, Any]
+    weight_files: tuple[str, ...]
+    sha256: str
+
+
+def read_config(model_dir: Path) -> dict[str, Any]:
+    """config.json of a Hugging Face model directory."""
+    path = Path(model_dir) / "config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: --model must be a Hugging Face model directory")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def family_of(hf: dict[str, Any]) -> str:
+    """The checkpoint's model_type if supported; else UnsupportedModel naming the family and why."""
+    kind = hf.get("model_type")
+    if kind in SUPPORTED:
+        return kind
+    arch = ", ".join(hf.get("architectures") or []) or "unknown architecture"
+    if kind in UNSUPPORTED:
+        raise UnsupportedModel(f"{kind} ({arch}) is not supported: {UNSUPPORTED[kind]}; "
+                               f"supported: {', '.join(SUPPORTED)}")
+    raise UnsupportedModel(f"model_type {kind!r} ({arch}) is not supported; supported: "
+                           f"{', '.join(SUPPORTED)} (encoder-decoder Transformers with sinusoidal positions)")
+
+
+def _same(hf: dict[str, Any], a: str, b: str, what: str) -> int:
+    """hf[a] == hf[b] (one value for encoder and decoder), else UnsupportedModel."""
+    if hf[a] != hf[b]:
+        raise UnsupportedModel(f"{what} differ between encoder ({hf[a]}) and decoder ({hf[b]}); "
+                               "model/'s Transformer has one value for both")
+    return int(hf[a])
+
+
+def model_config(hf: dict[str, Any], family: str) -> ModelConfig:
+    """The ModelConfig of a supported checkpoint's config.json (tying decided later, from the weights)."""
+    act = hf.get("activation_function", "relu")
+    if act not in HF_ACTIVATIONS:
+        known = ", ".join(HF_ACTIVATIONS)
+        raise UnsupportedModel(f"activation_function {act!r} is not supported (known: {known})")
+    if family == "marian":
+        set_flags = [f for f in MARIAN_FALSE_FLAGS if hf.get(f)]
+        if set_flags or hf.get("static_position_embeddings") is False:
+            what = ", ".join(set_flags) or "static_position_embeddings false"
+            raise UnsupportedModel(f"marian config sets {what}: transformers' MarianMTModel ignores it "
+                                   "(always post-LN with sinusoids), so these weights are not made for it")
+    d_model, pad = int(hf["d_model"]), int(hf["pad_token_id"])
+    vocab = int(hf["vocab_size"])
+    target_vocab = int(hf.get("decoder_vocab_size") or vocab)
+    shared = family != "marian" or hf.get("share_encoder_decoder_embeddings", True)
+    if shared and target_vocab != vocab:
+        raise UnsupportedModel(f"shared embeddings but vocab_size {vocab} != decoder_vocab_size "
+                               f"{target_vocab}")
+    start = hf.get("decoder_start_token_id")
+    return ModelConfig(
+        vocab_size=target_vocab if not shared else vocab,
+        d_model=d_model,
+        n_heads=_same(hf, "encoder_attention_heads", "decoder_attention_heads", "attention heads"),
+        n_encoder_layers=int(hf["encoder_layers"]),
+        n_decoder_layers=int(hf["decoder_layers"]),
+        d_ff=_same(hf, "encoder_ffn_dim", "decoder_ffn_dim", "feed-forward sizes"),
+        dropout=float(hf.get("dropout", 0.0)),
+        max_len=int(hf["max_position_embeddings"]),
+        pad_id=pad,
+        bos_id=int(start if hf.get("bos_token_id") is None else hf["bos_token_id"]),  # Marian: no bos
+        eos_id=int(hf["eos_token_id"]),
+        unk_id=int(hf.get("unk_token_id", 3 if family == "m2m_100" else 1)),
+        tie_embeddings=False,
+        norm_first=family == "m2m_100",
+        layer_norm_eps=1e-5,  # nn.LayerNorm's default, which both families use
+        activation=HF_ACTIVATIONS[act],
+        position_table="halves" if family == "marian" else "fairseq",
+        position_offset=0 if family == "marian" else pad + 1,
+        scale_embedding=bool(hf.get("scale_embedding", False)),
+        source_vocab_size=None if shared or vocab == target_vocab else vocab,
+        decoder_start_id=int(start) if start is not None else None,
+    )
+
+
+def weight_files(model_dir: Path) -> list[Path]:
+    """The checkpoint's weight files: safetensors first, else PyTorch .bin (either maybe sharded)."""
+    for single, index in (("model.safetensors", "model.safetensors.index.json"),
+                          ("pytorch_model.bin", "pytorch_model.bin.index.json")):
+        if (model_dir / single).is_file():
+            return [model_dir / single]
+        if (model_dir / index).is_file():
+            shards = json.loads((model_dir / index).read_text(encoding="utf-8"))["weight_map"].values()
+            return [model_dir / name for name in sorted(set(shards))]
+    raise FileNotFoundError(f"no model.safetensors or pytorch_model.bin (nor a sharded index) in {model_dir}")
+
+
+def read_weights(files: list[Path]) -> dict[str, Tensor]:
+    """Every tensor of the files as float32, named without the "model." prefix of the *MTModel class."""
+    from safetensors.torch import load_file
+
+    state: dict[str, Tensor] = {}
+    for f in files:
+        if f.suffix == ".safetensors":
+            part = load_file(f)
+        else:
+            part = torch.load(f, map_location="cpu", weights_only=True)
+        state |= {k.removeprefix("model."): v.float() for k, v in part.items()}
+    return state
+
+
+def _first(state: dict[str, Tensor], *keys: str) -> str:
+    """The first of keys present in state."""
+    for k in keys:
+        if k in state:
+            return k
+    raise UnsupportedModel(f"weights lack {' / '.join(keys)}")
+
+
+def embedding_keys(hf: dict[str, Any], state: dict[str, Tensor], family: str) -> dict[str, str]:
+    """Which file tensor each of our embeddings loads, tied as transformers ties them."""
+    shared = family != "marian" or hf.get("share_encoder_decoder_embeddings", True)
+    src = "shared.weight" if shared and "shared.weight" in state else _first(
+        state, "encoder.embed_tokens.weight", "shared.weight")
+    tgt = src if shared else _first(state, "decoder.embed_tokens.weight")
+    out = tgt if hf.get("tie_word_embeddings", True) else _first(state, "lm_head.weight")
+    return {"src_embed.lut.weight": src, "tgt_embed.lut.weight": tgt, "generator.proj.weight": out}
+
+
+def hf_name(ours: str) -> str:
+    """The transformers name (BART-style, shared by Marian and M2M100) of one of our layer tensors."""
+    m = re.fullmatch(r"(encoder|decoder)\.layers\.(\d+)\.(.+)", ours)
+    if m is None:
+        side, _, param = ours.split(".")  # the final LayerNorm of a pre-LN stack: encoder.norm.weight
+        return f"{side}.layer_norm.{param}"
+    side, i, rest = m.groups()
+    module, _, param = rest.rpartition(".")
+    if module.startswith("sublayer."):  # sublayer.j.norm -> the LayerNorm of sublayer j
+        module = SUBLAYER_NORMS[side][int(module.split(".")[1])]
+    elif module.startswith(("self_attn.", "cross_attn.")):
+        attn, proj = module.split(".")
+        module = f"{'encoder_attn' if attn == 'cross_attn' else attn}.{ATTENTION[proj]}"
+    else:
+        module = {"ffn.w_1": "fc1", "ffn.w_2": "fc2"}[module]
+    return f"{side}.layers.{i}.{module}.{param}"
+
+
+def check_positions(state: dict[str, Tensor], cfg: ModelConfig) -> None:
+    """A stored position table must be our sinusoidal one (else the checkpoint learned its positions)."""
+    table = sinusoidal_table(cfg.max_len, cfg.d_model, cfg.position_table, cfg.position_offset)
+    for side in ("encoder", "decoder"):
+        stored = state.get(f"{side}.embed_positions.weight")
+        if stored is None:
+            continue
+        rows = stored[cfg.position_offset:][: cfg.max_len]
+        if rows.shape != table[: len(rows)].shape or (rows - table[: len(rows)]).abs().max() > 1e-4:
+            raise UnsupportedModel(f"{side}.embed_positions differs from the {cfg.position_table} sinusoid "
+                                   "table: learned positions are not supported")
+
+
+def map_weights(hf: dict[str, Any], state: dict[str, Tensor], cfg: ModelConfig, family: str
+                ) -> tuple[ModelConfig, dict[str, Tensor]]:
+    """Our config (tying set) and state dict from the file's tensors; UnsupportedModel if any is left over."""
+    check_positions(state, cfg)
+    embeddings = embedding_keys(hf, state, family)
+    if len(set(embeddings.values())) == 1:  # one matrix for source, target and output
+        cfg = ModelConfig.from_dict({**cfg.to_dict(), "tie_embeddings": True})
+    ours = Transformer(cfg).state_dict()
+    mapped, used = {}, set(embeddings.values())
+    for name, like in ours.items():
+        if name in embeddings:
+            key = embeddings[name]
+        elif name == "generator.proj.bias":
+            key = "final_logits_bias"
+            if key not in state:  # M2M100 / NLLB: no output bias
+                mapped[name] = torch.zeros_like(like)
+                continue
+        else:
+            key = hf_name(name)
+        if key not in state:
+            raise UnsupportedModel(f"weights lack {key} (for {name})")
+        mapped[name] = state[key].reshape(like.shape) if key == "final_logits_bias" else state[key]
+        if mapped[name].shape != like.shape:
+            raise UnsupportedModel(f"{key} has shape {tuple(state[key].shape)}, expected {tuple(like.shape)}")
+        used.add(key)
+    derived = {"encoder.embed_positions.weight", "decoder.embed_positions.weight", "lm_head.weight",
+               "encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "shared.weight"}
+    left = sorted(k for k in state if k not in used and k not in derived and not k.endswith("._float_tensor"))
+    if left:
+        raise UnsupportedModel(f"{len(left)} tensor(s) of the checkpoint have no place in the model: "
+                               f"{left[:5]}")
+    return cfg, mapped
+
+
+def load_pretrained(model_dir: str | Path) -> tuple[Transformer, Pretrained]:
+    """Read a Hugging Face model directory into our Transformer (eval mode) and describe it."""
+    model_dir = Path(model_dir)
+    hf = read_config(model_dir)
+    family = family_of(hf)
+    cfg = model_config(hf, family)
+    files = weight_files(model_dir)
+    state = read_weights(files)
+    cfg, mapped = map_weights(hf, state, cfg, family)
+    model = Transformer(cfg)
+    model.load_state_dict(mapped)
+    hashes = [file_sha256(f) for f in files]
+    sha = hashes[0] if len(hashes) == 1 else hashlib.sha256("".join(hashes).encode()).hexdigest()
+    arch = (hf.get("architectures") or [SUPPORTED[family]])[0]
+    info = Pretrained(family, arch, hf, tuple(f.name for f in files), sha)
+    return model.eval(), info
+

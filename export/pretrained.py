@@ -1,0 +1,127 @@
+"""Import a pretrained Hugging Face seq2seq model (Marian / OPUS-MT, M2M100, NLLB) into a verified bundle.
+
+    python -m export.pretrained --model path/to/opus-mt-en-de --out bundles/en-de \\
+        [--force] [--attention fused|plain|inplace] [--fp16] [--optimize]
+
+No network: --model is a local directory (config.json, model.safetensors or pytorch_model.bin, the
+tokenizer files). The weights map onto model/'s Transformer (export/hf_mapping.py), the tokenizer
+onto the bundle's SentencePiece files (export/hf_tokenizer.py), and the bundle is written by the
+same export and verification as our own checkpoints (export/build.py `package`), as format_version 2
+with the `tokenizer`, `generation` (and `languages`) objects of interface/generation.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import export.fused  # noqa: F401  (registers the "fused" lowering)
+import export.inplace  # noqa: F401  (registers the "inplace" lowering)
+from export.attention import LOWERINGS
+from export.build import (
+    BuildOptions,
+    BuildResult,
+    BundleError,
+    ModelSource,
+    check_output_dir,
+    package,
+    verification_sources,
+)
+from export.export import ExportError
+from export.hf_mapping import Pretrained, UnsupportedModel, load_pretrained, read_config
+from export.hf_tokenizer import TokenizerMismatch, read_tokenizer
+from export.verify import ParityError
+from interface.generation import FORMAT_WITH_GENERATION
+
+# transformers' generation settings worth knowing when comparing outputs (recorded, not applied)
+GENERATION_KEYS = ("num_beams", "max_length", "max_new_tokens", "length_penalty", "early_stopping",
+                   "bad_words_ids", "forced_bos_token_id", "forced_eos_token_id", "no_repeat_ngram_size")
+
+
+def generation_defaults(model_dir: Path, hf: dict[str, Any]) -> dict[str, Any]:
+    """The checkpoint's own generation settings (generation_config.json, else config.json)."""
+    path = model_dir / "generation_config.json"
+    found = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else hf
+    return {k: found[k] for k in GENERATION_KEYS if found.get(k) is not None}
+
+
+def pretrained_source(model_dir: Path, opts: BuildOptions) -> tuple[ModelSource, Pretrained]:
+    """The imported model, its tokenizer files and its format-2 manifest objects, ready for `package`."""
+    if not model_dir.is_dir():
+        raise FileNotFoundError(f"model directory not found: {model_dir}")
+    hf = read_config(model_dir)
+    model, info = load_pretrained(model_dir)
+    gen_file = model_dir / "generation_config.json"
+    start = json.loads(gen_file.read_text(encoding="utf-8")).get("decoder_start_token_id") \
+        if gen_file.is_file() else None
+    if start is not None and start != model.cfg.start_id:
+        raise UnsupportedModel(f"generation_config.json starts the decoder from {start}, config.json from "
+                               f"{model.cfg.start_id}")
+    tok = read_tokenizer(model_dir, info.family, model.cfg)
+    model.cfg = replace(model.cfg, bos_id=tok.special["bos"], unk_id=tok.special["unk"])
+    extra = tok.manifest() | {"pretrained": {
+        "family": info.family, "architecture": info.architecture, "model_dir": model_dir.name,
+        "weights": list(info.weight_files), "generation_defaults": generation_defaults(model_dir, hf)}}
+    source = ModelSource(
+        model=model, write_tokenizer=tok.write,
+        sources=verification_sources(model, None, None, opts.verify_sources),
+        weights_sha256=info.sha256, manifest=extra, format_version=FORMAT_WITH_GENERATION)
+    return source, info
+
+
+def import_pretrained(model_dir: Path, out: Path, opts: BuildOptions | None = None, log=lambda _: None
+                      ) -> BuildResult:
+    """Map, export, verify and package a Hugging Face model directory into the bundle directory `out`."""
+    opts = opts or BuildOptions()
+    model_dir = Path(model_dir)
+    check_output_dir(Path(out), opts.force)  # before reading a large checkpoint
+    source, info = pretrained_source(model_dir, opts)
+    return package(source, Path(out), opts, log, name=f"{model_dir} ({info.architecture})")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Command-line options."""
+    ap = argparse.ArgumentParser(prog="python -m export.pretrained", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", type=Path, required=True, help="Hugging Face model directory (local)")
+    ap.add_argument("--out", type=Path, required=True, help="bundle directory to write")
+    ap.add_argument("--fp16", action="store_true", help="also write encoder.fp16.onnx / decoder.fp16.onnx")
+    ap.add_argument("--optimize", action="store_true", help="onnxruntime offline graph optimization (basic)")
+    ap.add_argument("--attention", choices=sorted(LOWERINGS), default="inplace", help="attention lowering")
+    ap.add_argument("--force", action="store_true", help="replace an existing bundle at --out")
+    ap.add_argument("--verify-sources", type=int, default=8, help="random sources decoded greedily by both")
+    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads for the PyTorch reference")
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point; returns the exit status (2 on bad or unsupported input, 1 on failed verification)."""
+    a = parse_args(argv)
+    torch.set_num_threads(a.threads)
+    opts = BuildOptions(fp16=a.fp16, optimize=a.optimize, force=a.force, attention=a.attention,
+                        verify_sources=a.verify_sources)
+    try:
+        result = import_pretrained(a.model, a.out, opts, log=lambda msg: print(msg, file=sys.stderr))
+    except (BundleError, FileNotFoundError, UnsupportedModel, TokenizerMismatch, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except (ParityError, ExportError) as e:
+        print(f"error: {type(e).__name__}: {e} (no bundle written)", file=sys.stderr)
+        return 1
+    m = result.manifest
+    checks = {k: v for k, v in m["verification"].items() if k not in ("cases", "row_past_lens")}
+    summary = {"bundle": str(result.bundle_dir), "version": m["version"], "family": m["pretrained"]["family"],
+               "bytes": {k: v["bytes"] for k, v in m["files"].items()}, "verification": checks,
+               "seconds": result.seconds}
+    print(json.dumps(summary, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
