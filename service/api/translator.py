@@ -94,7 +94,9 @@ def model_info(runner: Runner, scheduler: Scheduler) -> pb.GetModelInfoResponse:
     bundle = runner.bundle
     config: dict[str, Any] = {k: v for k, v in runner.config.items() if k in _CONFIG_FIELDS}
     files = bundle.manifest.get("files", {})
-    defaults, settings = scheduler.limits.resolve(DecodeOptions()), scheduler.settings
+    source, target = runner.languages.example()  # a many-to-many model has no default pair
+    defaults = scheduler.limits.resolve(DecodeOptions(source_language=source, target_language=target))
+    settings = scheduler.settings
     return pb.GetModelInfoResponse(
         model_name=MODEL_NAME,
         config=pb.ModelConfig(**config),

@@ -62,7 +62,7 @@ class Languages:
 
     def _suggested(self, code: str) -> list[str]:
         """Known codes close to `code`, then the first ones, SHOWN_CODES at most."""
-        close = difflib.get_close_matches(code[:MAX_CODE_CHARS], self.names, n=SHOWN_CODES, cutoff=0.5)
+        close = difflib.get_close_matches(code[:MAX_CODE_CHARS], self.names, n=SHOWN_CODES, cutoff=0.6)
         return (close + [c for c in self.names if c not in close])[:SHOWN_CODES]
 
 
