@@ -1,14 +1,19 @@
-"""The bundle loader (service/runtime/bundle.py): the manifest, and every damage named clearly."""
+"""The bundle loader (service/runtime/bundle.py): the manifest (format 1, and format 2 of imported
+pretrained models), and every damage named clearly."""
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import pytest
 
+from interface.generation import GenerationSpec, LanguageSpec, TokenizerSpec
 from service.domain.errors import BundleError
-from service.runtime.bundle import load_bundle
+from service.runtime.bundle import file_sha256, load_bundle
+from service.runtime.runner import Runner
+from tests.support.pretrained import M2M_CODES
 
 
 @pytest.fixture
@@ -57,3 +62,88 @@ def test_unknown_format_version_names_found_and_supported(bundle_copy):
     (bundle_copy / "bundle.json").write_text(json.dumps(manifest))
     with pytest.raises(BundleError, match=r"format_version 99; this runtime supports format_version 1, 2"):
         load_bundle(bundle_copy)
+
+
+# ----- format 2: bundles of imported pretrained models ----------------------------------------------
+@pytest.fixture
+def marian_copy(marian_bundle, tmp_path):
+    """A writable copy of the Marian-like format-2 bundle."""
+    return shutil.copytree(marian_bundle, tmp_path / "marian")
+
+
+def _edit(bundle, **changes):
+    """Set (or, with None, remove) keys of a bundle's bundle.json."""
+    manifest = json.loads((bundle / "bundle.json").read_text())
+    for key, value in changes.items():
+        if value is None:
+            manifest.pop(key, None)
+        else:
+            manifest[key] = value
+    (bundle / "bundle.json").write_text(json.dumps(manifest))
+
+
+def _rewrite(bundle, name, data: bytes):
+    """Replace a bundle file and record its new size and hash, as an exporter would."""
+    (bundle / name).write_bytes(data)
+    manifest = json.loads((bundle / "bundle.json").read_text())
+    manifest["files"][name] = {"sha256": file_sha256(bundle / name), "bytes": len(data)}
+    (bundle / "bundle.json").write_text(json.dumps(manifest))
+
+
+def test_format_2_states_tokenizer_generation_and_languages(marian_bundle, m2m_bundles):
+    b = load_bundle(marian_bundle)
+    assert b.format_version == 2
+    assert b.tokenizer.kind == "sentencepiece"
+    assert b.tokenizer.files() == ["source.spm", "target.spm", "vocab.json"]
+    assert b.generation == GenerationSpec(decoder_start_id=b.special.pad, source_suffix=(0,))
+    assert b.languages == LanguageSpec() and b.tokenizer_path == marian_bundle / "vocab.json"
+    assert not (marian_bundle / "tokenizer.json").exists()  # not required of a SentencePiece bundle
+    m2m = load_bundle(m2m_bundles["inplace"])
+    assert m2m.languages.source_prefix and m2m.languages.forced_target
+    assert sorted(m2m.languages.codes) == sorted(M2M_CODES) and m2m.generation.decoder_start_id == 2
+
+
+def test_format_1_ignores_the_format_2_objects(bundle_copy):
+    _edit(bundle_copy, generation={"decoder_start_id": 5}, tokenizer={"kind": "sentencepiece"}, languages=7)
+    b = load_bundle(bundle_copy)
+    assert (b.tokenizer, b.generation, b.languages) == (TokenizerSpec(), GenerationSpec(), LanguageSpec())
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"tokenizer": {"kind": "wordpiece"}}, "'tokenizer' must be an object whose kind is one of tokenizers, "),
+    ({"tokenizer": {"kind": "sentencepiece", "source_model": "source.spm", "target_model": "target.spm"}},
+     "'tokenizer' of kind sentencepiece lacks vocab"),
+    ({"tokenizer": {"kind": "tokenizers", "file": "tokenizer.json"}},
+     "does not list required file tokenizer.json"),
+    ({"generation": {"decoder_start_id": "pad"}}, "'generation.decoder_start_id' must be a token id"),
+    ({"generation": {"decoder_start_id": 300}},
+     "'generation.decoder_start_id' holds id 300, outside the model's vocabulary of 300"),
+    ({"generation": {"source_suffix": [0, -1]}}, "'generation.source_suffix' holds id -1"),
+    ({"languages": {"codes": ["en"]}}, "'languages.codes' must map language codes to token ids"),
+    ({"languages": {"codes": {"en": 1000}, "forced_target": True}}, "'languages.codes' holds id 1000"),
+])
+def test_format_2_errors_name_the_problem(marian_copy, changes, message):
+    _edit(marian_copy, **changes)
+    with pytest.raises(BundleError, match=re.escape(message)):
+        load_bundle(marian_copy)
+
+
+def test_format_2_tokenizer_files_are_listed_and_verified(marian_copy):
+    _corrupt_byte(marian_copy / "target.spm")
+    with pytest.raises(BundleError, match=r"target\.spm is corrupt: sha256 mismatch"):
+        load_bundle(marian_copy)
+    manifest = json.loads((marian_copy / "bundle.json").read_text())
+    del manifest["files"]["vocab.json"]
+    (marian_copy / "bundle.json").write_text(json.dumps(manifest))
+    with pytest.raises(BundleError, match=r"does not list required file vocab\.json"):
+        load_bundle(marian_copy)
+
+
+@pytest.mark.parametrize(("vocab", "message"), [
+    ({"</s>": 0, "<unk>": 1, "big": 300}, "gives ids up to 300, outside the model's vocabulary of 300"),
+    (["</s>", "<unk>"], r"must be a JSON object of piece -> id"),
+])
+def test_a_vocabulary_that_does_not_fit_the_model_is_refused(marian_copy, vocab, message):
+    _rewrite(marian_copy, "vocab.json", json.dumps(vocab).encode())
+    with pytest.raises(BundleError, match=message):
+        Runner(marian_copy, providers=["CPUExecutionProvider"])

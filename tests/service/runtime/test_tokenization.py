@@ -1,0 +1,149 @@
+"""The bundle tokenizers (service/runtime/tokenization.py) give the ids and text of transformers' tokenizers
+of the same files: MarianTokenizer and M2M100Tokenizer over tiny SentencePiece models, NllbTokenizer
+through its tokenizers file; and the tokenizers file of our own bundles behaves as before."""
+
+from __future__ import annotations
+
+import json
+import random
+import warnings
+
+import pytest
+from tokenizers import Tokenizer
+
+from service.domain.types import DecodeOptions
+from service.runtime.runner import Runner
+from service.runtime.tokenization import JsonTokenizer, SentencePieceTokenizer
+from tests.support.pretrained import (
+    UNKNOWN,
+    hard_texts,
+    m2m100_tokenizer,
+    pieces_of,
+    sentences,
+    train_sentencepiece,
+    vocabulary,
+    write_format2_bundle,
+)
+
+MARIAN_SPECIAL = ["</s>", "<unk>", "<pad>"]
+
+
+@pytest.fixture(scope="module")
+def marian(marian_bundle):
+    """transformers' MarianTokenizer of the Marian-like bundle's files."""
+    from transformers import MarianTokenizer
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "Recommended: pip install sacremoses" (only for its normalize())
+        return MarianTokenizer(str(marian_bundle / "source.spm"), str(marian_bundle / "target.spm"),
+                               str(marian_bundle / "vocab.json"))
+
+
+def random_ids(vocab: dict[str, int], n: int, seed: int) -> list[list[int]]:
+    """Id sequences of every kind of vocabulary entry, special tokens included."""
+    rng, ids = random.Random(seed), sorted(set(vocab.values()))
+    return [[rng.choice(ids) for _ in range(rng.randint(0, 14))] for _ in range(n)]
+
+
+def streamed(runner: Runner, ids: list[int]) -> str:
+    """The pieces a runner's tokenizer streams for ids, joined."""
+    step = runner.tokenizer.stream()
+    return "".join(step(i) for i in ids)
+
+
+# ----- our own bundles: the tokenizers file, unchanged ---------------------------------------------
+def test_tokenizers_file_behaves_as_the_tokenizers_library(runner, texts):
+    raw = Tokenizer.from_file(str(runner.bundle.tokenizer_path))
+    tok = runner.tokenizer
+    assert isinstance(tok, JsonTokenizer)
+    assert tok.encode(texts) == [e.ids for e in raw.encode_batch(texts, add_special_tokens=False)]
+    assert runner.encode_texts(texts) == [[*e.ids, runner.special.eos] for e in raw.encode_batch(texts)]
+    for ids in random_ids(raw.get_vocab(), 50, 0):
+        assert tok.decode(ids) == raw.decode(ids, skip_special_tokens=True)
+        assert streamed(runner, ids) == tok.decode(ids) or "\ufffd" in tok.decode(ids)
+    assert [tok.token(i) for i in range(5)] == [raw.id_to_token(i) for i in range(5)]
+    assert tok.vocab_size == raw.get_vocab_size() and tok.longest_token == max(map(len, raw.get_vocab()))
+
+
+# ----- Marian: source and target SentencePiece models, one vocab.json --------------------------------
+def test_marian_sources_are_marian_tokenizer_ids(marian_runner, marian):
+    texts = [t for t in hard_texts(300, 0, extra=MARIAN_SPECIAL) if t.strip()]
+    assert isinstance(marian_runner.tokenizer, SentencePieceTokenizer)
+    got = marian_runner.encode_texts(texts)  # pieces + the bundle's source_suffix [0] (Marian's eos)
+    want = [marian(t).input_ids for t in texts]
+    assert got == want
+    unk = marian_runner.special.unk
+    assert sum(ids.count(unk) for ids in got) > 20  # unknown characters were there
+    assert any(marian_runner.special.pad in ids for ids in got)  # a special token's string was
+
+
+def test_marian_text_is_marian_tokenizer_text(marian_runner, marian):
+    vocab = json.loads((marian_runner.bundle.path / "vocab.json").read_text())
+    sources = marian_runner.encode_texts([t for t in hard_texts(100, 1) if t.strip()])
+    for ids in [*random_ids(vocab, 300, 1), *sources]:
+        want = marian.decode(ids, skip_special_tokens=True, use_source_tokenizer=False)  # the target model
+        assert marian_runner.decode_tokens(ids) == want
+        assert streamed(marian_runner, ids) == want  # no byte pieces here: nothing incomplete at the end
+    assert marian_runner.tokenizer.token(vocab["<pad>"]) == "<pad>"
+
+
+def test_multilingual_marian_language_code_is_one_piece(tmp_path):
+    from transformers import MarianTokenizer
+
+    codes = [">>de<<", ">>fr<<"]
+    spm = train_sentencepiece(tmp_path / "m.spm", sentences(300, 3), user_pieces=codes)
+    vocab = vocabulary(pieces_of([spm]), ["</s>", "<unk>"], ["<pad>"], seed=2)
+    (tmp_path / "vocab.json").write_text(json.dumps(vocab))
+    ours = SentencePieceTokenizer(spm, spm, tmp_path / "vocab.json", vocab["<unk>"],
+                                  [vocab[s] for s in MARIAN_SPECIAL])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        marian = MarianTokenizer(str(spm), str(spm), str(tmp_path / "vocab.json"))
+    texts = [">>de<< the cat", ">>fr<<Anna 12", ">>xx<< we", "the >>de<< cat", ">>de<<"]
+    assert [ids + [vocab["</s>"]] for ids in ours.encode(texts)] == [marian(t).input_ids for t in texts]
+
+
+# ----- M2M100: one SentencePiece model, language tokens after the vocabulary ------------------------
+def test_m2m100_sources_are_m2m100_tokenizer_ids(m2m_runner, m2m_files):
+    tok = m2m100_tokenizer(m2m_files["vocab"], m2m_files["spm"])
+    texts = [t for t in hard_texts(120, 2, extra=["</s>", "<unk>", "__de__", *UNKNOWN]) if t.strip()]
+    for source in ("en", "de", "ja"):
+        tok.src_lang = source
+        prefix = m2m_runner.resolve(DecodeOptions(source_language=source, target_language="en")).source_prefix
+        assert m2m_runner.encode_texts(texts, prefix) == [tok(t).input_ids for t in texts]
+
+
+def test_m2m100_text_is_m2m100_tokenizer_text(m2m_runner, m2m_files):
+    tok = m2m100_tokenizer(m2m_files["vocab"], m2m_files["spm"])
+    for ids in random_ids(tok.get_vocab(), 300, 3):  # language tokens, bos, eos, pad, unk included
+        want = tok.decode(ids, skip_special_tokens=True)
+        assert m2m_runner.decode_tokens(ids) == want == streamed(m2m_runner, ids)
+
+
+# ----- NLLB: a tokenizers file with language tokens ---------------------------------------------------
+def test_nllb_tokenizers_file_with_languages_gives_nllb_tokenizer_ids(tmp_path, tiny_bundle):
+    from transformers import NllbTokenizer
+
+    spm = train_sentencepiece(tmp_path / "bpe.model", sentences(300, 4), model_type="bpe")
+    vocab = vocabulary(pieces_of([spm]), ["<s>", "<pad>", "</s>", "<unk>"], [], seed=3)
+    codes = ["eng_Latn", "deu_Latn", "fra_Latn"]
+    nllb = NllbTokenizer(vocab=vocab, additional_special_tokens=codes)
+    nllb.save_pretrained(tmp_path / "nllb")
+    ids = {c: nllb.convert_tokens_to_ids(c) for c in codes}
+    files = {"tokenizer.json": (tmp_path / "nllb/tokenizer.json").read_bytes()}
+    bundle = write_format2_bundle(
+        tiny_bundle, tmp_path / "bundle", files, {"kind": "tokenizers", "file": "tokenizer.json"},
+        generation={"decoder_start_id": 2, "source_suffix": [2]}, drop=(),
+        languages={"codes": ids, "source_prefix": True, "forced_target": True},
+        special={"pad": 1, "bos": 0, "eos": 2, "unk": 3})
+    runner = Runner(bundle, providers=["CPUExecutionProvider"])
+    texts = [t for t in hard_texts(80, 4, extra=["</s>", "deu_Latn"]) if t.strip()]
+    for source in codes:
+        nllb.src_lang = source
+        options = runner.resolve(DecodeOptions(source_language=source, target_language="fra_Latn"))
+        assert runner.encode_texts(texts, options.source_prefix) == [nllb(t).input_ids for t in texts]
+    for out in random_ids(nllb.get_vocab(), 100, 4):
+        want = nllb.decode(out, skip_special_tokens=True)
+        assert runner.decode_tokens(out) == want
+        assert streamed(runner, out) == want or "\ufffd" in want
+    assert runner.decode_tokens([ids["deu_Latn"], *runner.encode_texts(["the cat"])[0]]) == "the cat"
