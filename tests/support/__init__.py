@@ -14,6 +14,8 @@ docs         what README.md and docs/ state (the example translation, the exact 
 properties   settings of the property-based tests
 tools        tools `make test` installs: skip without them, fail under CI
 cuda         the kernel classes the installed CUDA provider library instantiates (RTTI names)
+pretrained   format-2 bundles of the tiny graphs with SentencePiece / tokenizers files, texts that test
+             tokenizers, the tiny graphs' log-probs run without a cache
 """
 
 from pathlib import Path
