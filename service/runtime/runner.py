@@ -5,9 +5,8 @@ backend (host numpy cache on the CPU provider, device-resident cache through IO 
 service/runtime/backends.py), and describes the model to its batches with a `ModelSpec`. A source
 is the language prefix + the tokenizer's ids + the bundle's source suffix (eos unless its
 `generation` says otherwise); the decoder starts from `generation.decoder_start_id` (bos unless
-said otherwise). `DecodeBatch` (service/runtime/batch.py)
-is the step-wise engine that the scheduler drives; `Runner.translate` is the simplest driver of
-it (add what fits, step until done).
+said otherwise). `DecodeBatch` (service/runtime/batch.py) is the step-wise engine that the
+scheduler drives; `Runner.translate` is the simplest driver of it (add what fits, step until done).
 """
 
 from __future__ import annotations
