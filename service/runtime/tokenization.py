@@ -98,7 +98,7 @@ class SentencePieceTokenizer:
         self._ids = _read_vocab(vocab)
         self._pieces = {i: piece for piece, i in self._ids.items()}
         self._unk, self._skipped = unk, frozenset(special)
-        self._special = {self._pieces[i]: i for i in self._skipped if i in self._pieces}
+        self._special = {piece: i for i in self._skipped if (piece := self._pieces.get(i))}
         longest_first = "|".join(map(re.escape, sorted(self._special, key=len, reverse=True)))
         self._split = re.compile(f"({longest_first})") if longest_first else None
         self._codes = any(p.startswith(">>") and p.endswith("<<") for p in self._ids)
