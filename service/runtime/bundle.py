@@ -157,11 +157,14 @@ def _generation_objects(root: Path,
         languages = parse_languages(manifest.get("languages"))
     except ValueError as e:
         raise BundleError(f"{BUNDLE_FILE} of bundle {root}: {e}") from None
-    vocab = int(manifest["model"]["vocab_size"])
-    ids = {"generation.decoder_start_id": [generation.decoder_start_id],
-           "generation.source_suffix": list(generation.source_suffix or ()),
-           "languages.codes": list(languages.codes.values())}
-    for key, values in ids.items():
+    model = manifest["model"]
+    target = int(model["vocab_size"])
+    source = int(model.get("source_vocab_size") or target)  # a separate source vocabulary's size
+    used = [n for n, where in ((source, languages.source_prefix), (target, languages.forced_target)) if where]
+    ids = {"generation.decoder_start_id": ([generation.decoder_start_id], target),
+           "generation.source_suffix": (list(generation.source_suffix or ()), source),
+           "languages.codes": (list(languages.codes.values()), min(used, default=target))}
+    for key, (values, vocab) in ids.items():
         bad = [i for i in values if i is not None and not 0 <= i < vocab]
         if bad:
             raise BundleError(f"{BUNDLE_FILE} of bundle {root}: '{key}' holds id {bad[0]}, outside the "

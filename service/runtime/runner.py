@@ -77,7 +77,8 @@ class Runner:
         self.config = self.bundle.config
         self.special = self.bundle.special
         self.max_len = self.bundle.max_len
-        self.vocab_size = int(self.config["vocab_size"])
+        self.vocab_size = int(self.config["vocab_size"])  # what the decoder generates
+        self.source_vocab_size = int(self.config.get("source_vocab_size") or self.vocab_size)  # encoder's
         self.max_beam = max_beam
         self._text_setup()
         device_id = int((provider_options or {}).get(CUDA, {}).get("device_id", 0))
@@ -103,7 +104,7 @@ class Runner:
         heads = int(self.config["n_heads"])
         d_head = int(self.config["d_model"]) // heads
         start = self.bundle.generation.decoder_start_id
-        self.spec = ModelSpec(self.vocab_size, self.max_len, n_layers, heads, d_head, self.special,
+        self.spec = ModelSpec(self.source_vocab_size, self.max_len, n_layers, heads, d_head, self.special,
                               self.kv_cache, self.sessions.cache_dtype,
                               self.special.bos if start is None else start)
         if io_binding or (io_binding is None and self.provider == CUDA):
@@ -126,10 +127,10 @@ class Runner:
         special = (self.special.pad, self.special.bos, self.special.eos, self.special.unk)
         self.tokenizer: TextTokenizer = load_tokenizer(b.tokenizer, b.path, self.special.unk, special,
                                                        list(spec.codes.values()))
-        top = self.tokenizer.vocab_size - 1
-        if top >= self.vocab_size:
+        top, vocab = self.tokenizer.vocab_size - 1, max(self.vocab_size, self.source_vocab_size)
+        if top >= vocab:
             raise BundleError(f"the tokenizer of bundle {b.path} gives ids up to {top}, outside the model's "
-                              f"vocabulary of {self.vocab_size}")
+                              f"vocabulary of {vocab}")
 
     @property
     def provider(self) -> str:

@@ -19,7 +19,7 @@ from service.runtime.bundle import SpecialIds
 class ModelSpec:
     """Shape and vocabulary of a served model, and the layout and dtype of its decoder's KV cache."""
 
-    vocab_size: int
+    vocab_size: int  # ids a source may hold: the encoder's vocabulary (the model's source_vocab_size)
     max_len: int  # longest source (incl. eos); at most max_len - 1 generated tokens
     n_decoder_layers: int
     n_heads: int

@@ -10,7 +10,8 @@ import shutil
 import pytest
 
 from interface.generation import GenerationSpec, LanguageSpec, TokenizerSpec
-from service.domain.errors import BundleError
+from service.domain.errors import BundleError, InvalidInput
+from service.domain.types import DecodeOptions
 from service.runtime.bundle import file_sha256, load_bundle
 from service.runtime.runner import Runner
 from tests.support.pretrained import M2M_CODES
@@ -147,3 +148,20 @@ def test_a_vocabulary_that_does_not_fit_the_model_is_refused(marian_copy, vocab,
     _rewrite(marian_copy, "vocab.json", json.dumps(vocab).encode())
     with pytest.raises(BundleError, match=message):
         Runner(marian_copy, providers=["CPUExecutionProvider"])
+
+
+def test_a_separate_source_vocabulary_bounds_sources_and_their_ids(m2m_bundles, tmp_path):
+    bundle = shutil.copytree(m2m_bundles["concat"], tmp_path / "m2m")
+    manifest = json.loads((bundle / "bundle.json").read_text())
+    first = min(manifest["languages"]["codes"].values())  # the language ids come after the pieces
+    manifest["model"]["source_vocab_size"] = first
+    (bundle / "bundle.json").write_text(json.dumps(manifest))
+    message = f"'languages.codes' holds id {first}, outside the model's vocabulary of {first}"
+    with pytest.raises(BundleError, match=message):
+        load_bundle(bundle)
+    manifest["model"]["source_vocab_size"] = 200
+    (bundle / "bundle.json").write_text(json.dumps(manifest))
+    runner = Runner(bundle, providers=["CPUExecutionProvider"])
+    assert runner.spec.vocab_size == 200 and runner.vocab_size == 300
+    with pytest.raises(InvalidInput, match=r"integers in \[0, 200\), got 250"):
+        runner.make_request([5, 250, 2], DecodeOptions(source_language="en", target_language="de"))
