@@ -2,7 +2,8 @@
 
 `CUDA_KERNELS` lists, for every (domain, op_type) our bundles use (encoder and decoder of the
 plain, fused and inplace lowerings, fp32 and fp16, the fp16 variant's CUDA form of
-export/cuda_variant.py, and SkipLayerNormalization, which ONNX Runtime's own fusions create), the
+export/cuda_variant.py, the feed-forward activations of imported checkpoints (export/hf_mapping.py),
+and SkipLayerNormalization, which ONNX Runtime's own fusions create), the
 CUDA kernel registration that serves an opset-18 graph: the op versions it covers, the element
 types it accepts per input (and, where the kernel constrains them, per output), attributes the
 kernel rejects when run, and the source file of the registration in the onnxruntime repository.
@@ -82,6 +83,9 @@ CUDA_KERNELS: dict[tuple[str, str], Kernel] = {
     ("", "LessOrEqual"): _binary(COMPARED, 16),
     ("", "Not"): Kernel(CUDA + "math/unary_elementwise_ops.cc", (1, None), {0: BOOL}),
     ("", "Relu"): Kernel(CUDA + "activation/activations.cc", (14, None), {0: FLOATS_BF16}),
+    # the feed-forward activations of imported models: silu (Marian's swish) = x * Sigmoid(x), gelu with Erf
+    ("", "Sigmoid"): Kernel(CUDA + "activation/activations.cc", (13, None), {0: FLOATS}),
+    ("", "Erf"): Kernel(CUDA + "math/unary_elementwise_ops.cc", (13, None), {0: FLOATS}),
     ("", "MatMul"): Kernel(CUDA + "math/matmul.cc", (13, None), {0: FLOATS_BF16, 1: FLOATS_BF16}),
     ("", "Softmax"): Kernel(CUDA + "math/softmax.cc", (13, None), {0: FLOATS_BF16}),
     ("", "LogSoftmax"): Kernel(CUDA + "math/softmax.cc", (13, None), {0: FLOATS}),

@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,10 @@ UNSUPPORTED = {  # model_type -> why it does not map onto model/'s Transformer
     "plbart": "learned positional embeddings and a LayerNorm on the embeddings",
     "pegasus": "not mapped yet (pre-LN with sinusoids in halves, but untested here)",
     "fsmt": "not mapped yet (fairseq WMT19: separate vocabularies, learned output projection)",
-    "nllb_moe": "mixture-of-experts feed-forward layers",
+    "nllb-moe": "mixture-of-experts feed-forward layers",
+    "led": "learned positions and local + global (Longformer) attention",
+    "blenderbot": "learned positional embeddings",
+    "prophetnet": "n-stream self-attention and relative position buckets",
     "t5": "relative position bias instead of absolute positions, RMSNorm, no attention scaling",
     "mt5": "relative position bias instead of absolute positions, RMSNorm, gated-GELU feed-forward",
     "umt5": "relative position bias per layer instead of absolute positions, RMSNorm",
@@ -181,13 +184,23 @@ def _first(state: dict[str, Tensor], *keys: str) -> str:
 
 
 def embedding_keys(hf: dict[str, Any], state: dict[str, Tensor], family: str) -> dict[str, str]:
-    """Which file tensor each of our embeddings loads, tied as transformers ties them."""
+    """Which file tensor each of our embeddings loads, as transformers ties them.
+
+    Each module reads its own tensor when the file has it (transformers unties tensors that differ);
+    a missing one comes from the tensor it is tied to (tie_word_embeddings: all four of shared,
+    encoder, decoder and output embeddings; Marian with separate embeddings: decoder and output).
+    """
     shared = family != "marian" or hf.get("share_encoder_decoder_embeddings", True)
-    src = "shared.weight" if shared and "shared.weight" in state else _first(
-        state, "encoder.embed_tokens.weight", "shared.weight")
-    tgt = src if shared else _first(state, "decoder.embed_tokens.weight")
-    out = tgt if hf.get("tie_word_embeddings", True) else _first(state, "lm_head.weight")
-    return {"src_embed.lut.weight": src, "tgt_embed.lut.weight": tgt, "generator.proj.weight": out}
+    names = ["encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "lm_head.weight"]
+    groups = [["shared.weight", *names]] if shared else [names[:1], names[1:]]
+    tied = hf.get("tie_word_embeddings", True)
+
+    def resolve(key: str) -> str:
+        group = next(g for g in groups if key in g) if tied else [key]
+        return _first(state, *sorted(group, key=lambda k: k != key))  # its own tensor first
+
+    ours = ["src_embed.lut.weight", "tgt_embed.lut.weight", "generator.proj.weight"]
+    return {o: resolve(k) for o, k in zip(ours, names, strict=True)}
 
 
 def hf_name(ours: str) -> str:
@@ -226,8 +239,9 @@ def map_weights(hf: dict[str, Any], state: dict[str, Tensor], cfg: ModelConfig, 
     """Our config (tying set) and state dict from the file's tensors; UnsupportedModel if any is left over."""
     check_positions(state, cfg)
     embeddings = embedding_keys(hf, state, family)
-    if len(set(embeddings.values())) == 1:  # one matrix for source, target and output
-        cfg = ModelConfig.from_dict({**cfg.to_dict(), "tie_embeddings": True})
+    tables = [state[k] for k in embeddings.values()]
+    if all(t.shape == tables[0].shape and torch.equal(t, tables[0]) for t in tables):
+        cfg = replace(cfg, tie_embeddings=True)  # one matrix for source, target and output
     ours = Transformer(cfg).state_dict()
     mapped, used = {}, set(embeddings.values())
     for name, like in ours.items():

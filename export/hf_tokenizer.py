@@ -73,8 +73,9 @@ def load_hf_tokenizer(model_dir: Path) -> Any:
 
     try:
         return AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
-    except (OSError, ValueError) as e:
-        raise FileNotFoundError(f"cannot load the tokenizer of {model_dir}: {e}") from e
+    except Exception as e:  # a missing file surfaces as OSError, TypeError or AssertionError
+        raise FileNotFoundError(f"cannot load the tokenizer of {model_dir} (are its tokenizer files there?): "
+                                f"{type(e).__name__}: {e}") from e
 
 
 def affixes(tok: Any) -> tuple[list[int], list[int]]:

@@ -35,7 +35,7 @@ CONTRIB_CLASSES = {"Attention": "Attention", "MultiHeadAttention": "MultiHeadAtt
 TEMPLATED = {"Add": "Add", "Sub": "Sub", "Mul": "Mul", "Div": "Div", "And": "And", "Not": "Not",
              "Relu": "Relu", "MatMul": "MatMul", "Softmax": "Softmax", "LogSoftmax": "Softmax",
              "ReduceMean": "ReduceMean", "Less": "Less", "LessOrEqual": "LessOrEqual", "Cast": "Cast",
-             "LayerNormalization": "LayerNorm"}
+             "LayerNormalization": "LayerNorm", "Sigmoid": "Sigmoid", "Erf": "Erf"}
 UNTEMPLATED = {"Gather": "Gather", "Concat": "Concat", "Reshape": "Reshape", "Transpose": "Transpose",
                "Range": "Range", "Trilu": "Trilu", "Expand": "Expand", "Squeeze": "Squeeze",
                "Unsqueeze": "Unsqueeze", "Split": "Split_18"}
