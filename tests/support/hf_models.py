@@ -1,0 +1,200 @@
+"""Tiny Hugging Face checkpoints built offline, as `python -m export.pretrained` finds them on disk.
+
+Marian (MarianMTModel + MarianTokenizer: source.spm, target.spm, vocab.json) and M2M100 / NLLB
+(M2M100ForConditionalGeneration + M2M100Tokenizer or NllbTokenizer over one
+sentencepiece.bpe.model) models of a few thousand parameters: SentencePiece models trained here on a
+few hundred generated sentences, the transformers tokenizer built from those files, the model from
+its config class with random weights, then a few dozen Adam steps on a word-for-word "translation"
+of the generated sentences, so that decoding follows the source and stops at eos (a random
+model repeats one token forever). Everything is saved with save_pretrained.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import sentencepiece
+import torch
+
+WORDS = {  # source word -> its "translation"
+    "the": "die", "cat": "katze", "saw": "sah", "anna": "anna", "big": "gross", "red": "rote",
+    "apples": "aepfel", "on": "am", "day": "tag", "we": "wir", "house": "haus", "tree": "baum",
+    "runs": "rennt", "quickly": "schnell",
+    "blue": "blau", "small": "klein", "dog": "hund", "eats": "isst", "under": "unter", "river": "fluss",
+    "happy": "froh", "old": "alt", "night": "nacht", "water": "wasser", "bread": "brot", "window": "fenster",
+    "door": "tuer", "garden": "garten", "friend": "freund", "mother": "mutter", "reads": "liest",
+}
+NLLB_CODES = ("eng_Latn", "deu_Latn", "fra_Latn")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A tiny model's dimensions and switches."""
+
+    d_model: int = 16
+    layers: tuple[int, int] = (1, 1)  # encoder, decoder
+    heads: int = 2
+    d_ff: int = 32
+    activation: str = "swish"
+    shared: bool = True  # Marian: one embedding matrix for source, target and output
+    scale_embedding: bool = True
+
+
+def parallel(n: int, seed: int) -> list[tuple[str, str]]:
+    """Source sentences and their word-for-word translations."""
+    rng = random.Random(seed)
+    words = sorted(WORDS)
+    pairs = []
+    for _ in range(n):
+        sentence = [rng.choice(words) for _ in range(rng.randint(2, 7))]
+        pairs.append((" ".join(sentence), " ".join(WORDS[w] for w in sentence)))
+    return pairs
+
+
+def dimensions(shape: Shape) -> dict[str, Any]:
+    """The config arguments of a shape that Marian and M2M100 name alike."""
+    return dict(d_model=shape.d_model, encoder_layers=shape.layers[0], decoder_layers=shape.layers[1],
+                encoder_attention_heads=shape.heads, decoder_attention_heads=shape.heads,
+                encoder_ffn_dim=shape.d_ff, decoder_ffn_dim=shape.d_ff, max_position_embeddings=64,
+                activation_function=shape.activation, scale_embedding=shape.scale_embedding, dropout=0.0)
+
+
+def train_spm(path: Path, texts: list[str], vocab_size: int, model_type: str = "unigram") -> Path:
+    """A SentencePiece model of `texts` (unk 0, then bos / eos as the family's converters leave them)."""
+    prefix = path.with_name(path.name + ".train")
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(texts), model_prefix=str(prefix), vocab_size=vocab_size,
+        model_type=model_type, character_coverage=1.0, hard_vocab_limit=False, minloglevel=2)
+    prefix.with_name(prefix.name + ".model").replace(path)
+    prefix.with_name(prefix.name + ".vocab").unlink()
+    return path
+
+
+def spm_pieces(path: Path) -> list[str]:
+    """The pieces of a SentencePiece model, in id order."""
+    sp = sentencepiece.SentencePieceProcessor(model_file=str(path))
+    return [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+
+
+def _fields(data: bytes):
+    """(field number, wire type, value) of a protobuf message; value: int, or bytes for wire type 2."""
+    i = 0
+
+    def varint() -> int:
+        nonlocal i
+        shift = value = 0
+        while True:
+            byte = data[i]
+            i += 1
+            value |= (byte & 0x7F) << shift
+            shift += 7
+            if byte < 0x80:
+                return value
+
+    while i < len(data):
+        key = varint()
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            yield number, wire, varint()
+        elif wire == 2:
+            n = varint()
+            yield number, wire, data[i : i + n]
+            i += n
+        else:  # fixed 64 / 32 bits
+            i += 8 if wire == 1 else 4
+            yield number, wire, None
+
+
+def charsmap(spm: Path) -> bytes:
+    """The NFKC charsmap of a SentencePiece model (ModelProto.normalizer_spec.precompiled_charsmap),
+    read from the wire format: sentencepiece's own protobuf module needs protobuf >= 7, the venv has 6."""
+    spec = next(v for n, w, v in _fields(spm.read_bytes()) if n == 3 and w == 2)
+    return next(v for n, w, v in _fields(spec) if n == 2 and w == 2)
+
+
+def fit(model: Any, tok: Any, pairs: list[tuple[str, str]], steps: int, seed: int) -> None:
+    """A few Adam steps of teacher-forced cross-entropy on the pairs (eval mode after)."""
+    torch.manual_seed(seed)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    model.train()
+    rng = random.Random(seed)
+    for _ in range(steps):
+        batch = rng.sample(pairs, 16)
+        enc = tok([s for s, _ in batch], text_target=[t for _, t in batch], padding=True, return_tensors="pt")
+        enc["labels"][enc["labels"] == tok.pad_token_id] = -100
+        loss = model(**enc).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.eval()
+
+
+def marian_dir(root: Path, shape: Shape, seed: int = 0, steps: int = 120) -> Path:
+    """A tiny MarianMTModel directory: source.spm / target.spm, a joint vocab.json, config, weights."""
+    from transformers import MarianConfig, MarianMTModel, MarianTokenizer
+
+    root.mkdir(parents=True, exist_ok=True)
+    pairs = parallel(300, seed)
+    train_spm(root / "source.spm", [s for s, _ in pairs], 50)
+    train_spm(root / "target.spm", [t for _, t in pairs], 50)
+    pieces = [p for p in spm_pieces(root / "source.spm") + spm_pieces(root / "target.spm")
+              if p not in ("<unk>", "<s>", "</s>")]
+    vocab = {"</s>": 0, "<unk>": 1} | {p: i + 2 for i, p in enumerate(dict.fromkeys(pieces))}
+    vocab["<pad>"] = len(vocab)  # OPUS-MT: pad is the last id, and the decoder's start
+    (root / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
+    tok = MarianTokenizer(str(root / "source.spm"), str(root / "target.spm"), str(root / "vocab.json"))
+    torch.manual_seed(seed)
+    config = MarianConfig(
+        vocab_size=len(vocab), **dimensions(shape), share_encoder_decoder_embeddings=shape.shared,
+        pad_token_id=vocab["<pad>"], eos_token_id=0, decoder_start_token_id=vocab["<pad>"],
+        forced_eos_token_id=None)
+    model = MarianMTModel(config)
+    fit(model, tok, pairs, steps, seed)
+    with torch.no_grad():  # a bias the mapping must carry (MarianMTModel starts it at zero)
+        model.final_logits_bias.normal_(0.0, 0.3, generator=torch.Generator().manual_seed(seed))
+    model.save_pretrained(root)
+    tok.save_pretrained(root)
+    return root
+
+
+def m2m100_dir(root: Path, shape: Shape, seed: int = 0, nllb: bool = False, steps: int = 120) -> Path:
+    """A tiny M2M100ForConditionalGeneration directory with an M2M100 (or NLLB) tokenizer."""
+    from transformers import M2M100Config, M2M100ForConditionalGeneration, M2M100Tokenizer, NllbTokenizer
+    from transformers.tokenization_utils_base import generate_merges
+
+    root.mkdir(parents=True, exist_ok=True)
+    pairs = parallel(300, seed)
+    spm = train_spm(root / "sentencepiece.bpe.model", [x for p in pairs for x in p], 90, "bpe")
+    pieces = spm_pieces(spm)
+    fairseq = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}  # then each piece at its id + 1
+    vocab = fairseq | {p: i + 1 for i, p in enumerate(pieces) if p not in fairseq}
+    if nllb:
+        tok = NllbTokenizer(vocab=vocab, merges=generate_merges({p: i for i, p in enumerate(pieces)}),
+                            extra_special_tokens=list(NLLB_CODES), src_lang="eng_Latn", tgt_lang="deu_Latn",
+                            _spm_precompiled_charsmap=charsmap(spm))  # as the hub's tokenizer.json
+    else:
+        (root / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
+        tok = M2M100Tokenizer(str(root / "vocab.json"), str(spm), language_codes="wmt21", src_lang="en",
+                              tgt_lang="de", additional_special_tokens=[f"__{c}__" for c in M2M_CODES])
+    torch.manual_seed(seed)
+    config = M2M100Config(
+        vocab_size=len(tok), **dimensions(shape), pad_token_id=1, bos_token_id=0, eos_token_id=2,
+        decoder_start_token_id=2, encoder_layerdrop=0.0, decoder_layerdrop=0.0, attention_dropout=0.0)
+    model = M2M100ForConditionalGeneration(config)
+    fit(model, tok, pairs, steps, seed)
+    model.save_pretrained(root)
+    tok.save_pretrained(root)
+    return root
+
+
+M2M_CODES = ("en", "ha", "is", "ja", "cs", "ru", "zh", "de")  # transformers' M2M100 "wmt21" codes
+
+
+def language_id(tok: Any, code: str) -> int:
+    """The id of a language's token (M2M100: "de" -> __de__; NLLB: the code itself)."""
+    codes = getattr(tok, "lang_code_to_id", None)
+    return int(codes[code]) if codes else int(tok.convert_tokens_to_ids(code))
