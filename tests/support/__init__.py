@@ -16,6 +16,8 @@ tools        tools `make test` installs: skip without them, fail under CI
 cuda         the kernel classes the installed CUDA provider library instantiates (RTTI names)
 pretrained   format-2 bundles of the tiny graphs with SentencePiece / tokenizers files, texts that test
              tokenizers, the tiny graphs' log-probs run without a cache
+hf_models    tiny Marian / M2M100 / NLLB Hugging Face checkpoints built offline (tokenizers included)
+bundle_search  greedy / beam search over a bundle's graphs, and transformers' generate searching alike
 """
 
 from pathlib import Path
