@@ -49,7 +49,7 @@ class Bundle:
     encoder_path: Path
     decoder_path: Path
     tokenizer: TokenizerSpec = field(default_factory=TokenizerSpec)  # format 1: tokenizer.json
-    generation: GenerationSpec = field(default_factory=GenerationSpec)  # format 1: bos start, [eos] suffix
+    generation: GenerationSpec = field(default_factory=GenerationSpec)  # format 1: bos, [eos], no rules
     languages: LanguageSpec = field(default_factory=LanguageSpec)  # format 1: none
     variants: dict[str, dict[str, Path]] = field(default_factory=dict)
     provider_variants: dict[str, str] = field(default_factory=dict)  # provider -> its variant
@@ -163,12 +163,16 @@ def _generation_objects(root: Path,
     used = [n for n, where in ((source, languages.source_prefix), (target, languages.forced_target)) if where]
     ids = {"generation.decoder_start_id": ([generation.decoder_start_id], target),
            "generation.source_suffix": (list(generation.source_suffix or ()), source),
+           "generation.suppress_ids": (list(generation.suppress_ids), target),
            "languages.codes": (list(languages.codes.values()), min(used, default=target))}
     for key, (values, vocab) in ids.items():
         bad = [i for i in values if i is not None and not 0 <= i < vocab]
         if bad:
             raise BundleError(f"{BUNDLE_FILE} of bundle {root}: '{key}' holds id {bad[0]}, outside the "
                               f"model's vocabulary of {vocab}")
+    if _special_ids(manifest).eos in generation.suppress_ids:
+        raise BundleError(f"{BUNDLE_FILE} of bundle {root}: 'generation.suppress_ids' holds the eos id: "
+                          "the model could never stop")
     return tokenizer, generation, languages
 
 

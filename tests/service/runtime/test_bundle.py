@@ -105,7 +105,9 @@ def test_format_2_states_tokenizer_generation_and_languages(marian_bundle, m2m_b
 
 
 def test_format_1_ignores_the_format_2_objects(bundle_copy):
-    _edit(bundle_copy, generation={"decoder_start_id": 5}, tokenizer={"kind": "sentencepiece"}, languages=7)
+    rules = {"suppress_ids": [5], "forced_eos_at_limit": True, "renormalize": True}
+    _edit(bundle_copy, generation={"decoder_start_id": 5, **rules}, tokenizer={"kind": "sentencepiece"},
+          languages=7)
     b = load_bundle(bundle_copy)
     assert (b.tokenizer, b.generation, b.languages) == (TokenizerSpec(), GenerationSpec(), LanguageSpec())
 
@@ -120,6 +122,12 @@ def test_format_1_ignores_the_format_2_objects(bundle_copy):
     ({"generation": {"decoder_start_id": 300}},
      "'generation.decoder_start_id' holds id 300, outside the model's vocabulary of 300"),
     ({"generation": {"source_suffix": [0, -1]}}, "'generation.source_suffix' holds id -1"),
+    ({"generation": {"suppress_ids": 5}}, "'generation.suppress_ids' must be a list of token ids"),
+    ({"generation": {"suppress_ids": [300]}},
+     "'generation.suppress_ids' holds id 300, outside the model's vocabulary of 300"),
+    ({"generation": {"suppress_ids": [7, 0]}}, "'generation.suppress_ids' holds the eos id"),
+    ({"generation": {"forced_eos_at_limit": "yes"}}, "'generation.forced_eos_at_limit' must be true or "),
+    ({"generation": {"renormalize": 1}}, "'generation.renormalize' must be true or false"),
     ({"languages": {"codes": ["en"]}}, "'languages.codes' must map language codes to token ids"),
     ({"languages": {"codes": {"en": 1000}, "forced_target": True}}, "'languages.codes' holds id 1000"),
 ])
