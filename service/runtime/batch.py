@@ -55,7 +55,7 @@ from service.domain.types import Event, FinishedEvent, Hypothesis, Request, Reso
 from service.runtime.backends import Backend
 from service.runtime.devicemem import CacheTensor
 from service.runtime.kvcache import ConcatCache, CrossCache, InplaceCache
-from service.runtime.search import BeamSearch, GreedySearch, force_token
+from service.runtime.search import BeamSearch, GreedySearch
 from service.runtime.spec import ModelSpec
 from service.runtime.tokenization import TextTokenizer
 
@@ -163,10 +163,10 @@ class DecodeBatch:
         self._cache.start(new)
         self._next[new], self._score[new] = self.spec.decoder_start, 0.0
         self._live[new], self._row_src[new] = True, lengths
-        eos, pad = self.spec.special.eos, self.spec.special.pad
+        eos, pad, limit = self.spec.special.eos, self.spec.special.pad, self.spec.rules.eos_at_limit
         for r, o, rr in zip(reqs, opts, rows, strict=True):
             n = len(r.source)
-            search = GreedySearch(o, n, eos) if o.beam_size == 1 else BeamSearch(o, n, eos, pad)
+            search = GreedySearch(o, n, eos, limit) if o.beam_size == 1 else BeamSearch(o, n, eos, pad, limit)
             act = self._active[r] = _Active(r, o, rr, search, self._tokenizer.stream() if o.stream else None)
             if o.forced_first is not None:
                 self._forcing.append(act)
@@ -203,12 +203,7 @@ class DecodeBatch:
         past.update(zip(self._cross_names, self._cross.tensors(), strict=True))
         logp, attn, present = self._be.decode(feeds, past, self._cache.inplace)
         logp, attn = logp[:, -1].astype(np.float32, copy=False), attn[:, -1]  # (n_rows, V), (n_rows, S)
-        if self._forcing:  # newcomers' first tokens (their target language), on a copy of the output
-            logp = logp.copy()
-            for a in self._forcing:
-                if self._active.get(a.request) is a:
-                    force_token(logp, a.rows, a.options.forced_first)
-            self._forcing.clear()
+        self._apply_rules(logp)
         self._cache.advance(present, self._live)
         events: list[Event] = []
         greedy, greedy_rows, beams = self._searches()
@@ -218,6 +213,16 @@ class DecodeBatch:
         if done:  # holes, droppable columns and a shorter source axis only appear when rows leave
             self._tidy()
         return events
+
+    def _apply_rules(self, logp: np.ndarray) -> None:
+        """The bundle's rules and newcomers' forced first tokens on this step's log-probs, in place (they
+        are this step's own: a new array, or the buffer the next run overwrites): service/runtime/rules.py."""
+        rules = self.spec.rules
+        forced = [(a.rows, a.options.forced_first) for a in self._forcing if self._active.get(a.request) is a]
+        self._forcing.clear()
+        last = [a.rows for a in self._active.values() if a.search.at_limit] if rules.eos_at_limit else []
+        if forced or last or rules.every_step:
+            rules.apply(logp, self.spec.special.eos, forced, last)
 
     def _source_feeds(self) -> dict[str, np.ndarray]:
         """The source mask, or per-row source lengths - 1 and S; the same arrays until rows or S change."""

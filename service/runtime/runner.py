@@ -5,8 +5,10 @@ backend (host numpy cache on the CPU provider, device-resident cache through IO 
 service/runtime/backends.py), and describes the model to its batches with a `ModelSpec`. A source
 is the language prefix + the tokenizer's ids + the bundle's source suffix (eos unless its
 `generation` says otherwise); the decoder starts from `generation.decoder_start_id` (bos unless
-said otherwise). `DecodeBatch` (service/runtime/batch.py) is the step-wise engine that the
-scheduler drives; `Runner.translate` is the simplest driver of it (add what fits, step until done).
+said otherwise), and its rules (suppressed ids, eos at the limit, renormalization:
+service/runtime/rules.py) apply to every step. `DecodeBatch` (service/runtime/batch.py) is the
+step-wise engine that the scheduler drives; `Runner.translate` is the simplest driver of it (add
+what fits, step until done).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from service.domain.types import (
 from service.runtime.backends import Backend, FaultHook, HostBackend, IoBindingBackend
 from service.runtime.batch import DecodeBatch
 from service.runtime.bundle import Bundle, load_bundle
+from service.runtime.rules import StepRules
 from service.runtime.sessions import CUDA, check_provider, open_sessions, plan_providers
 from service.runtime.spec import ModelSpec
 from service.runtime.tokenization import TextTokenizer, load_tokenizer
@@ -106,7 +109,8 @@ class Runner:
         start = self.bundle.generation.decoder_start_id
         self.spec = ModelSpec(self.source_vocab_size, self.max_len, n_layers, heads, d_head, self.special,
                               self.kv_cache, self.sessions.cache_dtype,
-                              self.special.bos if start is None else start)
+                              self.special.bos if start is None else start,
+                              StepRules.of(self.bundle.generation))
         if io_binding or (io_binding is None and self.provider == CUDA):
             device = "cuda" if self.provider == CUDA else "cpu"
             device_id = device_id if device == "cuda" else 0

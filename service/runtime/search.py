@@ -4,9 +4,11 @@ The algorithms are those of `model/decoding.py`, step for step, in float32 like 
 a finished beam stays in the beam with a frozen score and is only followed by padding, beams
 are ranked by log_prob / ((5 + len) / 6) ** alpha with len counting eos, and beam size 1 is
 greedy decoding. One search owns the `k` rows of one request; `DecodeBatch` feeds it its rows
-of each decoder step's log-probs and reorders the KV cache rows by the returned parents. A request
-with a forced first token (a target language) has its first step's log-probs replaced by
-`force_token` before either search sees them: every hypothesis starts with it.
+of each decoder step's log-probs and reorders the KV cache rows by the returned parents, after the
+bundle's rules (service/runtime/rules.py) made them what transformers' processors make them:
+suppressed ids, a forced first token (a target language: every hypothesis starts with it), eos
+forced as the last token max_new_tokens allows (`at_limit`). A hypothesis whose eos was forced that
+way finishes for LENGTH: the limit ended it.
 """
 
 from __future__ import annotations
@@ -17,13 +19,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from service.domain.types import FinishReason, ResolvedOptions
-
-
-def force_token(logp: np.ndarray, rows: np.ndarray, token: int) -> None:
-    """Make `token` the only choice of these rows, in place, as transformers' ForcedBOSTokenLogitsProcessor
-    does: -inf everywhere but 0 at the token, so that it adds 0 to a hypothesis's log-prob."""
-    logp[rows] = -np.inf
-    logp[rows, token] = 0.0
 
 
 def length_penalty(length: int, alpha: float) -> float:
@@ -50,8 +45,8 @@ class GreedySearch:
     tokens and the alignment, and builds the result.
     """
 
-    def __init__(self, options: ResolvedOptions, src_len: int, eos: int) -> None:
-        self.options, self.eos, self.src_len = options, eos, src_len
+    def __init__(self, options: ResolvedOptions, src_len: int, eos: int, eos_at_limit: bool = False) -> None:
+        self.options, self.eos, self.src_len, self.eos_at_limit = options, eos, src_len, eos_at_limit
         self.tokens: list[int] = []  # generated, the final eos included
         self.log_prob = np.float32(0.0)
         self.attn: list[np.ndarray] | None = [] if options.with_alignment else None
@@ -65,6 +60,11 @@ class GreedySearch:
     def done(self) -> bool:
         """Stopped at eos or at max_new_tokens."""
         return self.finished or len(self.tokens) >= self.options.max_new_tokens
+
+    @property
+    def at_limit(self) -> bool:
+        """The next token is the last one max_new_tokens allows."""
+        return len(self.tokens) == self.options.max_new_tokens - 1
 
     def advance(self, token: int, attn: np.ndarray | None = None) -> bool:
         """Consume the chosen token (and its cross-attention row (S,)); True when the search is done."""
@@ -82,16 +82,19 @@ class GreedySearch:
         if self.attn is not None:
             rows = self.attn[: len(body)]
             align = np.stack(rows) if rows else np.zeros((0, self.src_len), np.float32)
-        reason = FinishReason.EOS if self.finished else FinishReason.LENGTH
+        limited = not self.finished or (self.eos_at_limit and n == self.options.max_new_tokens)
+        reason = FinishReason.LENGTH if limited else FinishReason.EOS
         return [RawHypothesis(body, lp, lp / length_penalty(n, self.options.alpha), reason, align)]
 
 
 class BeamSearch:
     """Beam search over the k rows of one request, as `model.decoding.beam_search` does per source."""
 
-    def __init__(self, options: ResolvedOptions, src_len: int, eos: int, pad: int) -> None:
+    def __init__(self, options: ResolvedOptions, src_len: int, eos: int, pad: int,
+                 eos_at_limit: bool = False) -> None:
         k, t = options.beam_size, options.max_new_tokens
         self.options, self.eos, self.pad, self.src_len, self.steps = options, eos, pad, src_len, 0
+        self.eos_at_limit = eos_at_limit
         self.scores = np.full(k, -np.inf, np.float32)
         self.scores[0] = 0.0  # all beams start identical: keep one alive
         self.tokens = np.zeros((k, t), np.int64)
@@ -103,6 +106,11 @@ class BeamSearch:
     def done(self) -> bool:
         """All beams ended with eos, or max_new_tokens reached."""
         return bool(self.finished.all()) or self.steps >= self.options.max_new_tokens
+
+    @property
+    def at_limit(self) -> bool:
+        """The next token is the last one max_new_tokens allows."""
+        return self.steps == self.options.max_new_tokens - 1
 
     def advance(self, logp: np.ndarray, attn: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """Consume logp (k, V) of this step; returns (parent beam of each new beam (k,), next tokens (k,))."""
@@ -139,7 +147,8 @@ class BeamSearch:
             body = self.tokens[j, : n - 1 if done else n].tolist()
             align = self.attn[j, : len(body)].copy() if self.attn is not None else None
             score = log_prob / length_penalty(n, self.options.alpha)
-            reason = FinishReason.EOS if done else FinishReason.LENGTH
+            limited = not done or (self.eos_at_limit and n == self.options.max_new_tokens)
+            reason = FinishReason.LENGTH if limited else FinishReason.EOS
             hyps.append(RawHypothesis(body, log_prob, score, reason, align))
         hyps.sort(key=lambda h: h.score, reverse=True)
         return hyps[: self.options.n_best]

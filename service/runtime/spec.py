@@ -1,5 +1,5 @@
 """What a decode batch needs to know of the model it runs: sizes, special ids, the decoder's start id,
-cache layout, limits.
+the per-step rules of its bundle, cache layout, limits.
 
 Built once by the Runner from the bundle and its open sessions, and handed down to every
 `DecodeBatch`, which reads nothing else of the Runner.
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from service.domain.errors import InvalidInput
 from service.domain.types import Request, ResolvedOptions
 from service.runtime.bundle import SpecialIds
+from service.runtime.rules import StepRules
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,7 @@ class ModelSpec:
     kv_cache: str  # "concat" or "inplace" (interface/names.py KV_CACHES)
     cache_dtype: type  # numpy float32, or float16 for an fp16 variant
     decoder_start: int  # the decoder's first input: bos, or the bundle's generation.decoder_start_id
+    rules: StepRules = StepRules()  # the bundle's suppressed ids, eos at the limit, renormalization
 
     def check_source(self, ids: Sequence[int]) -> None:
         """InvalidInput unless ids is a non-empty list of in-vocabulary ids no longer than max_len."""
