@@ -29,6 +29,7 @@ from export.variants import OFFLINE_LEVEL_NAME, optimize_offline, to_fp16
 from export.verify import source_ids, verify_bundle
 from export.verify_fp16 import verify_fp16
 from interface import names
+from interface.generation import parse_generation
 from model.checkpoint import file_sha256, load_checkpoint, tokenizer_path
 from model.data import read_tsv
 from model.evaluate import evaluate
@@ -182,9 +183,10 @@ def package(
         source.write_tokenizer(staging)
         log("verifying against PyTorch")
         t = time.perf_counter()
-        verification: dict[str, Any] = verify_bundle(staging, model, source.sources).as_dict()
+        rules = parse_generation(source.manifest.get("generation"))  # format 1: none
+        verification: dict[str, Any] = verify_bundle(staging, model, source.sources, rules=rules).as_dict()
         if opts.fp16:
-            verification["fp16"] = verify_fp16(staging, model, source.sources, **FP16_FILES)
+            verification["fp16"] = verify_fp16(staging, model, source.sources, **FP16_FILES, rules=rules)
         seconds["verify"] = round(time.perf_counter() - t, 2)
         metrics = source.metrics()
         onnx_info = {"opset": info.opset, "ir_version": info.ir_version, "exporter": info.exporter,

@@ -7,7 +7,8 @@ What the bundle records (interface/generation.py, docs/bundle-format.md):
                 get_vocab() (piece -> model id; for M2M100 / NLLB with the fairseq offsets and the
                 language tokens)
     generation  decoder_start_id (the model's decoder_start_token_id: Marian pad, M2M100 / NLLB
-                eos) and source_suffix (what the tokenizer appends to a source: [eos])
+                eos) and source_suffix (what the tokenizer appends to a source: [eos]); its rules
+                (suppress_ids, ...) come from the generation config (export/pretrained.py)
     languages   many-to-many models only: code -> id of its language token, the source prefixed
                 with its language, the first generated token forced to the target language
 

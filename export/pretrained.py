@@ -7,7 +7,10 @@ No network: --model is a local directory (config.json, model.safetensors or pyto
 tokenizer files). The weights map onto model/'s Transformer (export/hf_mapping.py), the tokenizer
 onto the bundle's SentencePiece files (export/hf_tokenizer.py), and the bundle is written by the
 same export and verification as our own checkpoints (export/build.py `package`), as format_version 2
-with the `tokenizer`, `generation` (and `languages`) objects of interface/generation.py.
+with the `tokenizer`, `generation` (and `languages`) objects of interface/generation.py. The rules of
+the checkpoint's generation settings that change generate's output (bad_words_ids, suppress_tokens,
+forced_eos_token_id, renormalize_logits) become `generation`'s suppress_ids, forced_eos_at_limit and
+renormalize; verification decodes with them.
 """
 
 from __future__ import annotations
@@ -38,17 +41,57 @@ from export.hf_mapping import Pretrained, UnsupportedModel, load_pretrained, rea
 from export.hf_tokenizer import TokenizerMismatch, read_tokenizer
 from export.verify import ParityError
 from interface.generation import FORMAT_WITH_GENERATION
+from model.config import ModelConfig
 
-# transformers' generation settings worth knowing when comparing outputs (recorded, not applied)
+# transformers' generation settings worth knowing when comparing outputs (recorded; the rules among
+# them, bad_words_ids, suppress_tokens, forced_eos_token_id and renormalize_logits, are applied too)
 GENERATION_KEYS = ("num_beams", "max_length", "max_new_tokens", "length_penalty", "early_stopping",
-                   "bad_words_ids", "forced_bos_token_id", "forced_eos_token_id", "no_repeat_ngram_size")
+                   "bad_words_ids", "suppress_tokens", "forced_bos_token_id", "forced_eos_token_id",
+                   "renormalize_logits", "no_repeat_ngram_size")
 
 
-def generation_defaults(model_dir: Path, hf: dict[str, Any]) -> dict[str, Any]:
-    """The checkpoint's own generation settings (generation_config.json, else config.json)."""
+def generation_settings(model_dir: Path, hf: dict[str, Any]) -> dict[str, Any]:
+    """The checkpoint's generation settings as transformers loads them: generation_config.json, else
+    config.json (generation/utils.py: GenerationConfig.from_pretrained, config.json as a fallback)."""
     path = model_dir / "generation_config.json"
-    found = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else hf
-    return {k: found[k] for k in GENERATION_KEYS if found.get(k) is not None}
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else hf
+
+
+def generation_defaults(settings: dict[str, Any]) -> dict[str, Any]:
+    """The checkpoint's own generation settings worth recording (GENERATION_KEYS that are set)."""
+    return {k: settings[k] for k in GENERATION_KEYS if settings.get(k) is not None}
+
+
+def _ids(value: Any) -> list[int]:
+    """An id or a list of ids (as transformers accepts them) as a list; None as []."""
+    return [] if value is None else [value] if isinstance(value, int) else list(value)
+
+
+def generation_rules(settings: dict[str, Any], cfg: ModelConfig) -> dict[str, Any]:
+    """The `generation` rules (interface/generation.py) of what transformers' generate applies from the
+    checkpoint's settings: bad_words_ids of single tokens (but [eos], which NoBadWordsLogitsProcessor
+    drops) and suppress_tokens -> suppress_ids; forced_eos_token_id = eos -> forced_eos_at_limit;
+    renormalize_logits -> renormalize. UnsupportedModel for what the rules cannot state."""
+    eos = {cfg.eos_id, *_ids(settings.get("eos_token_id"))}
+    bad = settings.get("bad_words_ids") or []
+    longer = [b for b in bad if not isinstance(b, list) or len(b) != 1 or not isinstance(b[0], int)]
+    if longer:
+        raise UnsupportedModel(f"bad_words_ids holds {longer[0]!r}, not a single token: a bundle suppresses "
+                               "single ids only (generation.suppress_ids), not sequences of several")
+    tokens = _ids(settings.get("suppress_tokens"))
+    if eos & set(tokens):
+        raise UnsupportedModel(f"suppress_tokens holds the eos id {cfg.eos_id}: generation could never stop")
+    suppress = list(dict.fromkeys([b[0] for b in bad if b[0] not in eos] + tokens))
+    outside = [i for i in suppress if not isinstance(i, int) or not 0 <= i < cfg.vocab_size]
+    if outside:
+        raise UnsupportedModel(f"bad_words_ids / suppress_tokens hold {outside[0]!r}, not an id of the "
+                               f"model's vocabulary of {cfg.vocab_size}")
+    forced = _ids(settings.get("forced_eos_token_id"))
+    if forced and forced != [cfg.eos_id]:
+        raise UnsupportedModel(f"forced_eos_token_id {settings['forced_eos_token_id']!r} is not the eos id "
+                               f"{cfg.eos_id}: a bundle can force only eos at the length limit")
+    return {"suppress_ids": suppress, "forced_eos_at_limit": bool(forced),
+            "renormalize": settings.get("renormalize_logits") is True}
 
 
 def pretrained_source(model_dir: Path, opts: BuildOptions) -> tuple[ModelSource, Pretrained]:
@@ -57,17 +100,17 @@ def pretrained_source(model_dir: Path, opts: BuildOptions) -> tuple[ModelSource,
         raise FileNotFoundError(f"model directory not found: {model_dir}")
     hf = read_config(model_dir)
     model, info = load_pretrained(model_dir)
-    gen_file = model_dir / "generation_config.json"
-    start = json.loads(gen_file.read_text(encoding="utf-8")).get("decoder_start_token_id") \
-        if gen_file.is_file() else None
+    settings = generation_settings(model_dir, hf)
+    start = settings.get("decoder_start_token_id") if settings is not hf else None
     if start is not None and start != model.cfg.start_id:
         raise UnsupportedModel(f"generation_config.json starts the decoder from {start}, config.json from "
                                f"{model.cfg.start_id}")
     tok = read_tokenizer(model_dir, info.family, model.cfg)
+    tok.generation |= generation_rules(settings, model.cfg)
     model.cfg = replace(model.cfg, bos_id=tok.special["bos"], unk_id=tok.special["unk"])
     extra = tok.manifest() | {"pretrained": {
         "family": info.family, "architecture": info.architecture, "model_dir": model_dir.name,
-        "weights": list(info.weight_files), "generation_defaults": generation_defaults(model_dir, hf)}}
+        "weights": list(info.weight_files), "generation_defaults": generation_defaults(settings)}}
     source = ModelSource(
         model=model, write_tokenizer=tok.write,
         sources=verification_sources(model, None, None, opts.verify_sources),

@@ -3,7 +3,8 @@
 Checks: onnx.checker and IR version of both graphs; ONNX Runtime (CPU) vs PyTorch on shapes other
 than the export example (batch, src_len, past_len incl. an empty cache, new_len), comparing
 log-probabilities, present K/V, cross-attention K/V and weights; full greedy decoding with ONNX
-Runtime token-identical to `model.decoding.greedy_decode`. Used by the export CLI and the tests.
+Runtime token-identical to `model.decoding.greedy_decode`, both under the rules of the bundle's
+`generation` object (suppressed ids, eos at the limit). Used by the export CLI and the tests.
 
 Both decoder interfaces of `interface/names.py` are handled, told apart by the decoder's inputs
 (`kv_cache_of`). For an in-place cache (export/verify_inplace.py) the past buffers are larger than
@@ -24,6 +25,7 @@ import torch
 from export.cases import DEFAULT_CASES, Case, fit_case
 from export.verify_inplace import BoundCache, garbage_cache, row_past_lens, row_references, run_shape
 from interface import names
+from interface.generation import GenerationSpec
 from model.config import ModelConfig
 from model.decoding import greedy_decode
 from model.transformer import Transformer, padding_mask
@@ -270,9 +272,10 @@ def step_feeds(
 
 def greedy_onnx(
     enc: ort.InferenceSession, dec: ort.InferenceSession, src: np.ndarray, start: int, eos: int, pad: int,
-    max_new_tokens: int,
+    max_new_tokens: int, suppress: tuple[int, ...] = (), eos_at_limit: bool = False,
 ) -> list[list[int]]:
-    """Greedy decoding with ONNX Runtime, step by step like `greedy_decode` (empty cache first).
+    """Greedy decoding with ONNX Runtime, step by step like `greedy_decode` (empty cache first), with
+    its rules: `suppress` ids never picked, eos as the last step's token with `eos_at_limit`.
 
     An in-place decoder gets buffers of max_new_tokens columns, bound as past and present (IO
     binding, as served), so the steps really update them in place.
@@ -292,7 +295,12 @@ def greedy_onnx(
             logp = bound.run(step_in)
         else:
             logp, *past = dec.run(names.decoder_outputs(n)[:-1], step_in)
-        token = logp[:, -1].argmax(-1).reshape(b, 1)
+        scores = logp[:, -1].astype(np.float32)
+        scores[:, list(suppress)] = -np.inf
+        if eos_at_limit and step == max_new_tokens - 1:
+            scores[:] = -np.inf
+            scores[:, eos] = 0.0
+        token = scores.argmax(-1).reshape(b, 1)
         for i in np.flatnonzero(~done):
             if token[i, 0] != eos:
                 out[i].append(int(token[i, 0]))
@@ -304,10 +312,12 @@ def greedy_onnx(
 
 def greedy_agreement(
     enc: ort.InferenceSession, dec: ort.InferenceSession, model: Transformer, sources: list[list[int]],
-    batch_size: int = 4,
+    batch_size: int = 4, rules: GenerationSpec | None = None,
 ) -> tuple[int, list[tuple[list[int], list[int], list[int]]]]:
-    """Decode sources (ids incl. eos) with both; return (#identical, mismatches as (onnx, torch, source))."""
-    cfg = model.cfg
+    """Decode sources (ids incl. eos) with both, under the bundle's rules (its suppressed ids, eos at the
+    limit: what the runtime applies); return (#identical, mismatches as (onnx, torch, source))."""
+    cfg, rules = model.cfg, rules or GenerationSpec()
+    suppress, at_limit = rules.suppress_ids, rules.forced_eos_at_limit
     same, bad = 0, []
     for start in range(0, len(sources), batch_size):
         chunk = sources[start : start + batch_size]
@@ -315,8 +325,8 @@ def greedy_agreement(
         for i, s in enumerate(chunk):
             src[i, : len(s)] = s
         budget = min(cfg.max_len - 1, 3 * src.shape[1] + 10)
-        ours = greedy_onnx(enc, dec, src, cfg.start_id, cfg.eos_id, cfg.pad_id, budget)
-        ref = [h.tokens for h in greedy_decode(model, torch.from_numpy(src), budget)]
+        ours = greedy_onnx(enc, dec, src, cfg.start_id, cfg.eos_id, cfg.pad_id, budget, suppress, at_limit)
+        ref = [h.tokens for h in greedy_decode(model, torch.from_numpy(src), budget, suppress, at_limit)]
         for a, b, source in zip(ours, ref, chunk, strict=True):
             same += a == b
             if a != b:
@@ -331,8 +341,10 @@ def verify_bundle(
     cases: tuple[Case, ...] = DEFAULT_CASES,
     atol: float = 1e-4,
     seed: int = 0,
+    rules: GenerationSpec | None = None,
 ) -> VerifyReport:
-    """Check encoder.onnx + decoder.onnx of bundle_dir against model; raise ParityError on failure.
+    """Check encoder.onnx + decoder.onnx of bundle_dir against model; raise ParityError on failure
+    (greedy decoding under the bundle's `generation` rules).
 
     report.cases lists the shapes as run (an in-place decoder may run a case with batch 1, see
     `run_shape`), report.row_past_lens the cached length of each row in each case.
@@ -353,7 +365,7 @@ def verify_bundle(
         worst = max(d, key=d.get)
         if d[worst] > atol:
             raise ParityError(f"{worst} differs by {d[worst]:.3g} > {atol} at {case}")
-    same, bad = greedy_agreement(enc, dec, model, sources)
+    same, bad = greedy_agreement(enc, dec, model, sources, rules=rules)
     report.greedy_sources, report.greedy_identical = len(sources), same
     if bad:
         onnx_ids, torch_ids, _ = bad[0]

@@ -27,6 +27,7 @@ import torch
 
 from export.cases import DEFAULT_CASES, Case, fit_case
 from export.verify import ParityError, check_graphs, compare_case, greedy_agreement, open_session
+from interface.generation import GenerationSpec
 from model.transformer import Transformer, padding_mask
 
 # max abs difference allowed per compared output (fp32 graphs: 1e-4); the default model's worst
@@ -74,7 +75,7 @@ def tie_margin(model: Transformer, source: list[int], ours: list[int], ref: list
 
 def verify_fp16(
     bundle_dir: Path, model: Transformer, sources: list[list[int]], encoder: str, decoder: str,
-    cases: tuple[Case, ...] = DEFAULT_CASES, seed: int = 0,
+    cases: tuple[Case, ...] = DEFAULT_CASES, seed: int = 0, rules: GenerationSpec | None = None,
 ) -> dict[str, Any]:
     """Check the fp16 graphs of bundle_dir against model on the CPU provider; raise ParityError on failure."""
     model = model.eval()
@@ -90,7 +91,7 @@ def verify_fp16(
         worst = max(diffs, key=lambda k: diffs[k] / FP16_ATOL[k])
         if diffs[worst] > FP16_ATOL[worst]:
             raise ParityError(f"fp16 {worst} differs by {diffs[worst]:.3g} > {FP16_ATOL[worst]} at {case}")
-    same, bad = greedy_agreement(enc, dec, model, sources)
+    same, bad = greedy_agreement(enc, dec, model, sources, rules=rules)
     margins = [tie_margin(model, source, ours, ref) for ours, ref, source in bad]
     if any(m > TIE_MARGIN for m in margins):
         ours, ref, _ = bad[int(np.argmax(margins))]

@@ -6,6 +6,7 @@ token for token against these.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -31,8 +32,13 @@ def length_penalty(length: int, alpha: float) -> float:
 
 
 @torch.inference_mode()
-def greedy_decode(model: Transformer, src: Tensor, max_new_tokens: int) -> list[Hypothesis]:
-    """Pick the argmax token at each step; a sequence stops growing at eos."""
+def greedy_decode(model: Transformer, src: Tensor, max_new_tokens: int, suppress: Sequence[int] = (),
+                  eos_at_limit: bool = False) -> list[Hypothesis]:
+    """Pick the argmax token at each step; a sequence stops growing at eos.
+
+    The rules of an imported model's bundle (interface/generation.py): `suppress` ids are never
+    picked, and with `eos_at_limit` the last step's token is eos, adding 0 to the log-prob.
+    """
     cfg = model.cfg
     src_mask = padding_mask(src, cfg.pad_id)
     cross = model.cross_kv(model.encode(src, src_mask))
@@ -42,9 +48,14 @@ def greedy_decode(model: Transformer, src: Tensor, max_new_tokens: int) -> list[
     log_prob = torch.zeros(b)
     done = torch.zeros(b, dtype=torch.bool)
     past = None
-    for _ in range(max_new_tokens):
+    for step in range(max_new_tokens):
         logp, past, _ = model.decode(token, cross, src_mask, past)
-        best, token = logp[:, -1].max(dim=-1, keepdim=True)  # (B, 1)
+        logp = logp[:, -1]
+        if suppress:
+            logp[:, list(suppress)] = float("-inf")
+        if eos_at_limit and step == max_new_tokens - 1:
+            logp = torch.full_like(logp, float("-inf")).index_fill_(1, torch.tensor([cfg.eos_id]), 0.0)
+        best, token = logp.max(dim=-1, keepdim=True)  # (B, 1)
         log_prob += torch.where(done, 0.0, best.squeeze(1))
         for i in (~done).nonzero().flatten().tolist():
             if token[i, 0] != cfg.eos_id:
