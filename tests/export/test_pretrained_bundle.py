@@ -18,6 +18,7 @@ from tests.support.hf_models import M2M_CODES, NLLB_CODES, language_id, parallel
 
 MAX_NEW = 20
 TARGET = {"m2m100": "de", "nllb": "deu_Latn"}  # forced first token of the many-to-many models
+NO_RULES = {"suppress_ids": [], "forced_eos_at_limit": False, "renormalize": False}  # none in their configs
 
 
 def manifest(bundle) -> dict:
@@ -45,9 +46,9 @@ def test_marian_manifest_states_tokenizer_and_generation(hf_bundles, hf_dirs, na
         assert (bundle / f).read_bytes() == (hf_dirs[name] / f).read_bytes()
     assert json.loads((bundle / "vocab.json").read_text(encoding="utf-8")) == tok.get_vocab()
     pad, eos = tok.pad_token_id, tok.eos_token_id
-    assert m["generation"] == {"decoder_start_id": pad, "source_suffix": [eos]}  # Marian starts from pad
+    assert m["generation"] == {"decoder_start_id": pad, "source_suffix": [eos], **NO_RULES}  # starts from pad
     gen = parse_generation(m["generation"])
-    assert (gen.decoder_start_id, gen.source_suffix) == (pad, (eos,))
+    assert (gen.decoder_start_id, gen.source_suffix, gen.suppress_ids) == (pad, (eos,), ())
     assert m["special_tokens"] == {"pad": pad, "bos": pad, "eos": eos, "unk": tok.unk_token_id}  # bos: start
     assert m["model"]["decoder_start_id"] == pad and m["pretrained"]["family"] == "marian"
     assert set(m["files"]) == {"encoder.onnx", "decoder.onnx", "source.spm", "target.spm", "vocab.json"} | (
@@ -70,7 +71,8 @@ def test_many_to_many_manifest_states_languages(hf_bundles, hf_dirs, name):
     vocab = json.loads((bundle / "vocab.json").read_text(encoding="utf-8"))
     assert tok.get_vocab().items() <= vocab.items()
     assert all(tok.convert_ids_to_tokens(i) in vocab for i in languages.codes.values())  # language tokens
-    assert m["generation"] == {"decoder_start_id": tok.eos_token_id, "source_suffix": [tok.eos_token_id]}
+    assert m["generation"] == {"decoder_start_id": tok.eos_token_id, "source_suffix": [tok.eos_token_id],
+                               **NO_RULES}
     assert m["special_tokens"] == {"pad": 1, "bos": 0, "eos": 2, "unk": 3}  # fairseq's
     assert m["model"]["position_offset"] == 2 and m["model"]["position_table"] == "fairseq"
 

@@ -8,17 +8,19 @@ by pad at no cost; beams rank by summed log-prob (alpha 0); beam 1 is greedy. A 
 `suppress` ids are never generated (transformers' bad_words_ids), and both start the decoder from
 the bundle's generation.decoder_start_id.
 
-`hf_search` is transformers' generate with the same budget and no sampling. Greedy is generate's
-own. Its beam search differs from ours in one rule: a beam that emits eos leaves the beam for a
-pool of finished hypotheses and the k best unfinished continuations go on. To search as ours does,
-generate runs with eos_token_id unset (nothing leaves the beam, max_new_tokens ends it), a logits
-processor giving a finished row only pad at log-prob 0 (`FrozenFinished`), and length_penalty 0
-(finished hypotheses ranked by summed log-prob, as alpha 0).
+`generate` (`hf_search`, `hf_scored_search`) is transformers' generate with the same budget, no
+sampling and optionally a checkpoint's generation rules (bad_words_ids, forced_eos_token_id,
+renormalize_logits). Greedy is generate's own. Its beam search differs from ours in one rule: a
+beam that emits eos leaves the beam for a pool of finished hypotheses and the k best unfinished
+continuations go on. To search as ours does, generate runs with eos_token_id unset (nothing leaves
+the beam, max_new_tokens ends it), a logits processor giving a finished row only pad at log-prob 0
+(`FrozenFinished`), and length_penalty 0 (finished hypotheses ranked by summed log-prob, as alpha 0).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -103,9 +105,11 @@ class FrozenFinished:
         return scores
 
 
-def hf_search(model: Any, sources: list[list[int]], beam: int, max_new: int, forced: int | None = None,
-              suppress: tuple[int, ...] = ()) -> list[list[int]]:
-    """transformers' generate of right-padded sources, searching as `onnx_search` does (module doc)."""
+def generate(model: Any, sources: list[list[int]], beam: int, max_new: int, forced: int | None = None,
+             rules: Mapping[str, Any] | None = None, **outputs: Any) -> Any:
+    """transformers' generate of right-padded sources, searching as `onnx_search` does (module doc), with
+    generation `rules` (bad_words_ids, forced_eos_token_id, renormalize_logits, ...) and `outputs`
+    (return_dict_in_generate, output_scores, ...) as generate's settings; nothing else inherited."""
     from transformers import GenerationConfig, LogitsProcessorList
 
     cfg = model.config
@@ -115,12 +119,39 @@ def hf_search(model: Any, sources: list[list[int]], beam: int, max_new: int, for
         eos_token_id=eos if beam == 1 else None)
     settings = GenerationConfig(
         num_beams=beam, do_sample=False, max_new_tokens=max_new, length_penalty=0.0,
-        forced_bos_token_id=forced, bad_words_ids=[[s] for s in suppress] or None,
-        decoder_start_token_id=cfg.decoder_start_token_id, pad_token_id=pad,
-        eos_token_id=eos if beam == 1 else None)
+        forced_bos_token_id=forced, decoder_start_token_id=cfg.decoder_start_token_id, pad_token_id=pad,
+        eos_token_id=eos if beam == 1 else None, **dict(rules or {}), **outputs)
     processors = LogitsProcessorList([FrozenFinished(eos, pad)] if beam > 1 else [])
     src = torch.from_numpy(right_pad(sources, pad))
     with torch.no_grad():
-        out = model.generate(input_ids=src, attention_mask=(src != pad).long(), generation_config=settings,
-                             logits_processor=processors)
-    return [cut(row[1:].tolist(), eos) for row in out]
+        return model.generate(input_ids=src, attention_mask=(src != pad).long(), generation_config=settings,
+                              logits_processor=processors)
+
+
+def hf_search(model: Any, sources: list[list[int]], beam: int, max_new: int, forced: int | None = None,
+              suppress: tuple[int, ...] = ()) -> list[list[int]]:
+    """The best hypothesis of `generate`, `suppress` ids as its bad_words_ids."""
+    rules = {"bad_words_ids": [[s] for s in suppress]} if suppress else None
+    out = generate(model, sources, beam, max_new, forced, rules)
+    return [cut(row[1:].tolist(), eos=model.config.eos_token_id) for row in out]
+
+
+def hf_scored_search(model: Any, sources: list[list[int]], beam: int, max_new: int,
+                     rules: Mapping[str, Any] | None = None) -> list[tuple[list[int], float]]:
+    """The best hypothesis of `generate` with `rules`, and its score: beam search's sequences_scores (the
+    processed log-probs summed, length_penalty 0); for greedy, the chosen tokens' processed scores
+    log-softmaxed and summed up to eos (with renormalize_logits they are log-probs already, and a
+    forced token's is 0)."""
+    eos = model.config.eos_token_id
+    out = generate(model, sources, beam, max_new, None, rules, return_dict_in_generate=True,
+                   output_scores=True)
+    found = []
+    for i, row in enumerate(out.sequences):
+        tokens = row[1:].tolist()
+        if beam > 1:
+            found.append((cut(tokens, eos), float(out.sequences_scores[i])))
+            continue
+        n = tokens.index(eos) + 1 if eos in tokens else len(tokens)
+        logp = [torch.log_softmax(out.scores[t][i], -1)[tokens[t]] for t in range(n)]
+        found.append((cut(tokens, eos), float(sum(logp))))
+    return found

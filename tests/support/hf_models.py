@@ -133,8 +133,18 @@ def fit(model: Any, tok: Any, pairs: list[tuple[str, str]], steps: int, seed: in
     model.eval()
 
 
-def marian_dir(root: Path, shape: Shape, seed: int = 0, steps: int = 120) -> Path:
-    """A tiny MarianMTModel directory: source.spm / target.spm, a joint vocab.json, config, weights."""
+def opus_mt_generation(pad: int, eos: int, max_length: int = 64) -> dict[str, Any]:
+    """The generation settings of OPUS-MT checkpoints (Helsinki-NLP's generation_config.json): pad never
+    generated, eos forced at max_length, renormalized log-probs, 4 beams."""
+    return {"bad_words_ids": [[pad]], "forced_eos_token_id": eos, "renormalize_logits": True, "num_beams": 4,
+            "max_length": max_length}
+
+
+def marian_dir(root: Path, shape: Shape, seed: int = 0, steps: int = 120, pad_bias: float | None = None,
+               opus_rules: bool = False) -> Path:
+    """A tiny MarianMTModel directory: source.spm / target.spm, a joint vocab.json, config, weights;
+    with `pad_bias` as pad's output bias (final_logits_bias), and OPUS-MT's generation settings in
+    generation_config.json with `opus_rules`."""
     from transformers import MarianConfig, MarianMTModel, MarianTokenizer
 
     root.mkdir(parents=True, exist_ok=True)
@@ -156,6 +166,10 @@ def marian_dir(root: Path, shape: Shape, seed: int = 0, steps: int = 120) -> Pat
     fit(model, tok, pairs, steps, seed)
     with torch.no_grad():  # a bias the mapping must carry (MarianMTModel starts it at zero)
         model.final_logits_bias.normal_(0.0, 0.3, generator=torch.Generator().manual_seed(seed))
+        if pad_bias is not None:  # pad's logit, which only bad_words_ids keeps from winning
+            model.final_logits_bias[0, vocab["<pad>"]] = pad_bias
+    if opus_rules:
+        model.generation_config.update(**opus_mt_generation(vocab["<pad>"], vocab["</s>"]))
     model.save_pretrained(root)
     tok.save_pretrained(root)
     return root
