@@ -103,10 +103,10 @@ def time_engine(decode: Decode, sources: list[list[int]], batch: int) -> tuple[f
     return time.perf_counter() - start, out
 
 
-def _serve(conn: Connection, *engine: Any) -> None:
-    """Child process: build one engine (`build`'s arguments), then answer (sources, batch) with
+def _serve(conn: Connection, factory: Callable[..., Decode], *engine: Any) -> None:
+    """Child process: build one engine (`factory(*engine)`), then answer (sources, batch) with
     (seconds, outputs)."""
-    decode = build(*engine)
+    decode = factory(*engine)
     conn.send("ready")
     while (job := conn.recv()) is not None:
         conn.send(time_engine(decode, *job))
@@ -121,11 +121,12 @@ class EngineProcess:
     only one decodes at a time.
     """
 
-    def __init__(self, *engine: Any) -> None:
-        """Start the child for `build(*engine)` and wait until it is ready."""
+    def __init__(self, *engine: Any, factory: Callable[..., Decode] = build) -> None:
+        """Start the child for `factory(*engine)` (a module-level function: the child imports it)
+        and wait until it is ready."""
         ctx = mp.get_context("spawn")
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_serve, args=(child, *engine), daemon=True)
+        self.proc = ctx.Process(target=_serve, args=(child, factory, *engine), daemon=True)
         self.proc.start()
         child.close()
         if not self.conn.poll(600) or self.conn.recv() != "ready":
