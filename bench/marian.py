@@ -53,11 +53,11 @@ class Plan:
     """What one run measures."""
 
     shape: MarianShape = FULL
-    sentences: int = 64  # texts; batch `batch` and concurrency `batch` take them all
-    single: int = 16  # the first texts, for batch 1 and concurrency 1
+    sentences: int = 96  # texts; batch `batch` and concurrency `batch` take them all
+    single: int = 32  # the first texts, for batch 1 and concurrency 1
     batch: int = 32
     new_tokens: int = 32
-    repeats: int = 5
+    repeats: int = 7
     threads: int = 2
 
 
@@ -76,6 +76,7 @@ class Result:
     checked: int = 0  # ours (batch `batch`) == CTranslate2 decoding exactly ours' free tokens (untimed)
     logprob_diffs: list[float] = field(default_factory=list)  # there: |ours - CTranslate2| log-prob per token
     forced_eos: bool = False
+    ranges: dict[tuple[str, int], tuple[float, float]] = field(default_factory=dict)  # sent/s: min, max
     phases: dict[str, float] = field(default_factory=dict)
 
     def ratios(self, batch: int) -> dict[str, float]:
@@ -172,6 +173,13 @@ def convert(hf_dir: Path, out: Path, log=print) -> tuple[Path, Path, dict[str, f
     return bundle, ct2_dir, seconds
 
 
+def add_point(result: Result, point: Point, seconds: list[float]) -> None:
+    """The point at the median of its repeats' seconds, and their range in sentences/s."""
+    result.points.append(replace(point, seconds=statistics.median(seconds)))
+    n = point.sentences
+    result.ranges[point.engine, point.batch] = (n / max(seconds), n / min(seconds))
+
+
 def measure_engines(plan: Plan, procs: dict[str, EngineProcess], ids: list[list[int]], free: int,
                     result: Result) -> list[Output]:
     """Ours and CTranslate2 on the same ids at batch 1 and plan.batch, interleaved; token checks.
@@ -189,7 +197,7 @@ def measure_engines(plan: Plan, procs: dict[str, EngineProcess], ids: list[list[
                 times[name].append(seconds)
         for name in procs:
             tokens = sum(steps(t, plan.new_tokens) for t, _ in outputs[name])
-            result.points.append(Point(name, b, len(sources), tokens, statistics.median(times[name])))
+            add_point(result, Point(name, b, len(sources), tokens, 0.0), times[name])
         for (ours, _), (theirs, _) in zip(outputs[ORT], outputs[CT2], strict=True):
             result.identical += same(ours, theirs, free)
             result.compared += 1
@@ -253,8 +261,8 @@ def measure_server(plan: Plan, server: ServerProcess, ct2: EngineProcess, texts:
             seconds, outputs = ct2.time(sample, c)
             tokens = sum(steps(t, plan.new_tokens) for t, _ in outputs)
             runs[CT2_TEXT].append(Point(CT2_TEXT, c, len(sample), tokens, seconds))
-        for points in runs.values():  # the median run (the lower one of an even count)
-            result.points.append(sorted(points, key=lambda p: p.seconds)[(len(points) - 1) // 2])
+        for points in runs.values():
+            add_point(result, points[0], [p.seconds for p in points])
 
 
 def run(plan: Plan = Plan(), out: Path = Path("runs/bench-marian"), log=print) -> Result:
@@ -297,12 +305,17 @@ LABELS = {ORT: "ours: `Runner` (ONNX Runtime), ids, static batch", CT2: "CTransl
           CT2_TEXT: "CTranslate2 in process, text, static batch"}
 
 
-def table(points: list[Point], batch: int) -> str:
-    """Markdown: sentences/s (tokens/s) per engine at 1 and `batch` (batch size or concurrency)."""
-    by = {(p.engine, p.batch): p for p in points}
-    lines = [f"| engine | 1: sent/s (tok/s) | {batch}: sent/s (tok/s) |", "|---|---|---|"]
+def table(result: Result, batch: int) -> str:
+    """Markdown: median sentences/s (tokens/s) and the range over repeats, per engine at 1 and `batch`
+    (batch size or concurrency)."""
+    by = {(p.engine, p.batch): p for p in result.points}
+    head = " sent/s (tok/s), range over repeats |"
+    lines = [f"| engine | 1:{head} {batch}:{head}", "|---|---|---|"]
     for name, label in LABELS.items():
-        cells = [f"{by[name, b].sentences_per_s:.2f} ({by[name, b].tokens_per_s:.0f})" for b in (1, batch)]
+        cells = []
+        for b in (1, batch):
+            (low, high), p = result.ranges[name, b], by[name, b]
+            cells.append(f"{p.sentences_per_s:.2f} ({p.tokens_per_s:.0f}), {low:.2f}-{high:.2f}")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -333,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
         plan = replace(plan, repeats=a.repeats)
     out = a.out / ("quick" if a.quick else "full")
     result = run(plan, out, log=lambda msg: print(msg, file=sys.stderr, flush=True))
-    print(table(result.points, plan.batch))
+    print(table(result, plan.batch))
     print(checks(result, plan))
     print("phases (s): " + ", ".join(f"{k} {v:.0f}" for k, v in result.phases.items()), file=sys.stderr)
     ratios = result.ratios(plan.batch)

@@ -40,7 +40,9 @@ def test_every_engine_is_measured_on_identical_tokens(quick_run):
                 "server_vs_ct2_marian_c32"):
         assert math.isfinite(ratios[key]) and ratios[key] > 0
     assert ratios["identical_tokens"] == result.identical and json.dumps(ratios)
-    assert table(result.points, plan.batch).count("\n") == 5  # header, rule, four engines
+    assert table(result, plan.batch).count("\n") == 5  # header, rule, four engines
+    for key, (low, high) in result.ranges.items():
+        assert low <= next(p for p in result.points if (p.engine, p.batch) == key).sentences_per_s <= high
     assert set(result.phases) >= {"build", "import", "ct2_convert", "engines", "server", "check"}
 
 
