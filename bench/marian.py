@@ -116,8 +116,7 @@ def marian_engine(name: str, bundle: Path, ct2_dir: Path, hf_dir: Path, threads:
         target = sentencepiece.SentencePieceProcessor(model_file=str(hf_dir / "target.spm"))
 
         def theirs(batch: list[list[int]] | list[str]) -> list[Output]:
-            """Greedy in CTranslate2: ids as their vocabulary strings, or texts through SentencePiece
-            (and the outputs back to text, as a user of its Marian models does)."""
+            """Greedy in CTranslate2 on ids (as vocabulary strings) or texts (SentencePiece in, text out)."""
             texts = bool(batch) and isinstance(batch[0], str)
             tokens = ([[*source.encode(t, out_type=str), "</s>"] for t in batch] if texts
                       else [[vocab[i] for i in ids] for ids in batch])
@@ -182,8 +181,7 @@ def add_point(result: Result, point: Point, seconds: list[float]) -> None:
 
 def measure_engines(plan: Plan, procs: dict[str, EngineProcess], ids: list[list[int]], free: int,
                     result: Result) -> list[Output]:
-    """Ours and CTranslate2 on the same ids at batch 1 and plan.batch, interleaved; token checks.
-    Returns ours' outputs at plan.batch."""
+    """Ours and CTranslate2 on the same ids at batch 1 and plan.batch, interleaved; ours' last outputs."""
     for b in (1, plan.batch):
         sources = ids[: plan.single] if b == 1 else ids
         for proc in procs.values():
@@ -206,8 +204,7 @@ def measure_engines(plan: Plan, procs: dict[str, EngineProcess], ids: list[list[
 
 def check_log_probs(plan: Plan, dirs: tuple[Path, Path, Path], ids: list[list[int]], ours: list[Output],
                     free: int, result: Result) -> None:
-    """CTranslate2 (here, untimed) decoding exactly `free` tokens: ours' tokens and total log-probs (a
-    forced eos adds 0) against its tokens and scores."""
+    """Ours' tokens and total log-probs (a forced eos adds 0) against CTranslate2 decoding `free` tokens."""
     decode = marian_engine(CT2, *dirs, plan.threads, free)
     theirs = [out for i in range(0, len(ids), plan.batch) for out in decode(ids[i : i + plan.batch])]
     for (tokens, log_prob), (their_tokens, score) in zip(ours, theirs, strict=True):
@@ -306,8 +303,7 @@ LABELS = {ORT: "ours: `Runner` (ONNX Runtime), ids, static batch", CT2: "CTransl
 
 
 def table(result: Result, batch: int) -> str:
-    """Markdown: median sentences/s (tokens/s) and the range over repeats, per engine at 1 and `batch`
-    (batch size or concurrency)."""
+    """Markdown: median sentences/s (tokens/s) and their range over repeats at 1 and `batch` per engine."""
     by = {(p.engine, p.batch): p for p in result.points}
     head = " sent/s (tok/s), range over repeats |"
     lines = [f"| engine | 1:{head} {batch}:{head}", "|---|---|---|"]
