@@ -247,8 +247,8 @@ class Mix:
 
 
 def source_length(runner: Runner, text: str) -> int:
-    """Source tokens of a text as the service counts them (tokenizer ids + eos), unchecked."""
-    return len(runner.tokenizer.encode(text, add_special_tokens=False).ids) + 1
+    """Source tokens of a text as the service counts them (tokenizer ids + the source suffix), unchecked."""
+    return len(runner.tokenizer.encode([text])[0]) + len(runner.source_suffix)
 
 
 def texts_of_every_length(runner: Runner, sources: Sequence[str], count: int,
