@@ -83,14 +83,15 @@ data/corpus/train.tsv: $(CORPUS_CODE) | $(STAMP)
 # clone, from the committed artifacts/default/last.pt). It was trained in two stages: on the earlier
 # corpus of cardinals, ordinals and percentages (model of step 11,700; curve in metrics.stage1.jsonl), then
 # fine-tuned on the corpus of every class by this command, which started from that model with
-# `--init` (a fresh optimizer and schedule) and now resumes the fine-tuning run.
+# `--init` (a fresh optimizer and schedule; a first decay of the learning rate over steps 5,400-7,200)
+# and now resumes the fine-tuning run (its second decay, over steps 7,200-12,200).
 train-default: corpus
 	mkdir -p runs/default
 	test -f runs/default/last.pt || cp artifacts/default/last.pt artifacts/default/tokenizer.json \
 	  artifacts/default/metrics.jsonl runs/default/
 	$(PY) -m model.train --train data/corpus/train.tsv data/corpus/numbers.tsv --valid data/corpus/valid.tsv \
 	  --out runs/default --init artifacts/default/model.pt --max-tokens 3000 --warmup 400 --lr-scale 0.4 \
-	  --cooldown-from 5400 --cooldown-steps 1800 --max-steps 7200 \
+	  --cooldown-from 7200 --cooldown-steps 5000 --max-steps 12200 \
 	  --eval-every 300 --eval-size 500 --max-minutes $(TRAIN_MINUTES) --target-em 100 --threads 2
 
 # Exact match overall and by class on the test split and on the probe of round and zero-heavy numbers.
