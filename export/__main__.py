@@ -16,8 +16,7 @@ import torch
 
 import export.fused  # noqa: F401  (registers the "fused" lowering)
 import export.inplace  # noqa: F401  (registers the "inplace" lowering)
-from export.attention import LOWERINGS
-from export.build import BuildOptions, BundleError, build_bundle
+from export.build import BuildOptions, BundleError, add_bundle_options, build_bundle
 from export.export import ExportError
 from export.verify import ParityError
 
@@ -27,15 +26,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m export", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--checkpoint", type=Path, required=True, help="checkpoint file (.pt)")
-    ap.add_argument("--out", type=Path, required=True, help="bundle directory to write")
-    ap.add_argument("--fp16", action="store_true", help="also write encoder.fp16.onnx / decoder.fp16.onnx")
-    ap.add_argument("--optimize", action="store_true", help="onnxruntime offline graph optimization (basic)")
     ap.add_argument("--test-split", type=Path, help="TSV to evaluate the model on for bundle.json metrics")
     ap.add_argument("--eval-size", type=int, default=500, help="pairs of --test-split to evaluate")
-    ap.add_argument("--attention", choices=sorted(LOWERINGS), default="inplace", help="attention lowering")
-    ap.add_argument("--force", action="store_true", help="replace an existing bundle at --out")
-    ap.add_argument("--threads", type=int, default=1,
-                    help="torch intra-op threads for the PyTorch reference runs (tiny ops: 1 is fastest)")
+    add_bundle_options(ap)
     return ap.parse_args(argv)
 
 

@@ -7,6 +7,7 @@ after verification passed, so a failed export never leaves a half-written bundle
 
 from __future__ import annotations
 
+import argparse
 import shutil
 import tempfile
 import time
@@ -202,3 +203,16 @@ def package(
         raise
     seconds["total"] = round(time.perf_counter() - start, 2)
     return BuildResult(out, manifest, seconds)
+
+
+def add_bundle_options(ap: argparse.ArgumentParser) -> None:
+    """The options both export CLIs share: where to write, which variants, the lowering, threads."""
+    from export.attention import LOWERINGS
+
+    ap.add_argument("--out", type=Path, required=True, help="bundle directory to write")
+    ap.add_argument("--fp16", action="store_true", help="also write encoder.fp16.onnx / decoder.fp16.onnx")
+    ap.add_argument("--optimize", action="store_true", help="onnxruntime offline graph optimization (basic)")
+    ap.add_argument("--attention", choices=sorted(LOWERINGS), default="inplace", help="attention lowering")
+    ap.add_argument("--force", action="store_true", help="replace an existing bundle at --out")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch intra-op threads for the PyTorch reference runs (tiny ops: 1 is fastest)")

@@ -26,12 +26,12 @@ import torch
 
 import export.fused  # noqa: F401  (registers the "fused" lowering)
 import export.inplace  # noqa: F401  (registers the "inplace" lowering)
-from export.attention import LOWERINGS
 from export.build import (
     BuildOptions,
     BuildResult,
     BundleError,
     ModelSource,
+    add_bundle_options,
     check_output_dir,
     package,
     verification_sources,
@@ -133,13 +133,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m export.pretrained", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", type=Path, required=True, help="Hugging Face model directory (local)")
-    ap.add_argument("--out", type=Path, required=True, help="bundle directory to write")
-    ap.add_argument("--fp16", action="store_true", help="also write encoder.fp16.onnx / decoder.fp16.onnx")
-    ap.add_argument("--optimize", action="store_true", help="onnxruntime offline graph optimization (basic)")
-    ap.add_argument("--attention", choices=sorted(LOWERINGS), default="inplace", help="attention lowering")
-    ap.add_argument("--force", action="store_true", help="replace an existing bundle at --out")
     ap.add_argument("--verify-sources", type=int, default=8, help="random sources decoded greedily by both")
-    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads for the PyTorch reference")
+    add_bundle_options(ap)
     return ap.parse_args(argv)
 
 
