@@ -26,6 +26,7 @@ from export.attention import get_lowering
 from export.bundle import build_manifest, copy_tokenizer, write_manifest
 from export.cuda_kernels import integer_nodes
 from export.export import export_graphs
+from export.multistep import verify_multistep, write_multistep
 from export.variants import OFFLINE_LEVEL_NAME, optimize_offline, to_fp16
 from export.verify import source_ids, verify_bundle
 from export.verify_fp16 import verify_fp16
@@ -181,6 +182,9 @@ def package(
             log(f"optimizing offline (onnxruntime level {OFFLINE_LEVEL_NAME})")
             for file in fp32_files.values():
                 optimize_offline(staging / file)
+        if info.kv_cache == "inplace":  # each decoder file's multi-step decoder, composed from it
+            for file in [names.DECODER_FILE, *(v["decoder"] for v in variants.values())]:
+                write_multistep(staging, file, model.cfg.n_decoder_layers, model.cfg.eos_id)
         source.write_tokenizer(staging)
         log("verifying against PyTorch")
         t = time.perf_counter()
@@ -188,6 +192,11 @@ def package(
         verification: dict[str, Any] = verify_bundle(staging, model, source.sources, rules=rules).as_dict()
         if opts.fp16:
             verification["fp16"] = verify_fp16(staging, model, source.sources, **FP16_FILES, rules=rules)
+        if info.kv_cache == "inplace":
+            cfg, first = model.cfg, (source.manifest.get("generation") or {}).get("decoder_start_id")
+            verification["multistep_sources"] = verify_multistep(
+                staging, names.DECODER_FILE, names.ENCODER_FILE, source.sources, cfg.n_decoder_layers,
+                cfg.bos_id if first is None else first, cfg.eos_id)
         seconds["verify"] = round(time.perf_counter() - t, 2)
         metrics = source.metrics()
         onnx_info = {"opset": info.opset, "ir_version": info.ir_version, "exporter": info.exporter,

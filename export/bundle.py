@@ -48,13 +48,17 @@ def file_entries(bundle_dir: Path) -> dict[str, dict[str, Any]]:
 
 
 def io_spec(n_layers: int, kv_cache: str = "concat") -> dict[str, Any]:
-    """Input/output names and dynamic axes of both graphs, as declared in interface/names.py."""
-    return {
+    """Input/output names and dynamic axes of the graphs, as declared in interface/names.py (an in-place
+    decoder comes with its multi-step decoder, export/multistep.py)."""
+    spec: dict[str, Any] = {
         "encoder": {"inputs": names.encoder_inputs(), "outputs": names.encoder_outputs(n_layers)},
         "decoder": {"inputs": names.decoder_inputs(n_layers, kv_cache),
                     "outputs": names.decoder_outputs(n_layers)},
-        "dynamic_axes": names.dynamic_axes(n_layers, kv_cache),
     }
+    if kv_cache == "inplace":
+        spec["steps"] = {"inputs": names.multistep_inputs(n_layers),
+                         "outputs": names.multistep_outputs(n_layers)}
+    return spec | {"dynamic_axes": names.dynamic_axes(n_layers, kv_cache)}
 
 
 def build_manifest(

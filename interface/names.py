@@ -30,6 +30,18 @@ decoder.onnx, kv_cache "inplace" (export/inplace.py): the same but for the masks
     buffer: updated in place); no attention_mask and no encoder_attention_mask input: row b
     attends to its first encoder_seqlens_k[b] + 1 source positions, whatever the rest holds, and
     its cross_attentions beyond them are unspecified (not computed).
+
+decoder.steps.onnx (export/multistep.py; one per in-place decoder file, `steps_file`): an ONNX
+`Loop` around that decoder, greedy, several steps per run. Inputs: the decoder's, plus
+    max_steps            int64  []                        steps to run at most (K)
+    finished             bool   [batch]                   rows to ignore (holes, finished rows)
+ -> tokens               int64  [steps, batch]            argmax of each step (steps <= K: the loop
+                                                          stops early once every row has emitted eos)
+    token_logprobs       float32 [steps, batch]           log-prob of each chosen token
+    step_cross_attentions float [steps, batch, src_len]   cross_attentions of each step
+    present.{i}.decoder.key/value  as the decoder's (bind to the past buffer)
+Each step feeds the chosen token back with positions and seqlens_k one further; the caller's
+cache lengths grow by `steps` for every row.
 """
 
 from __future__ import annotations
@@ -45,6 +57,13 @@ KV_CACHES = ("concat", "inplace")
 ENCODER_ATTENTION_MASK = "encoder_attention_mask"
 ENCODER_SEQLENS_K, ENCODER_TOTAL_LENGTH = "encoder_seqlens_k", "encoder_total_sequence_length"  # in-place
 LOGPROBS, CROSS_ATTENTIONS = "logprobs", "cross_attentions"
+MAX_STEPS, FINISHED = "max_steps", "finished"  # multi-step decoder inputs
+TOKENS, TOKEN_LOGPROBS, STEP_CROSS_ATTENTIONS = "tokens", "token_logprobs", "step_cross_attentions"
+
+
+def steps_file(decoder_file: str) -> str:
+    """The multi-step decoder file of a decoder file: decoder.onnx -> decoder.steps.onnx."""
+    return decoder_file.removesuffix(".onnx") + ".steps.onnx"
 
 
 def past_name(layer: int, kind: str, kv: str) -> str:
@@ -95,6 +114,16 @@ def decoder_outputs(n_layers: int) -> list[str]:
     for i in range(n_layers):
         names += [present_name(i, "decoder", "key"), present_name(i, "decoder", "value")]
     return names + [CROSS_ATTENTIONS]
+
+
+def multistep_inputs(n_layers: int) -> list[str]:
+    """Multi-step decoder inputs, in order: the in-place decoder's, then max_steps and finished."""
+    return [*decoder_inputs(n_layers, "inplace"), MAX_STEPS, FINISHED]
+
+
+def multistep_outputs(n_layers: int) -> list[str]:
+    """Multi-step decoder outputs, in order: per-step tokens, log-probs, cross-attention, then the caches."""
+    return [TOKENS, TOKEN_LOGPROBS, STEP_CROSS_ATTENTIONS, *self_cache_io(n_layers).values()]
 
 
 def dynamic_axes(n_layers: int, kv_cache: str = "concat") -> dict[str, dict[str, dict[int, str]]]:

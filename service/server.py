@@ -42,6 +42,7 @@ from service.ops import metrics
 from service.ops.malloc import tune_malloc
 from service.ops.readiness import Readiness
 from service.runtime.runner import Runner
+from service.runtime.stepping import StepPolicy
 from service.scheduling.policies import SchedulerSettings, make_policy
 from service.scheduling.scheduler import Scheduler
 
@@ -85,7 +86,8 @@ def build_runner(config: ServerConfig) -> Runner:
     try:
         runner = Runner(config.bundle, providers=config.providers, intra_op_threads=config.intra_op_threads,
                         provider_options=config.provider_options or None, max_beam=config.max_beam,
-                        variant=config.variant or None, require_provider=config.require_provider or None)
+                        variant=config.variant or None, require_provider=config.require_provider or None,
+                        step_policy=StepPolicy(config.steps_per_call, config.multistep_rows))
     except (BundleError, ProviderUnavailable):
         raise
     except Exception as exc:  # ONNX Runtime or the tokenizer refused a file whose hash matched

@@ -31,7 +31,16 @@ from typing import Protocol
 import numpy as np
 import onnxruntime as ort
 
-from interface.names import CROSS_ATTENTIONS, INPUT_IDS, LOGPROBS, decoder_outputs, self_cache_io
+from interface.names import (
+    CROSS_ATTENTIONS,
+    INPUT_IDS,
+    LOGPROBS,
+    STEP_CROSS_ATTENTIONS,
+    TOKEN_LOGPROBS,
+    TOKENS,
+    decoder_outputs,
+    self_cache_io,
+)
 from service.runtime.devicemem import CacheTensor, DeviceMemory, HostArrays, Memory
 from service.runtime.sessions import CROSS_KEY, ORT_DTYPES, Sessions
 
@@ -55,6 +64,17 @@ class Backend(Protocol):
 
     def to_host(self, x: CacheTensor) -> np.ndarray:
         """A cache tensor as a numpy array (tests and diagnostics; never on the decode path)."""
+        ...
+
+    @property
+    def multistep(self) -> bool:
+        """Whether `decode_steps` can run (the sessions have a multi-step decoder)."""
+        ...
+
+    def decode_steps(self, feeds: dict[str, np.ndarray], past: dict[str, CacheTensor]
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Several greedy steps in one run of the multi-step decoder on an in-place cache (feeds include
+        max_steps and finished): tokens (K, B), their log-probs (K, B), cross-attention (K, B, S)."""
         ...
 
 
@@ -132,6 +152,37 @@ class _SessionBackend:
     def to_host(self, x: CacheTensor) -> np.ndarray:
         """A cache tensor as a numpy array (tests and diagnostics; never on the decode path)."""
         return self.memory.to_host(x)
+
+    @property
+    def multistep(self) -> bool:
+        """Whether `decode_steps` can run (the sessions have a multi-step decoder)."""
+        return self.sessions.steps is not None
+
+    def decode_steps(self, feeds: dict[str, np.ndarray], past: dict[str, CacheTensor]
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Several greedy steps in one run of the multi-step decoder (export/multistep.py).
+
+        Each self-attention cache tensor is bound as its past input and its present output, so the
+        run leaves the new columns in it; the per-step outputs come back to the host.
+        """
+        self._before("decoder")
+        session = self.sessions.steps
+        if session is None:
+            raise RuntimeError("the sessions have no multi-step decoder")
+        binding = session.io_binding()
+        for name in (TOKENS, TOKEN_LOGPROBS, STEP_CROSS_ATTENTIONS):  # outputs come back in binding order
+            binding.bind_output(name, "cpu")
+        for name, arr in feeds.items():
+            binding.bind_cpu_input(name, arr)
+        for name, x in past.items():
+            value = x if isinstance(x, ort.OrtValue) else ort.OrtValue.ortvalue_from_numpy(x)
+            binding.bind_ortvalue_input(name, value)
+            if name in self.in_place:
+                binding.bind_ortvalue_output(self.in_place[name], value)
+        session.run_with_iobinding(binding)
+        # copies: on the CPU device numpy() is a view of memory that dies with the OrtValue
+        tokens, logp, attn = (np.array(x.numpy(), copy=True) for x in binding.get_outputs()[:3])
+        return tokens, logp, attn
 
 
 class HostBackend(_SessionBackend):

@@ -4,34 +4,28 @@ Synchronous and transport-agnostic: `add()` runs the encoder for new requests, `
 the decoder once for every active row and returns events, `cancel()` drops a request. The
 none/dynamic/continuous schedulers differ only in when they call these.
 
-KV-cache layout
----------------
 Rows. The batch has `n_rows <= max_rows` rows and every decoder run covers all of them. A
 request holds `beam_size` rows (any rows, not necessarily adjacent). When a request leaves, its
 rows become holes: still computed (masked, output ignored) until a new request reuses them.
 Holes at the end are trimmed (a view, no copy); when holes are at least half of the rows, the
 live rows are compacted with one gather. Other rows' caches are never copied when one leaves.
 
-Self-attention cache: service/runtime/kvcache.py, in the layout of the bundle's decoder: `ConcatCache`
-(the decoder returns past ++ new; rows of different ages share columns, masked) or
-`InplaceCache` (fixed-length buffers the decoder writes in place; each row has its own length).
-Beam search reorders a request's rows by copying parent rows in place.
+Caches (service/runtime/kvcache.py), in the layout of the bundle's decoder: the self-attention
+cache `ConcatCache` (past ++ new; rows of different ages share columns, masked) or
+`InplaceCache` (buffers the decoder writes in place; each row has its own length), reordered in
+place for beam search; the cross-attention K/V `CrossCache`, computed once by the encoder when a
+request joins, repeated over its beam rows, in the first columns of an axis S >= the longest
+source present. A concat decoder takes `encoder_attention_mask` (n_rows, S); S grows when a
+longer source joins and shrinks (one copy) when it would drop by >= 1/4. An in-place decoder
+takes each row's source length - 1 (`encoder_seqlens_k`, 0 for holes) and computes nothing
+beyond it, so padding is free: S is a power of two >= 64 (at most max_len) that only grows and is
+kept when the batch empties. Masked entries are always finite and column 0 of every row's encoder
+mask is valid, so no NaN can leak through a mask. Tensors live in the backend's memory
+(service/runtime/backends.py): numpy arrays on the CPU, device OrtValues with the CUDA IO-binding
+backend, where joins, leaves, compaction and beam reordering stay on the device.
 
-Cross-attention K/V, per layer: (n_rows, H, S, Dh) (service/runtime/kvcache.py `CrossCache`), computed
-once by the encoder when the request joins, repeated over its beam rows, in the first columns of
-an axis S >= the longest source present (the columns beyond a row's source keep finite leftovers
-that no decoder reads). A concat decoder takes `encoder_attention_mask` (n_rows, S); S grows when
-a longer source joins and shrinks (one copy) when it would drop by >= 1/4. An in-place decoder
-takes each row's source length - 1 (`encoder_seqlens_k`, 0 for holes) and computes nothing beyond
-it, so padding is free: S is a power of two >= 64 (at most max_len) that only grows, in at most a
-few copies, and is kept with the host buffers when the batch empties (the next request copies
-nothing). The source mask is derived from each row's source length when rows or S change.
-Masked entries are always finite (zeros, a former row's values or the encoder's output at
-padding) and column 0 of every row's encoder mask is valid, so no NaN can leak through a mask.
-
-Tensors live in the backend's memory (service/runtime/backends.py, devicemem.py): numpy arrays on
-the CPU, device OrtValues with the CUDA IO-binding backend, where the encoder's output, joins,
-leaves, compaction and beam reordering all stay on the device (no host round trip).
+Runs. A run takes one step, or several greedy steps with a bundle's multi-step decoder when the
+batch's `StepPolicy` allows (service/runtime/stepping.py); requests join and leave between runs.
 """
 
 from __future__ import annotations
@@ -42,11 +36,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from interface.names import (
-    ATTENTION_MASK,
-    ENCODER_ATTENTION_MASK,
-    ENCODER_SEQLENS_K,
-    ENCODER_TOTAL_LENGTH,
+    FINISHED,
     INPUT_IDS,
+    MAX_STEPS,
     past_name,
     self_cache_io,
 )
@@ -57,9 +49,8 @@ from service.runtime.devicemem import CacheTensor
 from service.runtime.kvcache import ConcatCache, CrossCache, InplaceCache
 from service.runtime.search import BeamSearch, GreedySearch
 from service.runtime.spec import ModelSpec
+from service.runtime.stepping import SINGLE_STEP, StepPolicy
 from service.runtime.tokenization import TextTokenizer
-
-SOURCE_AXIS_MIN = 64  # source-lengths mode: the smallest S, doubled as longer sources come
 
 
 @dataclass(eq=False)
@@ -81,10 +72,11 @@ class DecodeBatch:
     """
 
     def __init__(self, spec: ModelSpec, backend: Backend, tokenizer: TextTokenizer,
-                 max_rows: int = 64) -> None:
+                 max_rows: int = 64, policy: StepPolicy = SINGLE_STEP) -> None:
         if max_rows < 1:
             raise ValueError(f"max_rows must be >= 1, got {max_rows}")
         self.spec, self.max_rows, self._be, self._tokenizer = spec, max_rows, backend, tokenizer
+        self.policy = policy  # steps per decoder run (service/runtime/stepping.py)
         n = spec.n_decoder_layers
         self._heads, self._d_head, self._dtype = spec.n_heads, spec.d_head, spec.cache_dtype
         self._self_names = list(self_cache_io(n))
@@ -96,7 +88,7 @@ class DecodeBatch:
         )
         self._cross_names = [past_name(i, "encoder", kv) for i in range(n) for kv in ("key", "value")]
         self._cross = CrossCache(self._be, len(self._cross_names), self._heads, self._d_head, self._dtype,
-                                 max_rows)
+                                 max_rows, self._source_lengths, spec.max_len)
         self._active: dict[Request, _Active] = {}
         self._reset()
 
@@ -153,9 +145,9 @@ class DecodeBatch:
         need = sum(o.beam_size for o in opts)
         if need > self.free_rows:
             raise BatchFull(f"{need} rows needed, {self.free_rows} free of {self.max_rows}")
-        enc = self._encode([r.source for r in reqs])  # may raise: nothing changed yet
+        enc = self._be.encode(self.spec.encoder_feeds([r.source for r in reqs]))  # may raise: nothing changed
         rows = self._allocate([o.beam_size for o in opts])
-        self._fit_src(self._source_axis(max(len(r.source) for r in reqs)))
+        self._fit_src(self._cross.axis_for(max(len(r.source) for r in reqs)))
         owner = np.repeat(np.arange(len(reqs)), [len(rr) for rr in rows])  # request of each new row
         new = np.concatenate(rows)
         lengths = np.array([len(r.source) for r in reqs], np.int64)[owner]
@@ -188,31 +180,77 @@ class DecodeBatch:
         self._reset()
         return dropped
 
-    # ----- one decoder step ---------------------------------------------------------------
+    # ----- one decoder run ----------------------------------------------------------------
     def step(self) -> list[Event]:
-        """One decoder run for all rows; returns token events then finished results.
-
-        If the run raises (including the backend's fault hook), the batch is left unchanged.
-        """
+        """One decoder run for all rows, of one step or several (service/runtime/stepping.py); returns
+        token events then finished results. If the run raises (including the backend's fault hook),
+        the batch is left unchanged."""
         if not self._active:
             return []
+        steps = self._steps_now()
+        self._cache.reserve(steps)
         if self._ids_of is not self._next:  # the same (n_rows, 1) view while _next is the same array
             self._ids, self._ids_of = self._next[:, None], self._next
         feeds = {INPUT_IDS: self._ids, **self._cache.feeds(), **self._source_feeds()}
         past = dict(zip(self._self_names, self._cache.past(), strict=True))
         past.update(zip(self._cross_names, self._cross.tensors(), strict=True))
-        logp, attn, present = self._be.decode(feeds, past, self._cache.inplace)
-        logp, attn = logp[:, -1].astype(np.float32, copy=False), attn[:, -1]  # (n_rows, V), (n_rows, S)
-        self._apply_rules(logp)
-        self._cache.advance(present, self._live)
         events: list[Event] = []
-        greedy, greedy_rows, beams = self._searches()
-        done = self._advance_greedy(greedy, greedy_rows, logp, attn, events) if greedy else []
-        done += self._advance_beams(beams, logp, attn) if beams else []
+        if steps > 1:
+            done = self._run_steps(steps, feeds, past, events)
+        else:
+            logp, attn, present = self._be.decode(feeds, past, self._cache.inplace)
+            logp, attn = logp[:, -1].astype(np.float32, copy=False), attn[:, -1]  # (n_rows, V), (n_rows, S)
+            self._apply_rules(logp)
+            self._cache.advance(present, self._live)
+            greedy, greedy_rows, beams = self._searches()
+            done = self._advance_greedy(greedy, greedy_rows, logp, attn, events) if greedy else []
+            done += self._advance_beams(beams, logp, attn) if beams else []
         events += [self._finish(a) for a in done]
         if done:  # holes, droppable columns and a shorter source axis only appear when rows leave
             self._tidy()
         return events
+
+    def _steps_now(self) -> int:
+        """Steps of the next run: several only with a multi-step decoder and an in-place cache, every
+        request greedy and nothing due on the host before them (a forced token, a per-step rule, a
+        request's last allowed token under the eos-at-limit rule)."""
+        rules = self.spec.rules
+        if self.policy.steps_per_call == 1 or not (self._source_lengths and self._be.multistep):
+            return 1
+        greedy, _, beams = self._searches()
+        if beams or self._forcing or rules.every_step:
+            return 1
+        left = [a.options.max_new_tokens - len(a.search.tokens) for a in greedy]
+        due = min(left) - 1 if rules.eos_at_limit else max(left)
+        return self.policy.steps(len(self._live), min(due, self.spec.max_len - self._cache.length))
+
+    def _run_steps(self, steps: int, feeds: dict[str, np.ndarray], past: dict[str, CacheTensor],
+                   events: list[Event]) -> list[_Active]:
+        """Up to `steps` greedy steps in one run of the multi-step decoder; returns the finished.
+
+        Each request takes its tokens up to its eos or max_new_tokens (the run went on for others),
+        and its score is the float32 running sum of their log-probs, as one step at a time makes it.
+        """
+        feeds |= {MAX_STEPS: np.array(steps, np.int64), FINISHED: ~self._live}
+        tokens, chosen, attn = self._be.decode_steps(feeds, past)  # (K, n_rows) twice, (K, n_rows, S)
+        n = len(tokens)  # <= steps: the run stops once every row has emitted eos
+        self._cache.advance([], self._live, n)
+        eos, done = self.spec.special.eos, []
+        for a in self._searches()[0]:
+            row, search = a.rows[0], a.search
+            column = tokens[:, row]
+            ends = np.flatnonzero(column == eos)
+            take = min(n, a.options.max_new_tokens - len(search.tokens), int(ends[0]) + 1 if ends.size else n)
+            logps = np.concatenate([self._score[row : row + 1], chosen[:take, row]])
+            sums = np.cumsum(logps, dtype=np.float32)
+            self._score[row], self._next[row] = sums[-1], column[take - 1]
+            taken = column[:take].tolist()
+            if search.extend(taken, None if search.attn is None else attn[:take, row]):
+                search.log_prob = self._score[row]
+                done.append(a)
+            if a.stream is not None:
+                events += [TokenEvent(a.request, t, a.stream(t)) for t in taken if t != eos]
+        return done
 
     def _apply_rules(self, logp: np.ndarray) -> None:
         """The bundle's rules and newcomers' forced first tokens on this step's log-probs, in place (they
@@ -227,13 +265,7 @@ class DecodeBatch:
     def _source_feeds(self) -> dict[str, np.ndarray]:
         """The source mask, or per-row source lengths - 1 and S; the same arrays until rows or S change."""
         if self._src_feeds is None:
-            if self._source_lengths:
-                lens = np.where(self._live, self._row_src - 1, 0).astype(np.int32)  # holes: column 0
-                total = np.array(self._cross.src, np.int32)
-                self._src_feeds = {ENCODER_SEQLENS_K: lens, ENCODER_TOTAL_LENGTH: total}
-            else:  # holes keep their last owner's mask (at least column 0)
-                mask = np.arange(self._cross.src)[None, :] < np.maximum(self._row_src, 1)[:, None]
-                self._src_feeds = {ENCODER_ATTENTION_MASK: mask.astype(np.int64)}
+            self._src_feeds = self._cross.feeds(self._live, self._row_src)
         return self._src_feeds
 
     def _rows_changed(self) -> None:
@@ -260,7 +292,12 @@ class DecodeBatch:
         returns the finished."""
         picked = logp[rows]  # (G, V); a view when rows is a slice
         tokens = picked.argmax(axis=-1)
-        self._score[rows] += picked[np.arange(len(tokens)), tokens]
+        return self._consume(greedy, rows, tokens, picked[np.arange(len(tokens)), tokens], attn, events)
+
+    def _consume(self, greedy: list[_Active], rows: np.ndarray | slice, tokens: np.ndarray,
+                 chosen: np.ndarray, attn: np.ndarray, events: list[Event]) -> list[_Active]:
+        """Each greedy request's chosen token, its log-prob summed in float32; returns the finished."""
+        self._score[rows] += chosen
         self._next[rows] = tokens
         eos, done = self.spec.special.eos, []
         for a, t in zip(greedy, tokens.tolist(), strict=True):
@@ -300,15 +337,6 @@ class DecodeBatch:
         return FinishedEvent(act.request, hyps)
 
     # ----- cache bookkeeping --------------------------------------------------------------
-    def _encode(self, sources: list[list[int]]) -> list[CacheTensor]:
-        """Run the encoder on right-padded sources; cross K/V per layer, each (B, H, S_new, Dh)."""
-        s = max(len(x) for x in sources)
-        ids = np.full((len(sources), s), self.spec.special.pad, np.int64)
-        mask = np.zeros((len(sources), s), np.int64)
-        for i, x in enumerate(sources):
-            ids[i, : len(x)], mask[i, : len(x)] = x, 1
-        return self._be.encode({INPUT_IDS: ids, ATTENTION_MASK: mask})
-
     def _reset(self) -> None:
         """Empty cache: no rows, L = 0, S = 0."""
         self._live = np.zeros(0, bool)  # row held by an active request (else a hole)
@@ -343,16 +371,6 @@ class DecodeBatch:
         self._live = np.concatenate([self._live, np.zeros(k, bool)])
         self._row_src = np.concatenate([self._row_src, np.zeros(k, np.int64)])
         self._rows_changed()
-
-    def _source_axis(self, longest: int) -> int:
-        """S for a newcomer as long as `longest`: with a mask, the longest source present; with
-        source lengths (padding costs no compute), a power of two >= 64 that only grows."""
-        if not self._source_lengths:
-            return max(self._cross.src, longest)
-        s = max(self._cross.src, SOURCE_AXIS_MIN)
-        while s < longest:
-            s *= 2
-        return min(s, self.spec.max_len) if s > self._cross.src else self._cross.src
 
     def _fit_src(self, s: int) -> None:
         """Zero-pad (s > S) or cut (s < S) the source axis of the cross K/V and its mask."""

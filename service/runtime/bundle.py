@@ -17,7 +17,7 @@ from interface.generation import (
     parse_languages,
     parse_tokenizer,
 )
-from interface.names import BUNDLE_FILE, BUNDLE_FORMAT_VERSION, DECODER_FILE, ENCODER_FILE
+from interface.names import BUNDLE_FILE, BUNDLE_FORMAT_VERSION, DECODER_FILE, ENCODER_FILE, steps_file
 from service.domain.errors import BundleError
 
 SUPPORTED_FORMAT_VERSIONS = (BUNDLE_FORMAT_VERSION, FORMAT_WITH_GENERATION)
@@ -56,12 +56,18 @@ class Bundle:
     host_nodes: dict[str, tuple[str, ...]] = field(default_factory=dict)  # file -> integer-only nodes
 
     def files(self, variant: str | None) -> dict[str, Path]:
-        """{"encoder": path, "decoder": path} of a variant (None: the base files)."""
+        """{"encoder": path, "decoder": path} of a variant (None: the base files), with "steps": the
+        decoder's multi-step file (interface/names.py `steps_file`) when the bundle has one."""
         if variant is None:
-            return {"encoder": self.encoder_path, "decoder": self.decoder_path}
-        if variant not in self.variants:
+            files = {"encoder": self.encoder_path, "decoder": self.decoder_path}
+        elif variant not in self.variants:
             raise BundleError(f"bundle {self.path} has no variant {variant!r} (has: {sorted(self.variants)})")
-        return dict(self.variants[variant])
+        else:
+            files = dict(self.variants[variant])
+        steps = steps_file(files["decoder"].name)
+        if steps in self.manifest.get("files", {}):
+            files["steps"] = self.path / steps
+        return files
 
     @property
     def tokenizer_path(self) -> Path:

@@ -19,12 +19,15 @@ live row starts at column >= c and c >= L / 4, columns [0, c) are dropped. Growi
 rows and dropping columns copy into new tensors; a beam reorder copies rows in place.
 
 `InplaceCache` (kv_cache "inplace", export/inplace.py): per layer K and V in a buffer
-(capacity, H, max_len, Dh) that the decoder updates in place (the same memory is bound as past
+(capacity, H, columns, Dh) that the decoder updates in place (the same memory is bound as past
 and present, so no cache byte is copied per step). Row r holds its own `length[r]` tokens at
 columns [0, length[r]); the decoder reads `seqlens_k` = length (so the new token lands at column
 length[r]) and nothing beyond. A new occupant just starts at length 0: no mask, no copy.
 Rows are views of the first n_rows of the buffer, which doubles its capacity (up to the batch's
-max_rows) when it must grow; buffers are kept when the batch empties.
+max_rows) when it must grow; its columns are a multiple of 32 (at most max_len) that grows when a
+row needs more (`reserve`, one copy) and shrinks back when the batch empties, so that a copy of the
+cache (a multi-step decoder's loop copies it each step: export/multistep.py) costs what the rows
+hold, not max_len. Buffers are kept when the batch empties.
 
 `CrossCache`: the cross-attention K/V that the encoder computed for each row's request, kept
 the same way (views of buffers with spare rows), so that requests joining and leaving at the end
@@ -35,9 +38,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from interface.names import ATTENTION_MASK, POSITION_IDS, SEQLENS_K, TOTAL_SEQUENCE_LENGTH
+from interface.names import (
+    ATTENTION_MASK,
+    ENCODER_ATTENTION_MASK,
+    ENCODER_SEQLENS_K,
+    ENCODER_TOTAL_LENGTH,
+    POSITION_IDS,
+    SEQLENS_K,
+    TOTAL_SEQUENCE_LENGTH,
+)
 from service.runtime.backends import Backend
 from service.runtime.devicemem import CacheTensor
+
+SOURCE_AXIS_MIN = 64  # source-lengths mode: the smallest S, doubled as longer sources come
+CACHE_COLUMNS_STEP = 32  # the in-place cache's columns: a multiple of this, grown as rows get longer
 
 
 class ConcatCache:
@@ -107,6 +121,9 @@ class ConcatCache:
     def past(self) -> list[CacheTensor]:
         """Cache tensors to feed, in the order of the decoder's past_key_values inputs."""
         return self._kv
+
+    def reserve(self, steps: int) -> None:
+        """Nothing to do: each run returns a longer cache."""
 
     def advance(self, presents: list[CacheTensor], live: np.ndarray) -> None:
         """Take the decoder's presents (one column longer) as the cache."""
@@ -202,14 +219,18 @@ class InplaceCache(_RowBuffers):
                  max_rows: int | None = None) -> None:
         super().__init__(backend, n_tensors, heads, d_head, dtype, max_rows)
         self._max_len = max_len
-        self._buf = self._alloc(0, max_len)
+        self._columns = min(CACHE_COLUMNS_STEP, max_len)
+        self._buf = self._alloc(0, self._columns)
         self._len = np.zeros(0, np.int64)  # per row, capacity long
         self._feeds = _length_feeds(0)
 
     def reset(self) -> None:
-        """No rows (the buffers are kept for the next requests)."""
+        """No rows (the buffers are kept for the next requests, at the fewest columns)."""
         self.rows = 0
         self._len[:] = 0
+        if self._columns > CACHE_COLUMNS_STEP:
+            self._columns = min(CACHE_COLUMNS_STEP, self._max_len)
+            self._buf, self._views = self._alloc(self._capacity(), self._columns), []
 
     @property
     def length(self) -> int:
@@ -225,10 +246,17 @@ class InplaceCache(_RowBuffers):
         need = self.rows + k
         if need > self._capacity():
             rows = self._grown(need)
-            self._resize(rows, self._max_len, self._cols(self.length))
+            self._resize(rows, self._columns, self._cols(self.length))
             self._len = np.concatenate([self._len[: self.rows], np.zeros(rows - self.rows, np.int64)])
         self._len[self.rows : need] = 0
         self.rows = need
+
+    def reserve(self, steps: int) -> None:
+        """Make room for `steps` more tokens in the longest row (columns double, one copy)."""
+        need = min(self.length + steps, self._max_len)
+        if need > self._columns:
+            self._columns = min(-(-need // CACHE_COLUMNS_STEP) * CACHE_COLUMNS_STEP, self._max_len)
+            self._resize(self._capacity(), self._columns, self._cols(self.length))
 
     def start(self, rows: np.ndarray) -> None:
         """Rows taken by a new request: empty."""
@@ -261,12 +289,12 @@ class InplaceCache(_RowBuffers):
         """Cache tensors of the n_rows rows, bound as past and present (updated in place)."""
         return self.tensors()
 
-    def advance(self, presents: list[CacheTensor], live: np.ndarray) -> None:
-        """Live rows grew by one token (holes stay empty); the buffers already hold it."""
+    def advance(self, presents: list[CacheTensor], live: np.ndarray, steps: int = 1) -> None:
+        """Live rows grew by `steps` tokens (holes stay empty); the buffers already hold them."""
         if len(live) != self.rows:
             raise ValueError(f"{len(live)} row flags for {self.rows} rows")
         lens = self._len[: self.rows]
-        lens += live
+        lens += steps * live
 
     def reorder(self, dst: np.ndarray, src: np.ndarray) -> None:
         """cache[dst] = cache[src] for every buffer, over the columns in use."""
@@ -288,9 +316,29 @@ class CrossCache(_RowBuffers):
     """
 
     def __init__(self, backend: Backend, n_tensors: int, heads: int, d_head: int, dtype: type,
-                 max_rows: int | None = None) -> None:
+                 max_rows: int | None = None, source_lengths: bool = False, max_len: int = 0) -> None:
         super().__init__(backend, n_tensors, heads, d_head, dtype, max_rows)
         self.src = 0
+        self.source_lengths, self._max_len = source_lengths, max_len  # else a source mask
+
+    def axis_for(self, longest: int) -> int:
+        """S for a newcomer as long as `longest`: with a mask, the longest source present; with
+        source lengths (padding costs no compute), a power of two >= 64 that only grows."""
+        if not self.source_lengths:
+            return max(self.src, longest)
+        s = max(self.src, SOURCE_AXIS_MIN)
+        while s < longest:
+            s *= 2
+        return min(s, self._max_len) if s > self.src else self.src
+
+    def feeds(self, live: np.ndarray, row_src: np.ndarray) -> dict[str, np.ndarray]:
+        """The decoder's source inputs for rows with these source lengths: per-row lengths - 1 and S
+        (holes: column 0), or a mask (holes keep their last owner's, at least column 0)."""
+        if self.source_lengths:
+            lens = np.where(live, row_src - 1, 0).astype(np.int32)
+            return {ENCODER_SEQLENS_K: lens, ENCODER_TOTAL_LENGTH: np.array(self.src, np.int32)}
+        mask = np.arange(self.src)[None, :] < np.maximum(row_src, 1)[:, None]
+        return {ENCODER_ATTENTION_MASK: mask.astype(np.int64)}
 
     def reset(self, keep_src: bool = False) -> None:
         """No rows; the buffers and S are kept for the next requests if keep_src, else S = 0."""

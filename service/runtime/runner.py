@@ -39,6 +39,7 @@ from service.runtime.bundle import Bundle, load_bundle
 from service.runtime.rules import StepRules
 from service.runtime.sessions import CUDA, check_provider, open_sessions, plan_providers
 from service.runtime.spec import ModelSpec
+from service.runtime.stepping import StepPolicy
 from service.runtime.tokenization import TextTokenizer, load_tokenizer
 
 log = logging.getLogger(__name__)
@@ -56,7 +57,9 @@ class Runner:
     {"CUDAExecutionProvider": {"device_id": 1}}. io_binding: None = only when CUDA is active.
     variant: a bundle variant such as "fp16", or "base" (default: the one bundle.json names for the
     provider in use, else the base files). require_provider: raise ProviderUnavailable unless that
-    provider runs the model with every compute node placed on it. profile_prefix: ORT's profiler (files
+    provider runs the model with every compute node placed on it. step_policy: steps per decoder run
+    (service/runtime/stepping.py; default StepPolicy(): several for few rows, when the bundle has a
+    multi-step decoder; SINGLE_STEP: the decoder file only). profile_prefix: ORT's profiler (files
     `<prefix>_encoder_*.json`, `<prefix>_decoder_*.json`; bench/profile.py). Thread-safe for
     concurrent `translate` calls (each thread reuses its own DecodeBatch, so a call finds the
     buffers of the previous one allocated and bound); `fault_hook` is for tests (called with
@@ -75,6 +78,7 @@ class Runner:
         variant: str | None = None,
         profile_prefix: str | None = None,
         require_provider: str | None = None,
+        step_policy: StepPolicy | None = None,
     ) -> None:
         self.bundle = bundle if isinstance(bundle, Bundle) else load_bundle(bundle)
         self.config = self.bundle.config
@@ -83,6 +87,7 @@ class Runner:
         self.vocab_size = int(self.config["vocab_size"])  # what the decoder generates
         self.source_vocab_size = int(self.config.get("source_vocab_size") or self.vocab_size)  # encoder's
         self.max_beam = max_beam
+        self.step_policy = StepPolicy() if step_policy is None else step_policy
         self._text_setup()
         device_id = int((provider_options or {}).get(CUDA, {}).get("device_id", 0))
         planned, why_not_cuda = plan_providers(providers, device_id)
@@ -94,7 +99,7 @@ class Runner:
 
         self.sessions = open_sessions(lambda provider: self.bundle.files(variant_of(provider)), planned,
                                       provider_options, intra_op_threads, shared_thread_pool, profile_prefix,
-                                      why_not_cuda)
+                                      why_not_cuda, self.step_policy.steps_per_call > 1)
         self.variant = variant_of(self.provider)
         files = self.sessions.files
         host_nodes = {graph: self.bundle.host_nodes.get(path.name, ()) for graph, path in files.items()}
@@ -117,6 +122,10 @@ class Runner:
             self.backend: Backend = IoBindingBackend(self.sessions, n_layers, device, device_id)
         else:
             self.backend = HostBackend(self.sessions, n_layers)
+        if self.step_policy.steps_per_call > 1 and not self.backend.multistep:
+            log.warning("%d steps per call asked for, but the bundle has no multi-step decoder for %s "
+                        "(export it again with this version): one step per call",
+                        self.step_policy.steps_per_call, decoder.name)
         log.info("runner for %s %s on %s, variant %s (%s)", self.bundle.name, self.bundle.version,
                  self.provider, self.variant_name, type(self.backend).__name__)
 
@@ -206,8 +215,9 @@ class Runner:
 
     # ----- decoding -----------------------------------------------------------------------
     def new_batch(self, max_rows: int = 64) -> DecodeBatch:
-        """An empty DecodeBatch with room for max_rows rows (a beam-k request takes k)."""
-        return DecodeBatch(self.spec, self.backend, self.tokenizer, max_rows)
+        """An empty DecodeBatch with room for max_rows rows (a beam-k request takes k), stepping by the
+        runner's policy."""
+        return DecodeBatch(self.spec, self.backend, self.tokenizer, max_rows, self.step_policy)
 
     def translate(
         self,

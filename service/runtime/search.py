@@ -73,6 +73,14 @@ class GreedySearch:
             self.attn.append(attn[: self.src_len].copy())
         return self.done
 
+    def extend(self, tokens: list[int], attn: np.ndarray | None = None) -> bool:
+        """Consume several chosen tokens (and their cross-attention rows (n, S)), none after the search
+        is done; True when it is done."""
+        self.tokens += tokens
+        if self.attn is not None and attn is not None:
+            self.attn += [row[: self.src_len].copy() for row in attn]
+        return self.done
+
     def results(self) -> list[RawHypothesis]:
         """The single hypothesis."""
         n = len(self.tokens)  # generated tokens including eos if finished

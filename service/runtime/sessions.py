@@ -123,6 +123,7 @@ class Sessions:
     why_not_cuda: str | None = None  # why CUDA was not asked for, when it was requested
     options: dict[str, dict[str, str]] = field(default_factory=dict)  # provider options passed to ORT
     files: dict[str, Path] = field(default_factory=dict)  # {"encoder": path, "decoder": path} opened
+    steps: ort.InferenceSession | None = None  # the multi-step decoder (export/multistep.py), if opened
 
     @property
     def provider(self) -> str:
@@ -172,10 +173,11 @@ def open_sessions(
     shared_pool: bool = True,
     profile_prefix: str | None = None,
     why_not_cuda: str | None = None,
+    multistep: bool = False,
 ) -> Sessions:
     """Create both sessions on `providers` (already planned by plan_providers; CPU added last if
     missing), each from the files `graph_files` gives for the provider really in use and with
-    that provider's options."""
+    that provider's options; with `multistep`, the multi-step decoder's too when the files have one."""
     planned = [p for p in (providers or [CPU]) if p != CPU] + [CPU]
     options = {p: {str(k): str(v) for k, v in (provider_options or {}).get(p, {}).items()} for p in planned}
     prefix = {g: profile_prefix and f"{profile_prefix}_{g}" for g in ("encoder", "decoder")}
@@ -196,9 +198,14 @@ def open_sessions(
     files = graph_files(planned[0])
     dec = _open(files["decoder"], planned, options, intra_op_threads, shared, prefix["decoder"])
     in_use = list(dec.get_providers())
+    steps = None
+    if multistep and "steps" in files:
+        steps = _open(files["steps"], planned, options, intra_op_threads, shared, prefix["decoder"])
+    else:
+        files = {g: f for g, f in files.items() if g != "steps"}
     log.info("ONNX Runtime providers in use: %s (shared thread pool: %s)", in_use, shared)
     return Sessions(enc, dec, in_use, shared, why_not_cuda, {p: options.get(p, {}) for p in in_use},
-                    dict(files))
+                    dict(files), steps)
 
 
 def placement(session: ort.InferenceSession) -> dict[str, list[tuple[str, str]]]:

@@ -10,6 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
+from interface.names import ATTENTION_MASK, INPUT_IDS
 from service.domain.errors import InvalidInput
 from service.domain.types import Request, ResolvedOptions
 from service.runtime.bundle import SpecialIds
@@ -30,6 +33,15 @@ class ModelSpec:
     cache_dtype: type  # numpy float32, or float16 for an fp16 variant
     decoder_start: int  # the decoder's first input: bos, or the bundle's generation.decoder_start_id
     rules: StepRules = StepRules()  # the bundle's suppressed ids, eos at the limit, renormalization
+
+    def encoder_feeds(self, sources: Sequence[Sequence[int]]) -> dict[str, np.ndarray]:
+        """The encoder's inputs for these sources: ids right-padded with pad, and the attention mask."""
+        s = max(len(x) for x in sources)
+        ids = np.full((len(sources), s), self.special.pad, np.int64)
+        mask = np.zeros((len(sources), s), np.int64)
+        for i, x in enumerate(sources):
+            ids[i, : len(x)], mask[i, : len(x)] = x, 1
+        return {INPUT_IDS: ids, ATTENTION_MASK: mask}
 
     def check_source(self, ids: Sequence[int]) -> None:
         """InvalidInput unless ids is a non-empty list of in-vocabulary ids no longer than max_len."""

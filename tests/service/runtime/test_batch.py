@@ -11,8 +11,9 @@ import pytest
 from model.data import pad
 from model.decoding import beam_search
 from service.domain.types import DecodeOptions, FinishedEvent, Hypothesis
-from service.runtime.batch import SOURCE_AXIS_MIN, DecodeBatch
+from service.runtime.batch import DecodeBatch
 from service.runtime.devicemem import DeviceMemory
+from service.runtime.kvcache import SOURCE_AXIS_MIN
 from service.runtime.runner import Runner
 from tests.support.decoding import MAX_NEW, assert_distinct, assert_same_hypotheses, drain, reference, tokens
 from tests.support.scheduling import Gate

@@ -1,0 +1,44 @@
+"""How many decoder steps one ONNX Runtime run takes: the multi-step policy of a DecodeBatch.
+
+A bundle's multi-step decoder (export/multistep.py) runs up to K greedy steps in one call: no
+Python, binding or argmax between them. It pays where that per-step host cost is a large share
+of a step (few rows; a GPU, where the kernels are fast) and costs where the loop's own copies of
+the cache outweigh it (many rows on the CPU provider, whose attention kernel cannot write the
+cache in place inside a loop); docs/performance.md has the measurements behind the defaults.
+
+A batch takes K steps at once only when nothing between them needs the host: every request is
+greedy, no rule of the bundle applies to every step, no forced first token is pending, and no
+request reaches its last allowed token (where a rule may force eos) within the K steps. Requests
+join, leave and are cancelled between runs, and a streaming request gets the tokens of each run
+as it returns, so K also bounds how long a newcomer waits to join.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_STEPS_PER_CALL = 1  # measured on the CPU provider: several steps per run did not pay
+
+
+@dataclass(frozen=True)
+class StepPolicy:
+    """Steps per decoder run: up to `steps_per_call` while the batch has at most `max_rows` rows (0: any)."""
+
+    steps_per_call: int = DEFAULT_STEPS_PER_CALL
+    max_rows: int = 0
+
+    def __post_init__(self) -> None:
+        if self.steps_per_call < 1:
+            raise ValueError(f"steps_per_call must be >= 1, got {self.steps_per_call}")
+        if self.max_rows < 0:
+            raise ValueError(f"the multi-step row limit must be >= 0, got {self.max_rows}")
+
+    def steps(self, rows: int, left: int) -> int:
+        """Steps for the next run of a batch of `rows` rows whose requests need at most `left` more
+        tokens before the host must see a step (1: a single-step run)."""
+        if self.steps_per_call == 1 or 0 < self.max_rows < rows:
+            return 1
+        return max(1, min(self.steps_per_call, left))
+
+
+SINGLE_STEP = StepPolicy(1)  # one step per run: the decoder file only
