@@ -142,8 +142,9 @@ def write_multistep(bundle_dir: Path, decoder_file: str, n_layers: int, eos_id: 
     return out
 
 
-def _greedy(enc: ort.InferenceSession, run: Callable[..., tuple[np.ndarray, ...]], sources: list[list[int]],
-            n_layers: int, start_id: int, eos_id: int, max_new: int, steps: int) -> list[list[int]]:
+def greedy_tokens(enc: ort.InferenceSession, run: Callable[..., tuple[np.ndarray, ...]],
+                  sources: list[list[int]], n_layers: int, start_id: int, eos_id: int, max_new: int,
+                  steps: int) -> list[list[int]]:
     """Greedy tokens of every source, all rows in one batch, `steps` tokens per run of `run`."""
     b, s = len(sources), max(map(len, sources))
     ids, mask = np.zeros((b, s), np.int64), np.zeros((b, s), np.int64)
@@ -195,8 +196,8 @@ def verify_multistep(bundle_dir: Path, decoder_file: str, encoder_file: str, sou
                                    feeds | {names.MAX_STEPS: np.array(steps, np.int64), names.FINISHED: done})
         return tokens, caches
 
-    want = _greedy(enc, one, sources, n_layers, start_id, eos_id, max_new, 1)
-    got = _greedy(enc, several, sources, n_layers, start_id, eos_id, max_new, steps)
+    want = greedy_tokens(enc, one, sources, n_layers, start_id, eos_id, max_new, 1)
+    got = greedy_tokens(enc, several, sources, n_layers, start_id, eos_id, max_new, steps)
     wrong = [i for i, (a, b) in enumerate(zip(want, got, strict=True)) if a != b]
     if wrong:
         raise ParityError(f"{names.steps_file(decoder_file)} decodes source {wrong[0]} as {got[wrong[0]]}, "
