@@ -5,6 +5,7 @@
 
 Prints each benchmark's tables; the last line is one JSON object of throughput ratios (higher
 is better): ort_vs_torch_b1, ort_vs_torch_b32, ort_vs_ct2_b1, ort_vs_ct2_b32,
+service_vs_ct2_c1, service_vs_ct2_c64, server_c64_vs_inprocess (bench/vs_ct2.py),
 continuous_vs_none_c64, continuous_vs_dynamic_mixed, server_c1_vs_inprocess.
 """
 
@@ -18,6 +19,7 @@ from pathlib import Path
 
 HEADLINE = (
     "ort_vs_torch_b1", "ort_vs_torch_b32", "ort_vs_ct2_b1", "ort_vs_ct2_b32",
+    "service_vs_ct2_c1", "service_vs_ct2_c64", "server_c64_vs_inprocess",
     "continuous_vs_none_c64", "continuous_vs_dynamic_mixed", "server_c1_vs_inprocess",
 )
 DEFAULT = Path("artifacts/default")
@@ -33,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=2, help="threads of every engine and of the server's ORT")
     a = ap.parse_args(argv)
 
-    from bench import engine, scaling, server
+    from bench import engine, scaling, server, vs_ct2
 
     figures: dict[str, float] = {}
     start = time.perf_counter()
@@ -41,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     points, ratios = engine.run(a.quick, a.checkpoint, a.bundle, threads=a.threads)
     print(engine.table(points), flush=True)
     figures |= ratios
+    print("\n## The server against CTranslate2 in process", flush=True)
+    figures |= vs_ct2.run(a.quick, a.checkpoint, a.bundle, threads=a.threads)
     print("\n## Server", flush=True)
     figures |= server.run(a.quick, a.bundle, intra_op_threads=a.threads)
     print("\n## Scaling and memory", flush=True)

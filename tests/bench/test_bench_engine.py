@@ -56,6 +56,20 @@ def test_engine_benchmark_smoke(tiny_checkpoint, tiny_bundle, tiny_corpus):
     assert table(points).count("\n") == 4  # header, rule, three engines
 
 
+def test_server_against_ctranslate2_smoke(tiny_checkpoint, tiny_bundle, tiny_corpus):
+    """bench.vs_ct2 measures the server and both engines, and its ratios are the ratios of its figures."""
+    from bench import vs_ct2
+
+    out = vs_ct2.run(checkpoint=tiny_checkpoint, bundle=tiny_bundle, threads=1, split=tiny_corpus["valid"],
+                     n_texts=16, repeats=1, log=lambda _: None)
+    for ratio, (a, b) in {"service_vs_ct2_c1": ("server_c1", "ct2_b1"),
+                          "service_vs_ct2_c64": ("server_c64", "ct2_b32"),
+                          "server_c64_vs_inprocess": ("server_c64", "inprocess_b32")}.items():
+        top, bottom = out[f"{a}_sentences_per_s"], out[f"{b}_sentences_per_s"]
+        assert top > 0 and bottom > 0
+        assert math.isclose(out[ratio], top / bottom)
+
+
 def test_points_report_throughput():
     p = Point("x", 4, sentences=10, tokens=250, seconds=2.0)
     assert p.sentences_per_s == 5.0 and p.tokens_per_s == 125.0

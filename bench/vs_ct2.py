@@ -1,0 +1,107 @@
+"""The real server against CTranslate2 in process, on the same texts: what a user choosing an engine sees.
+
+    python -m bench.vs_ct2 [--quick] [--checkpoint ...] [--bundle ...] [--threads N]
+
+The server runs with its default flags (continuous batching) on 127.0.0.1 and is loaded by
+bench/loadgen.py (closed loop, unary Translate); CTranslate2 (the checkpoint's weights through
+bench/ct2.py) and the service's own engine (`Runner.translate`, static batches) each decode the same
+held-out sentences in a process of their own (bench/engine.py `EngineProcess`). Concurrency 1 is
+compared with batch 1, concurrency 64 with batches of the server's `--max-batch-size` (32: the
+most rows its batch takes). The points are interleaved over `repeats` rounds and the medians kept.
+
+Ratios (higher is better): service_vs_ct2_c1 (server at concurrency 1 over CTranslate2 at batch 1),
+service_vs_ct2_c64 (server at 64 over CTranslate2 at batch 32), server_c64_vs_inprocess (server at 64
+over the in-process engine at batch 32: what the server's own layers cost). The load generator
+shares the machine's cores with the server, as a client on the same host would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from tokenizers import Tokenizer
+
+from bench.ct2 import checkpoint_vocab, convert
+from bench.engine import PAUSE_S, EngineProcess
+from bench.loadgen import closed_loop, summarize, wait_ready
+from bench.serverproc import ServerProcess
+from bench.workload import DEFAULT_BUNDLE, HELD_OUT, held_out_sources
+from service.config import ServerConfig
+from service.runtime.bundle import load_bundle
+
+DEFAULT_CHECKPOINT = DEFAULT_BUNDLE.parent / "model.pt"
+
+
+def run(quick: bool = False, checkpoint: Path = DEFAULT_CHECKPOINT, bundle: Path = DEFAULT_BUNDLE,
+        threads: int = 2, split: Path = HELD_OUT, n_texts: int | None = None, repeats: int | None = None,
+        log=print) -> dict[str, float]:
+    """Measure the three throughputs at both loads; returns the ratios and the figures (sentences/s)."""
+    texts = held_out_sources(split)[: n_texts or (128 if quick else 500)]
+    repeats = repeats or (3 if quick else 5)
+    b = load_bundle(bundle)
+    tok = Tokenizer.from_file(str(b.tokenizer_path))
+    sources = [e.ids + [b.special.eos] for e in tok.encode_batch(texts, add_special_tokens=False)]
+    batch = ServerConfig().max_batch_size
+    c1_texts = texts[: max(1, len(texts) * 3 // 8)]
+    figures: dict[str, list[float]] = {k: [] for k in ("server_c1", "ct2_b1", "server_c64", "ct2_b32",
+                                                        "inprocess_b32")}
+    with tempfile.TemporaryDirectory() as work, contextlib.ExitStack() as stack:
+        vocab = checkpoint_vocab(checkpoint)
+        ct2_model = convert(checkpoint, Path(work) / "ct2", vocab)
+        ct2 = stack.enter_context(contextlib.closing(
+            EngineProcess("ctranslate2", checkpoint, bundle, threads, ct2_model, vocab)))
+        ort = stack.enter_context(contextlib.closing(
+            EngineProcess("onnxruntime", checkpoint, bundle, threads, ct2_model, vocab)))
+        server = stack.enter_context(ServerProcess(bundle, "continuous"))
+        asyncio.run(wait_ready(server.address))
+        asyncio.run(closed_loop(server.address, texts, 8, 64))  # warm-up
+        ct2.time(sources[:8], 1)
+        ort.time(sources[:64], batch)
+        points = {  # name: () -> sentences/s
+            "ct2_b1": lambda: len(c1_texts) / ct2.time(sources[: len(c1_texts)], 1)[0],
+            "server_c1": lambda: summarize(asyncio.run(closed_loop(server.address, c1_texts, 1,
+                                                                   len(c1_texts)))).throughput,
+            "ct2_b32": lambda: len(sources) / ct2.time(sources, batch)[0],
+            "inprocess_b32": lambda: len(sources) / ort.time(sources, batch)[0],
+            "server_c64": lambda: summarize(asyncio.run(closed_loop(server.address, texts, 64,
+                                                                    len(texts)))).throughput,
+        }
+        for r in range(repeats):
+            log(f"  round {r + 1}/{repeats}")
+            for name, measure in points.items():
+                time.sleep(PAUSE_S)  # the previous engine's idle threads stop spinning
+                figures[name].append(measure())
+    med = {k: statistics.median(v) for k, v in figures.items()}
+    for k, v in med.items():
+        log(f"  {k}: {v:.1f} sentences/s (runs: {', '.join(f'{x:.0f}' for x in figures[k])})")
+    return {
+        "service_vs_ct2_c1": med["server_c1"] / med["ct2_b1"],
+        "service_vs_ct2_c64": med["server_c64"] / med["ct2_b32"],
+        "server_c64_vs_inprocess": med["server_c64"] / med["inprocess_b32"],
+        **{f"{k}_sentences_per_s": v for k, v in med.items()},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI: print the figures, then one JSON line of the ratios."""
+    ap = argparse.ArgumentParser(prog="python -m bench.vs_ct2", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="fewer texts and rounds")
+    ap.add_argument("--checkpoint", type=Path, default=DEFAULT_CHECKPOINT)
+    ap.add_argument("--bundle", type=Path, default=DEFAULT_BUNDLE)
+    ap.add_argument("--threads", type=int, default=2, help="threads of both in-process engines")
+    a = ap.parse_args(argv)
+    out = run(a.quick, a.checkpoint, a.bundle, a.threads)
+    print(json.dumps({k: round(v, 3) for k, v in out.items()}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
