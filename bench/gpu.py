@@ -5,9 +5,11 @@ of `repeats` timed runs after a warm-up): the runner on the CUDA provider with t
 variant (what the server picks for CUDA) and with its fp32 base files (`variant="base"`: ONNX
 Runtime has no fp32 CUDA kernel for its GroupQueryAttention nodes, so it places them on the CPU
 with copies around them; the figure says what that costs), and CTranslate2 on CUDA beside them
-(float16 and float32) when its CUDA build loads here. fp16 tokens are compared with fp32's.
-Server: `python -m service.server` with default flags (it must report CUDA), loaded by
-bench/loadgen.py at concurrency 1 and 64.
+(float16 and float32) when its CUDA build loads here. fp16 tokens are compared with fp32's. The fp16
+runner again with 16 greedy steps per ONNX Runtime run (`ort_fp16_k16`, the bundle's multi-step
+decoder: service/runtime/stepping.py), its tokens checked equal to one step per run's.
+Server: `python -m service.server` with default flags (it must report CUDA), and with
+`--steps-per-call 16`, loaded by bench/loadgen.py at concurrency 1 and 64.
 
     python -m bench.gpu [--quick]
 """
@@ -32,9 +34,11 @@ from bench.workload import DEFAULT_BUNDLE, HELD_OUT, REPO_ROOT, held_out_sources
 from service.domain.types import DecodeOptions
 from service.runtime.runner import Runner
 from service.runtime.sessions import CUDA
+from service.runtime.stepping import StepPolicy
 
 CHECKPOINT = REPO_ROOT / "artifacts" / "default" / "model.pt"
 BATCHES = (1, 32, 128)
+STEPS = 16  # steps per run of the multi-step points
 Decode = Callable[[list[list[int]]], list[list[int]]]
 
 
@@ -87,13 +91,15 @@ def engine(quick: bool, bundle: Path) -> dict[str, Any]:
     """Sentences per second of every decoder at every batch size, and fp16/fp32 token agreement."""
     fp16 = Runner(bundle, require_provider=CUDA)  # the default choice for CUDA: the fp16 variant
     fp32 = Runner(bundle, variant="base")
+    multi = Runner(bundle, require_provider=CUDA, step_policy=StepPolicy(STEPS))
     texts = held_out_sources(HELD_OUT)
     ids = fp16.encode_texts(texts)
     limit = fp16.max_len - 1
     result: dict[str, Any] = {"variant": fp16.variant_name, "provider": fp16.provider}
     with tempfile.TemporaryDirectory() as work:
         ct2, why = ct2_decoders(limit, Path(work))
-        decoders = {"ort_fp16": runner_decoder(fp16), "ort_fp32": runner_decoder(fp32), **ct2}
+        decoders = {"ort_fp16": runner_decoder(fp16), f"ort_fp16_k{STEPS}": runner_decoder(multi),
+                    "ort_fp32": runner_decoder(fp32), **ct2}
         if why:
             result["ct2_skipped"] = why
         same = total = 0
@@ -105,11 +111,14 @@ def engine(quick: bool, bundle: Path) -> dict[str, Any]:
                 rate, outputs[name] = time_decoder(decode, sources, batch, 2 if quick else 3)
                 result.setdefault(name, {})[f"b{batch}"] = round(rate, 1)
             same += sum(a == b for a, b in zip(outputs["ort_fp16"], outputs["ort_fp32"], strict=True))
+            if outputs[f"ort_fp16_k{STEPS}"] != outputs["ort_fp16"]:
+                raise RuntimeError(f"batch {batch}: {STEPS} steps per run decode other tokens than one")
             total += len(sources)
     result["fp16_vs_fp32_token_agreement"] = round(same / total, 4)
     for batch in BATCHES:
         ours = result["ort_fp16"][f"b{batch}"]
         result[f"fp16_vs_fp32_b{batch}"] = round(ours / result["ort_fp32"][f"b{batch}"], 2)
+        result[f"steps{STEPS}_vs_1_b{batch}"] = round(result[f"ort_fp16_k{STEPS}"][f"b{batch}"] / ours, 2)
         if "ct2_float16" in result:
             result[f"fp16_vs_ct2_fp16_b{batch}"] = round(ours / result["ct2_float16"][f"b{batch}"], 2)
     return result
@@ -119,17 +128,19 @@ def server(quick: bool, bundle: Path) -> dict[str, Any]:
     """Throughput and latency of a default-flag server at concurrency 1 and 64 (it must run on CUDA)."""
     texts = held_out_sources(HELD_OUT)
     out: dict[str, Any] = {}
-    with ServerProcess(bundle, "continuous", ("--require-provider", CUDA)) as proc:
-        asyncio.run(wait_ready(proc.address))
-        for concurrency in (1, 64):
-            requests = (100 if quick else 300) if concurrency == 1 else (640 if quick else 1920)
-            warm_up = min(requests, 2 * concurrency)
-            asyncio.run(closed_loop(proc.address, texts, concurrency, warm_up))
-            summary = summarize(asyncio.run(closed_loop(proc.address, texts, concurrency, requests)))
-            if summary.ok != requests:
-                raise RuntimeError(f"server answered {summary.ok} of {requests}: {summary.errors}")
-            out[f"c{concurrency}"] = {"throughput": round(summary.throughput, 1),
-                                      "p50_ms": round(summary.p50_ms, 2), "p99_ms": round(summary.p99_ms, 2)}
+    for label, flags in (("", ()), (f"_k{STEPS}", ("--steps-per-call", str(STEPS)))):
+        with ServerProcess(bundle, "continuous", ("--require-provider", CUDA, *flags)) as proc:
+            asyncio.run(wait_ready(proc.address))
+            for concurrency in (1, 64):
+                requests = (100 if quick else 300) if concurrency == 1 else (640 if quick else 1920)
+                warm_up = min(requests, 2 * concurrency)
+                asyncio.run(closed_loop(proc.address, texts, concurrency, warm_up))
+                summary = summarize(asyncio.run(closed_loop(proc.address, texts, concurrency, requests)))
+                if summary.ok != requests:
+                    raise RuntimeError(f"server answered {summary.ok} of {requests}: {summary.errors}")
+                out[f"c{concurrency}{label}"] = {"throughput": round(summary.throughput, 1),
+                                                 "p50_ms": round(summary.p50_ms, 2),
+                                                 "p99_ms": round(summary.p99_ms, 2)}
     return out
 
 

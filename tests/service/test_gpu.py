@@ -5,7 +5,8 @@ Skipped where no CUDA device can be opened, a usage error instead under TRANSLAT
 CUDA, the self-attention cache updated in place in device memory (same data pointer in and out,
 only the new column written), tokens as the CPU fp32 run gives them (fp16 within the tolerance of
 tests/service/runtime/test_runner.py: identical greedy tokens, log-probs within 0.05), requests
-joining, leaving and cancelled mid-decode as decoded alone, and a real server reporting CUDA.
+joining, leaving and cancelled mid-decode as decoded alone, several greedy steps per run (the
+multi-step decoder on CUDA) decoding what one step per run decodes, and a real server reporting CUDA.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from service.domain.types import DecodeOptions
 from service.runtime.backends import IoBindingBackend
 from service.runtime.runner import Runner
 from service.runtime.sessions import CUDA, misplaced_nodes
+from service.runtime.stepping import StepPolicy
 from service.server import BackgroundServer
 from tests.support.decoding import MAX_NEW, assert_same_hypotheses, drain, reference
 from tests.support.server import TEXTS, server_config
@@ -94,6 +96,20 @@ def test_requests_joining_leaving_and_cancelled_mid_decode_decode_as_alone(cuda_
     for request in [*first[:2], *late]:
         want = reference(cuda_runner, request.source, request.options)
         assert_same_hypotheses(out[request.id], want, rtol=1e-3, atol=1e-3)
+
+
+def test_several_steps_per_run_on_cuda_decode_as_one(cuda_runner, tiny_bundle, texts):
+    """The fp16 multi-step decoder on CUDA: the hypotheses of one step per run, in fewer runs."""
+    multi = Runner(tiny_bundle, require_provider=CUDA, step_policy=StepPolicy(4))
+    assert multi.backend.multistep and multi.sessions.steps.get_providers()[0] == CUDA
+    runs = []
+    multi.fault_hook = lambda stage: runs.append(stage)
+    options = DecodeOptions(max_new_tokens=MAX_NEW)
+    got, want = multi.translate(texts, options), cuda_runner.translate(texts, options)
+    for g, w in zip(got, want, strict=True):
+        assert g[0].tokens == w[0].tokens
+        assert g[0].log_prob == pytest.approx(w[0].log_prob, abs=1e-3)
+    assert runs.count("decoder") < sum(len(w[0].tokens) + 1 for w in want) / 2
 
 
 def test_a_server_with_default_flags_reports_cuda(tiny_bundle):
