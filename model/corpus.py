@@ -111,9 +111,9 @@ def fill(frame: str, rng: random.Random, words: list[str], samplers: dict[str, S
     return SLOT.sub(slot, frame)
 
 
-def frame_sentence(rng: random.Random, words: list[str]) -> str:
-    """One or two real sentence frames with their slots drawn."""
-    n = 2 if rng.random() < P_TWO_FRAMES else 1
+def frame_sentence(rng: random.Random, words: list[str], two: bool = False) -> str:
+    """One or two real sentence frames with their slots drawn (always two if `two`)."""
+    n = 2 if two or rng.random() < P_TWO_FRAMES else 1
     return " ".join(fill(rng.choice(FRAMES[_pick(rng, FRAME_CLASSES)]), rng, words) for _ in range(n))
 
 
@@ -140,9 +140,13 @@ def salad_sentence(rng: random.Random, words: list[str], numbers_focus: bool = F
     return " ".join(out) + rng.choice([".", ".", ".", "!", "?", ""])
 
 
-def sentence(rng: random.Random, words: list[str], numbers_focus: bool = False) -> tuple[str, str]:
-    """One (written, spoken) pair: a frame sentence or word salad."""
-    if not numbers_focus and rng.random() < P_FRAME:
+def sentence(rng: random.Random, words: list[str], numbers_focus: bool = False, long_focus: bool = False
+             ) -> tuple[str, str]:
+    """One (written, spoken) pair: a frame sentence or word salad; with `long_focus` (a supplement)
+    always two frames in a row, the long outputs where most errors are."""
+    if long_focus:
+        src = frame_sentence(rng, words, two=True)
+    elif not numbers_focus and rng.random() < P_FRAME:
         src = frame_sentence(rng, words)
     else:
         src = salad_sentence(rng, words, numbers_focus)
@@ -217,13 +221,14 @@ def probe(n: int, seed: int, words: list[str], exclude: set[str] | None = None) 
 
 # ----- splits -----------------------------------------------------------------------------------
 def generate(
-    n: int, seed: int, words: list[str], exclude: set[str] | None = None, numbers_focus: bool = False
+    n: int, seed: int, words: list[str], exclude: set[str] | None = None, numbers_focus: bool = False,
+    long_focus: bool = False,
 ) -> Iterator[tuple[str, str]]:
     """n distinct pairs from a seed, skipping sources in `exclude` (keeps splits disjoint)."""
     rng, seen = random.Random(seed), set(exclude or ())
     made = 0
     while made < n:
-        src, tgt = sentence(rng, words, numbers_focus)
+        src, tgt = sentence(rng, words, numbers_focus, long_focus)
         if src in seen:
             continue
         seen.add(src)
@@ -242,8 +247,9 @@ def write_tsv(path: Path, pairs: Iterator[tuple[str, str]]) -> set[str]:
 
 
 def build(out: Path, n_train: int, n_valid: int, n_test: int, seed: int, n_numbers: int = 0,
-          n_probe: int = 400) -> None:
-    """Write the disjoint splits under `out`: test, valid, probe, train (+ numbers.tsv, a supplement)."""
+          n_probe: int = 400, n_long: int = 0) -> None:
+    """Write the disjoint splits under `out`: test, valid, probe, train (+ the supplements numbers.tsv
+    and long.tsv)."""
     out.mkdir(parents=True, exist_ok=True)
     train_words, all_words = word_lists(seed)
     held = write_tsv(out / "test.tsv", generate(n_test, seed + 2, all_words))
@@ -253,6 +259,8 @@ def build(out: Path, n_train: int, n_valid: int, n_test: int, seed: int, n_numbe
     write_tsv(out / "train.tsv", generate(n_train, seed, train_words, held))
     if n_numbers:
         write_tsv(out / "numbers.tsv", generate(n_numbers, seed + 3, train_words, held, numbers_focus=True))
+    if n_long:
+        write_tsv(out / "long.tsv", generate(n_long, seed + 5, train_words, held, long_focus=True))
 
 
 def main() -> None:
@@ -264,11 +272,13 @@ def main() -> None:
     ap.add_argument("--test", type=int, default=2_000)
     ap.add_argument("--probe", type=int, default=400, help="pairs of the number-shape probe (0: none)")
     ap.add_argument("--numbers", type=int, default=0, help="pairs of the number-focused supplement")
+    ap.add_argument("--long", type=int, default=0, help="pairs of the two-frame supplement")
     ap.add_argument("--seed", type=int, default=1234)
     a = ap.parse_args()
-    build(a.out, a.train, a.valid, a.test, a.seed, a.numbers, a.probe)
+    build(a.out, a.train, a.valid, a.test, a.seed, a.numbers, a.probe, a.long)
     print(f"wrote {a.train}/{a.valid}/{a.test}/{a.probe} train/valid/test/probe pairs to {a.out}"
-          + (f" and {a.numbers} to numbers.tsv" if a.numbers else ""))
+          + (f" and {a.numbers} to numbers.tsv" if a.numbers else "")
+          + (f" and {a.long} to long.tsv" if a.long else ""))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,8 @@ from model.tokenizer import train_tokenizer
 from model.verbalize import CLASSES, classes, verbalize
 
 NUMBER = re.compile(r"(?<![\w,])(\d{1,3}(?:,\d{3})+|\d+)(st|nd|rd|th|%)?(?![\w])")
-SPLITS = ("train", "valid", "test", "probe", "numbers")
+TRAINING = {"train", "numbers", "long"}  # the files training reads
+SPLITS = ("train", "valid", "test", "probe", "numbers", "long")
 
 
 def old_convention(written: str) -> str:
@@ -55,7 +56,7 @@ def is_repeated(n: int) -> bool:
 @pytest.fixture(scope="module")
 def small_corpus(tmp_path_factory):
     out = tmp_path_factory.mktemp("corpus")
-    build(out, n_train=3000, n_valid=300, n_test=300, seed=11, n_numbers=300, n_probe=300)
+    build(out, n_train=3000, n_valid=300, n_test=300, seed=11, n_numbers=300, n_probe=300, n_long=200)
     return {s: read_tsv(out / f"{s}.tsv") for s in SPLITS}
 
 
@@ -136,9 +137,10 @@ def test_splits_are_disjoint_and_deterministic(small_corpus, tmp_path):
     sources = {k: {s for s, _ in v} for k, v in small_corpus.items()}
     for i, a in enumerate(SPLITS):
         for b in SPLITS[i + 1:]:
-            if {a, b} != {"train", "numbers"}:  # both training files
+            if not {a, b} <= TRAINING:  # training files may share sentences
                 assert not sources[a] & sources[b], (a, b)
-    build(tmp_path, n_train=3000, n_valid=300, n_test=300, seed=11, n_numbers=300, n_probe=300)
+    build(tmp_path, n_train=3000, n_valid=300, n_test=300, seed=11, n_numbers=300, n_probe=300,
+          n_long=200)
     assert all(read_tsv(tmp_path / f"{s}.tsv") == small_corpus[s] for s in SPLITS)
 
 
@@ -146,7 +148,7 @@ def test_held_out_words_never_in_training_split(small_corpus):
     train_words, all_words = word_lists(11)
     held = set(all_words) - set(train_words)
     assert len(held) > 1000
-    for split in ("train", "numbers"):
+    for split in TRAINING:
         tokens = {w.lower().strip(".,!?;:") for s, _ in small_corpus[split] for w in s.split()}
         assert not held & tokens
     test_tokens = {w.lower().strip(".,!?;:") for s, _ in small_corpus["test"] for w in s.split()}
@@ -165,12 +167,23 @@ def test_sentences_are_open_vocabulary_and_natural():
     assert 0.45 < sum(natural.match(s) is not None for s, _ in pairs) / len(pairs) < 0.75
 
 
+def test_the_long_supplement_is_two_frames_in_a_row(small_corpus):
+    """long.tsv: every source is two real sentence frames, one after the other."""
+    frames = [re.escape(SLOT.sub("\0", f)).replace("\0", ".+") for fs in FRAMES.values() for f in fs]
+    one = "(?:" + "|".join(frames) + ")"
+    two = re.compile(f"^{one} {one}$")
+    assert len(small_corpus["long"]) == 200
+    assert all(two.match(src) for src, _ in small_corpus["long"])
+    singles = re.compile(f"^{one}$")
+    assert not all(singles.match(src) for src, _ in small_corpus["long"])
+
+
 def test_cli_writes_every_split(tmp_path):
     cmd = [sys.executable, "-m", "model.corpus", "--out", str(tmp_path), "--train", "40", "--valid", "5",
-           "--test", "5", "--probe", "20", "--numbers", "10", "--seed", "3"]
+           "--test", "5", "--probe", "20", "--numbers", "10", "--long", "7", "--seed", "3"]
     subprocess.run(cmd, check=True, capture_output=True, timeout=120)
     sizes = {s: len(read_tsv(tmp_path / f"{s}.tsv")) for s in SPLITS}
-    assert sizes == {"train": 40, "valid": 5, "test": 5, "probe": 20, "numbers": 10}
+    assert sizes == {"train": 40, "valid": 5, "test": 5, "probe": 20, "numbers": 10, "long": 7}
 
 
 def test_tokenizer_round_trips_and_splits_digits(small_corpus):
