@@ -24,8 +24,8 @@ import export.fused  # noqa: F401  (registers the "fused" lowering)
 import export.inplace  # noqa: F401  (registers the "inplace" lowering)
 from export.attention import get_lowering
 from export.bundle import build_manifest, copy_tokenizer, write_manifest
-from export.cuda_kernels import integer_nodes
-from export.export import export_graphs
+from export.cuda_kernels import integer_nodes, missing_cuda_kernels
+from export.export import ExportError, export_graphs
 from export.multistep import verify_multistep, write_multistep
 from export.variants import OFFLINE_LEVEL_NAME, optimize_offline, to_fp16
 from export.verify import source_ids, verify_bundle
@@ -185,6 +185,11 @@ def package(
         if info.kv_cache == "inplace":  # each decoder file's multi-step decoder, composed from it
             for file in [names.DECODER_FILE, *(v["decoder"] for v in variants.values())]:
                 write_multistep(staging, file, model.cfg.n_decoder_layers, model.cfg.eos_id)
+            if opts.fp16:  # the CUDA provider's multi-step file: the Loop and its body checked like to_fp16's
+                steps = names.steps_file(FP16_FILES["decoder"])
+                if missing := missing_cuda_kernels(onnx.load(staging / steps)):
+                    listed = "; ".join(f"{m.node} ({m.op}): {m.reason}" for m in missing)
+                    raise ExportError(f"{steps}: {len(missing)} node(s) without a CUDA kernel: {listed}")
         source.write_tokenizer(staging)
         log("verifying against PyTorch")
         t = time.perf_counter()

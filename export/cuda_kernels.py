@@ -3,14 +3,21 @@
 `CUDA_KERNELS` lists, for every (domain, op_type) our bundles use (encoder and decoder of the
 plain, fused and inplace lowerings, fp32 and fp16, the fp16 variant's CUDA form of
 export/cuda_variant.py, the feed-forward activations of imported checkpoints (export/hf_mapping.py),
-and SkipLayerNormalization, which ONNX Runtime's own fusions create), the
+the multi-step decoder's Loop and greedy bookkeeping (export/multistep.py), and
+SkipLayerNormalization, which ONNX Runtime's own fusions create), the
 CUDA kernel registration that serves an opset-18 graph: the op versions it covers, the element
 types it accepts per input (and, where the kernel constrains them, per output), attributes the
 kernel rejects when run, and the source file of the registration in the onnxruntime repository.
 `missing_cuda_kernels(proto)` returns the nodes that no registration accepts: an op not in the
 table, an op version the registration does not cover, an input or output type it does not list
 (value types from onnx shape inference; the int64/int32/bool shape-computation nodes count as
-well), or a rejected attribute (GroupQueryAttention's `qk_output`).
+well), or a rejected attribute (GroupQueryAttention's `qk_output`, ArgMax's `select_last_index`).
+It looks inside subgraphs too (the bodies of Loop / If / Scan, such as the multi-step decoder's
+loop of export/multistep.py): a body node is named by its path, `decoder_loop/step/...`, its types
+come from shape inference inside the body, and the values it reads from the enclosing graphs take
+their types there. `Constant` nodes need no kernel: ONNX Runtime turns them into initializers when
+it builds a graph or subgraph (Graph::Graph in onnxruntime/core/graph/graph.cc; with 1.31.1 they
+are not among the placed nodes, even inside a Loop body with optimizations off).
 
 Sources, for ONNX Runtime 1.31: the registrations are in the files named per op below (the ai.onnx
 kernels are listed in onnxruntime/core/providers/cuda/cuda_execution_provider.cc, the
@@ -33,6 +40,7 @@ com.microsoft rows with the new library's kernel classes and checks the bundles 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -79,6 +87,9 @@ CUDA_KERNELS: dict[tuple[str, str], Kernel] = {
     ("", "Mul"): _binary(NUMBERS, 14),
     ("", "Div"): _binary(NUMBERS, 14),
     ("", "And"): Kernel(CUDA + "math/binary_elementwise_ops.cc", (7, None), {0: BOOL, 1: BOOL}),
+    ("", "Or"): Kernel(CUDA + "math/binary_elementwise_ops.cc", (7, None), {0: BOOL, 1: BOOL}, {0: BOOL}),
+    ("", "Equal"): Kernel(CUDA + "math/binary_elementwise_ops.cc", (13, None),
+                          {0: COMPARED | BOOL, 1: COMPARED | BOOL}, {0: BOOL}),
     ("", "Less"): _binary(COMPARED, 13),
     ("", "LessOrEqual"): _binary(COMPARED, 16),
     ("", "Not"): Kernel(CUDA + "math/unary_elementwise_ops.cc", (1, None), {0: BOOL}),
@@ -91,12 +102,29 @@ CUDA_KERNELS: dict[tuple[str, str], Kernel] = {
     ("", "LogSoftmax"): Kernel(CUDA + "math/softmax.cc", (13, None), {0: FLOATS}),
     ("", "ReduceMean"): Kernel(CUDA + "reduction/reduction_ops.cc", (18, None),
                                {0: FLOATS | INT32, 1: INT64}),
+    # ReduceMax 18 (the multi-step loop's "any row running", int32): the types OperatorKernels.md lists
+    # (the 1.31.1 library also instantiates ReduceMax for int8 and uint8, which that page does not
+    # list: left out until a registry dump confirms them)
+    ("", "ReduceMax"): Kernel(CUDA + "reduction/reduction_ops.cc", (18, None),
+                              {0: FLOATS | INT32 | INT64, 1: INT64}),
+    # ArgMax since 13 (the greedy choice of export/multistep.py): data double/float/float16 only, so an
+    # fp32 or fp16 graph is served, a bfloat16 or integer one is not; "select_last_index as 1 is not
+    # supported on CUDA" (the kernel's constructor, in the 1.31.1 library)
+    ("", "ArgMax"): Kernel(CUDA + "reduction/reduction_ops.cc", (13, None), {0: FLOATS}, {0: INT64},
+                           rejected=("select_last_index",)),
     ("", "LayerNormalization"): Kernel(CUDA + "nn/layer_norm.cc", (17, None),
                                        {0: FLOATS_BF16, 1: FLOATS_BF16, 2: FLOATS_BF16}),
     ("", "Cast"): Kernel(CUDA + "tensor/cast_op.cc", (13, 18), {0: FIXED}, {0: CAST_TO}),
     ("", "Concat"): Kernel(CUDA + "tensor/concat.cc", (13, None), {ALL: FIXED}),
     ("", "Expand"): Kernel(CUDA + "tensor/expand.cc", (13, None), {0: FIXED, 1: INT64}),
     ("", "Gather"): Kernel(CUDA + "tensor/gather.cc", (13, None), {0: FIXED, 1: INDICES}),
+    ("", "GatherElements"): Kernel(CUDA + "tensor/gather_elements.cc", (13, None), {0: FIXED, 1: INDICES}),
+    # Identity 16 (opset 18) is served by the 14..18 registration (19 on adds the float8 types)
+    ("", "Identity"): Kernel(CUDA + "tensor/identity_op.cc", (14, 18), {0: FIXED}),
+    # Loop 16 (opset 18) by the 13..18 one: trip count int64 and condition bool (both kept on the host),
+    # loop-carried and scan values of every fixed-size type (and sequences, which our graphs do not use)
+    ("", "Loop"): Kernel(CUDA + "controlflow/loop.cc", (13, 18), {0: INT64, 1: BOOL, ALL: FIXED},
+                         {ALL: FIXED}),
     ("", "Range"): Kernel(CUDA + "generator/range.cc", (11, None),
                           {ALL: frozenset({"double", "float", "int16", "int32", "int64"})}),
     ("", "Reshape"): Kernel(CUDA + "tensor/reshape.cc", (14, 18), {0: FIXED, 1: INT64}),
@@ -140,23 +168,61 @@ def type_name(elem_type: int) -> str:
     return onnx.TensorProto.DataType.Name(elem_type).lower()
 
 
-def value_types(proto: onnx.ModelProto) -> dict[str, str]:
-    """Element type of every value by onnx shape inference (untyped contrib outputs: their input 0's)."""
+def _own_types(graph: onnx.GraphProto) -> dict[str, str]:
+    """Element type of the values a graph declares: inputs, outputs, value infos, initializers."""
+    types = {v.name: type_name(v.type.tensor_type.elem_type)
+             for v in [*graph.input, *graph.output, *graph.value_info] if v.type.tensor_type.elem_type}
+    return types | {t.name: type_name(t.data_type) for t in graph.initializer}
+
+
+def _scopes(graph: onnx.GraphProto, outer: dict[str, str],
+            path: str = "") -> Iterator[tuple[onnx.GraphProto, dict[str, str], str]]:
+    """(graph, the types it sees, the name prefix of its nodes) for `graph` and every subgraph in it.
+
+    A subgraph sees its own values and, where it does not redefine them, those of the graphs around
+    it (ONNX outer scope); its nodes are named "<node>/" (or "<node>/<attribute>/" for a node with
+    several graphs, such as If) after the node that holds it.
+    """
+    types = outer | _own_types(graph)
+    yield graph, types, path
+    for node in graph.node:
+        held = [(a.name, g) for a in node.attribute
+                for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else
+                          a.graphs if a.type == onnx.AttributeProto.GRAPHS else [])]
+        for attr, sub in held:
+            yield from _scopes(sub, types, f"{path}{_label(node)}/" + (f"{attr}/" if len(held) > 1 else ""))
+
+
+def _label(node: onnx.NodeProto) -> str:
+    """A node's name, or its first output's where it has none."""
+    return node.name or (node.output[0] if node.output else node.op_type)
+
+
+def _typed(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of proto after onnx shape inference (subgraphs included); contrib outputs that inference
+    leaves untyped (it knows no com.microsoft schema) take their input 0's type."""
     model = onnx.ModelProto()
     model.CopyFrom(proto)
     while True:
-        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
-        graph = inferred.graph
-        types = {v.name: type_name(v.type.tensor_type.elem_type)
-                 for v in [*graph.input, *graph.output, *graph.value_info] if v.type.tensor_type.elem_type}
-        types |= {t.name: type_name(t.data_type) for t in graph.initializer}
-        guessed = [(o, types[n.input[0]]) for n in graph.node if n.domain not in ("", "ai.onnx")
-                   and n.input and n.input[0] in types for o in n.output if o and o not in types]
+        model = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+        guessed = False
+        for graph, types, _ in _scopes(model.graph, {}):
+            for node in graph.node:
+                if node.domain in ("", "ai.onnx") or not node.input or node.input[0] not in types:
+                    continue
+                for name in node.output:
+                    if name and name not in types:
+                        graph.value_info.append(onnx.helper.make_tensor_value_info(
+                            name, onnx.TensorProto.DataType.Value(types[node.input[0]].upper()), None))
+                        guessed = True
         if not guessed:
-            return types
-        for name, elem in guessed:
-            model.graph.value_info.append(onnx.helper.make_tensor_value_info(
-                name, onnx.TensorProto.DataType.Value(elem.upper()), None))
+            return model
+
+
+def value_types(proto: onnx.ModelProto) -> dict[str, str]:
+    """Element type of every value of the main graph by onnx shape inference (untyped contrib outputs:
+    their input 0's)."""
+    return _own_types(_typed(proto).graph)
 
 
 def _version(node: onnx.NodeProto, opsets: dict[str, int]) -> int:
@@ -190,17 +256,21 @@ def _why_not(node: onnx.NodeProto, kernel: Kernel, version: int, types: dict[str
 
 
 def missing_cuda_kernels(proto: onnx.ModelProto) -> list[Missing]:
-    """The nodes of `proto` that ONNX Runtime 1.31's CUDA provider has no kernel for (see module doc)."""
-    types = value_types(proto)
+    """The nodes of `proto`, subgraphs included, that ONNX Runtime 1.31's CUDA provider has no kernel
+    for (see module doc); a subgraph's nodes are named by their path ("decoder_loop/step/...")."""
     opsets = {o.domain if o.domain != "ai.onnx" else "": o.version for o in proto.opset_import}
     missing = []
-    for node in proto.graph.node:
-        op = f"{node.domain or 'ai.onnx'}:{node.op_type}"
-        kernel = CUDA_KERNELS.get((node.domain if node.domain != "ai.onnx" else "", node.op_type))
-        reason = "not in the CUDA kernel table" if kernel is None else \
-            _why_not(node, kernel, _version(node, opsets), types)
-        if reason is not None:
-            missing.append(Missing(node.name, op, reason))
+    for graph, types, path in _scopes(_typed(proto).graph, {}):
+        for node in graph.node:
+            domain = node.domain if node.domain != "ai.onnx" else ""
+            if (domain, node.op_type) == ("", "Constant"):  # an initializer once ONNX Runtime loads it
+                continue
+            op = f"{node.domain or 'ai.onnx'}:{node.op_type}"
+            kernel = CUDA_KERNELS.get((domain, node.op_type))
+            reason = "not in the CUDA kernel table" if kernel is None else \
+                _why_not(node, kernel, _version(node, opsets), types)
+            if reason is not None:
+                missing.append(Missing(path + _label(node), op, reason))
     return missing
 
 

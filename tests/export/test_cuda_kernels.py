@@ -35,10 +35,12 @@ CONTRIB_CLASSES = {"Attention": "Attention", "MultiHeadAttention": "MultiHeadAtt
 TEMPLATED = {"Add": "Add", "Sub": "Sub", "Mul": "Mul", "Div": "Div", "And": "And", "Not": "Not",
              "Relu": "Relu", "MatMul": "MatMul", "Softmax": "Softmax", "LogSoftmax": "Softmax",
              "ReduceMean": "ReduceMean", "Less": "Less", "LessOrEqual": "LessOrEqual", "Cast": "Cast",
-             "LayerNormalization": "LayerNorm", "Sigmoid": "Sigmoid", "Erf": "Erf"}
+             "LayerNormalization": "LayerNorm", "Sigmoid": "Sigmoid", "Erf": "Erf",
+             "ArgMax": "ArgMax", "ReduceMax": "ReduceMax", "Equal": "Equal", "Or": "Or"}
 UNTEMPLATED = {"Gather": "Gather", "Concat": "Concat", "Reshape": "Reshape", "Transpose": "Transpose",
                "Range": "Range", "Trilu": "Trilu", "Expand": "Expand", "Squeeze": "Squeeze",
-               "Unsqueeze": "Unsqueeze", "Split": "Split_18"}
+               "Unsqueeze": "Unsqueeze", "Split": "Split_18", "GatherElements": "GatherElements",
+               "Loop": "Loop", "Identity": "IdentityOp"}
 
 
 def load(path) -> onnx.ModelProto:
@@ -54,12 +56,91 @@ def one_node_model(op: str, elem: int, opset: int = 18, **attrs) -> onnx.ModelPr
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
+def value(name: str, elem: int, shape: list[int] | None = None) -> onnx.ValueInfoProto:
+    """A tensor value info."""
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def loop_model(*probe: onnx.NodeProto) -> onnx.ModelProto:
+    """A Loop named "loop" carrying the float tensor v (+1 per step) whose body also runs `probe`; the
+    main graph's int64 tensor `ids` is read from the outer scope."""
+    f32, i64, b = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
+    one = helper.make_node("Constant", [], ["b/one"], value=helper.make_tensor("one", f32, [], [1.0]))
+    body = helper.make_graph(
+        [one, helper.make_node("Add", ["v", "b/one"], ["v_out"], name="b/add"),
+         helper.make_node("Identity", ["cond"], ["cond_out"], name="b/cond"), *probe], "body",
+        [value("i", i64, []), value("cond", b, []), value("v", f32, [2, 3])],
+        [value("cond_out", b, []), value("v_out", f32, [2, 3])])
+    loop = helper.make_node("Loop", ["n", "", "x"], ["y"], name="loop", body=body)
+    inputs = [value("n", i64, []), value("x", f32, [2, 3]), value("ids", i64, [2, 3])]
+    graph = helper.make_graph([loop], "g", inputs, [value("y", f32, [2, 3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
 @pytest.mark.parametrize("graph", ["encoder", "decoder"])
 def test_every_node_of_the_fp16_variant_has_a_cuda_kernel(tiny_bundle, graph):
     proto = load(tiny_bundle / FP16_FILES[graph])
     assert missing_cuda_kernels(proto) == []
     floats = {i.type.tensor_type.elem_type for i in proto.graph.input if "key" in i.name or "value" in i.name}
     assert floats <= {TensorProto.FLOAT16}  # fp16 caches: the kernels were checked for fp16
+
+
+def test_every_node_of_the_fp16_multistep_file_and_its_loop_body_has_a_cuda_kernel(tiny_bundle):
+    proto = load(tiny_bundle / names.steps_file(FP16_FILES["decoder"]))
+    assert missing_cuda_kernels(proto) == []
+    (loop,) = [node for node in proto.graph.node if node.op_type == "Loop"]
+    body = {node.op_type for node in loop.attribute[0].g.node}  # the greedy bookkeeping was looked at
+    assert {"ArgMax", "GatherElements", "Equal", "Or", "Not", "ReduceMax", "Identity", "Cast"} <= body
+    logp = {o.type.tensor_type.elem_type for o in proto.graph.output if o.name == names.STEP_CROSS_ATTENTIONS}
+    assert logp == {TensorProto.FLOAT16}  # the decoder's outputs, so ArgMax's log-probs, are fp16
+
+
+def test_the_fp32_multistep_file_is_reported_with_the_body_nodes_path(tiny_bundle, tiny_model):
+    """The base decoder's float32 GroupQueryAttention nodes, inside the loop body: named
+    decoder_loop/step/<the decoder's node>."""
+    missing = missing_cuda_kernels(load(tiny_bundle / names.steps_file(names.DECODER_FILE)))
+    gqa = [node.name for node in load(tiny_bundle / names.DECODER_FILE).graph.node
+           if node.op_type == "GroupQueryAttention"]
+    assert len(gqa) == 2 * tiny_model.cfg.n_decoder_layers
+    assert sorted(m.node for m in missing) == sorted(f"decoder_loop/step/{name}" for name in gqa)
+    assert {m.op for m in missing} == {"com.microsoft:GroupQueryAttention"}
+    assert all("is float;" in m.reason for m in missing)
+
+
+@pytest.mark.parametrize(("probe", "node", "reason"), [
+    # an outer-scope value keeps the main graph's type: ArgMax over int64 (CUDA: double, float, float16)
+    (helper.make_node("ArgMax", ["ids"], ["b/am"], name="b/argmax", axis=1), "loop/b/argmax",
+     "input 0 (ids) is int64"),
+    # a body value is typed by inference inside the body; an unnamed node is named by its output
+    (helper.make_node("ArgMax", ["b/vi"], ["b/am"], axis=1), "loop/b/am", "(b/vi) is int32"),
+    (helper.make_node("ArgMax", ["v"], ["b/am"], axis=1, select_last_index=1), "loop/b/am",
+     "select_last_index=1: the CUDA kernel refuses it"),
+    (helper.make_node("Hardmax", ["v"], ["b/hm"], name="b/hardmax"), "loop/b/hardmax",
+     "not in the CUDA kernel table"),
+])
+def test_a_loop_body_node_without_a_cuda_kernel_is_reported(probe, node, reason):
+    cast = helper.make_node("Cast", ["v"], ["b/vi"], name="b/cast", to=TensorProto.INT32)
+    assert missing_cuda_kernels(loop_model(cast, helper.make_node("ArgMax", ["v"], ["b/ok"], axis=1))) == []
+    (missing,) = missing_cuda_kernels(loop_model(cast, probe))
+    assert missing.node == node and reason in missing.reason, missing
+
+
+def test_each_branch_of_an_if_is_checked_under_its_own_name():
+    f32 = TensorProto.FLOAT
+
+    def branch(op: str) -> onnx.GraphProto:
+        """x (outer scope) -> op -> b."""
+        return helper.make_graph([helper.make_node(op, ["x"], ["b"])], op, [], [value("b", f32)])
+
+    node = helper.make_node("If", ["c"], ["y"], name="if", then_branch=branch("Hardmax"),
+                            else_branch=branch("Identity"))
+    inputs = [value("c", TensorProto.BOOL, []), value("x", f32, [2])]
+    graph = helper.make_graph([node], "g", inputs, [value("y", f32)])
+    missing = missing_cuda_kernels(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]))
+    assert [(m.node, m.op) for m in missing] == [("if", "ai.onnx:If"),  # If is not in the table either
+                                                 ("if/then_branch/b", "ai.onnx:Hardmax")]
 
 
 def test_the_fp32_decoder_is_reported_as_not_cuda_capable(tiny_bundle, tiny_model):
@@ -82,6 +163,7 @@ def test_the_fp32_decoder_is_reported_as_not_cuda_capable(tiny_bundle, tiny_mode
     ("Relu", TensorProto.INT32, 18, "is int32"),
     ("Hardmax", TensorProto.FLOAT, 18, "not in the CUDA kernel table"),  # CUDA registers none
     ("Transpose", TensorProto.FLOAT, 21, "op version 21 outside"),  # the table covers opset 18's versions
+    ("Identity", TensorProto.FLOAT, 19, "op version 19 outside the registration's 14..18"),
 ])
 def test_the_table_refuses_what_cuda_does_not_register(op, elem, opset, reason):
     (missing,) = missing_cuda_kernels(one_node_model(op, elem, opset))
