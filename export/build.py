@@ -201,7 +201,7 @@ def package(
             cfg, first = model.cfg, (source.manifest.get("generation") or {}).get("decoder_start_id")
             verification["multistep_sources"] = verify_multistep(
                 staging, names.DECODER_FILE, names.ENCODER_FILE, source.sources, cfg.n_decoder_layers,
-                cfg.bos_id if first is None else first, cfg.eos_id)
+                cfg.bos_id if first is None else first, cfg.eos_id, min(64, cfg.max_len - 1))
         seconds["verify"] = round(time.perf_counter() - t, 2)
         metrics = source.metrics()
         onnx_info = {"opset": info.opset, "ir_version": info.ir_version, "exporter": info.exporter,

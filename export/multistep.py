@@ -145,7 +145,8 @@ def write_multistep(bundle_dir: Path, decoder_file: str, n_layers: int, eos_id: 
 def greedy_tokens(enc: ort.InferenceSession, run: Callable[..., tuple[np.ndarray, ...]],
                   sources: list[list[int]], n_layers: int, start_id: int, eos_id: int, max_new: int,
                   steps: int) -> list[list[int]]:
-    """Greedy tokens of every source, all rows in one batch, `steps` tokens per run of `run`."""
+    """Greedy tokens of every source, all rows in one batch, up to `steps` tokens per call of
+    `run(feeds, finished, k)` and at most max_new in all."""
     b, s = len(sources), max(map(len, sources))
     ids, mask = np.zeros((b, s), np.int64), np.zeros((b, s), np.int64)
     for i, x in enumerate(sources):
@@ -163,7 +164,7 @@ def greedy_tokens(enc: ort.InferenceSession, run: Callable[..., tuple[np.ndarray
         feeds |= {names.INPUT_IDS: last[:, None], names.POSITION_IDS: np.full((b, 1), n, np.int64),
                   names.SEQLENS_K: np.full(b, n, np.int32),
                   names.TOTAL_SEQUENCE_LENGTH: np.array(n + 1, np.int32)}
-        tokens, new_caches = run(feeds | caches, done)
+        tokens, new_caches = run(feeds | caches, done, min(steps, max_new - n))
         caches = dict(zip(caches, new_caches, strict=True))
         for row in tokens:  # (B,) per step
             for i, t in enumerate(row.tolist()):
@@ -176,24 +177,24 @@ def greedy_tokens(enc: ort.InferenceSession, run: Callable[..., tuple[np.ndarray
 def verify_multistep(bundle_dir: Path, decoder_file: str, encoder_file: str, sources: list[list[int]],
                      n_layers: int, start_id: int, eos_id: int, max_new: int = 64, steps: int = 3) -> int:
     """Greedy tokens of the multi-step file (`steps` per run) against its decoder's, one step per run, on
-    the CPU provider; ParityError unless every source decodes the same. Returns how many were compared."""
-    from export.verify import ParityError
+    the CPU provider, at most max_new tokens (< the model's max_len); ParityError unless every source
+    decodes the same. Returns how many were compared."""
+    from export.verify import ParityError, open_session
 
-    enc = ort.InferenceSession(str(bundle_dir / encoder_file), providers=["CPUExecutionProvider"])
-    dec = ort.InferenceSession(str(bundle_dir / decoder_file), providers=["CPUExecutionProvider"])
-    loop = ort.InferenceSession(str(bundle_dir / names.steps_file(decoder_file)),
-                                providers=["CPUExecutionProvider"])
+    enc, dec, loop = (open_session(bundle_dir / f)
+                      for f in (encoder_file, decoder_file, names.steps_file(decoder_file)))
     presents = list(names.self_cache_io(n_layers).values())
 
-    def one(feeds: dict[str, np.ndarray], done: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+    def one(feeds: dict[str, np.ndarray], done: np.ndarray, k: int) -> tuple[np.ndarray, list[np.ndarray]]:
         """One step: the argmax of the decoder's log-probs."""
         logp, *caches = dec.run([names.LOGPROBS, *presents], feeds)
         return logp[:, -1].argmax(-1)[None], caches
 
-    def several(feeds: dict[str, np.ndarray], done: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
-        """`steps` steps in one run of the multi-step file."""
+    def several(feeds: dict[str, np.ndarray], done: np.ndarray, k: int
+                ) -> tuple[np.ndarray, list[np.ndarray]]:
+        """k steps in one run of the multi-step file."""
         tokens, *caches = loop.run([names.TOKENS, *presents],
-                                   feeds | {names.MAX_STEPS: np.array(steps, np.int64), names.FINISHED: done})
+                                   feeds | {names.MAX_STEPS: np.array(k, np.int64), names.FINISHED: done})
         return tokens, caches
 
     want = greedy_tokens(enc, one, sources, n_layers, start_id, eos_id, max_new, 1)

@@ -6,12 +6,11 @@ import json
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 import torch
 
 from export.multistep import greedy_tokens, multistep_decoder, verify_multistep
-from export.verify import ParityError
+from export.verify import ParityError, open_session
 from interface import names
 from model.checkpoint import load_checkpoint
 from model.decoding import greedy_decode
@@ -60,17 +59,16 @@ def test_multistep_tokens_equal_pytorch_greedy(tiny_bundle, model, sources, step
     stopping early once all rows ended), gives PyTorch's greedy tokens for each source decoded alone."""
     cfg = model.cfg
 
-    enc = ort.InferenceSession(str(tiny_bundle / names.ENCODER_FILE), providers=["CPUExecutionProvider"])
-    loop = ort.InferenceSession(str(tiny_bundle / names.steps_file(names.DECODER_FILE)),
-                                providers=["CPUExecutionProvider"])
+    enc = open_session(tiny_bundle / names.ENCODER_FILE)
+    loop = open_session(tiny_bundle / names.steps_file(names.DECODER_FILE))
     presents = list(names.self_cache_io(cfg.n_decoder_layers).values())
     runs = []
 
-    def run(feeds, done):
+    def run(feeds, done, k):
         runs.append(1)
         tokens, *caches = loop.run([names.TOKENS, *presents],
-                                   feeds | {names.MAX_STEPS: np.array(steps, np.int64), names.FINISHED: done})
-        assert 1 <= len(tokens) <= steps
+                                   feeds | {names.MAX_STEPS: np.array(k, np.int64), names.FINISHED: done})
+        assert 1 <= len(tokens) <= k <= steps
         return tokens, caches
 
     got = greedy_tokens(enc, run, sources, cfg.n_decoder_layers, cfg.bos_id, cfg.eos_id, 40, steps)
