@@ -35,13 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from interface.names import (
-    FINISHED,
-    INPUT_IDS,
-    MAX_STEPS,
-    past_name,
-    self_cache_io,
-)
+from interface.names import FINISHED, INPUT_IDS, MAX_STEPS, past_name, self_cache_io
 from service.domain.errors import BatchFull, InvalidInput
 from service.domain.types import Event, FinishedEvent, Hypothesis, Request, ResolvedOptions, TokenEvent
 from service.runtime.backends import Backend
@@ -182,9 +176,8 @@ class DecodeBatch:
 
     # ----- one decoder run ----------------------------------------------------------------
     def step(self) -> list[Event]:
-        """One decoder run for all rows, of one step or several (service/runtime/stepping.py); returns
-        token events then finished results. If the run raises (including the backend's fault hook),
-        the batch is left unchanged."""
+        """One decoder run for all rows, of one step or several (stepping.py): token events, then finished
+        results. If the run raises (the backend's fault hook included), the batch is left unchanged."""
         if not self._active:
             return []
         steps = self._steps_now()
@@ -211,14 +204,11 @@ class DecodeBatch:
         return events
 
     def _steps_now(self) -> int:
-        """Steps of the next run: several only with a multi-step decoder and an in-place cache, every
-        request greedy and nothing due on the host before them (a forced token, a per-step rule, a
-        request's last allowed token under the eos-at-limit rule)."""
-        rules = self.spec.rules
-        if self.policy.steps_per_call == 1 or not (self._source_lengths and self._be.multistep):
-            return 1
-        greedy, _, beams = self._searches()
-        if beams or self._forcing or rules.every_step:
+        """Steps of the next run: several only with a multi-step decoder, every request greedy and nothing
+        due on the host (a forced token, a per-step rule, a last allowed token under eos-at-limit)."""
+        rules, (greedy, _, beams) = self.spec.rules, self._searches()
+        host = beams or self._forcing or rules.every_step or not self._be.multistep  # must see every step
+        if self.policy.steps_per_call == 1 or host:
             return 1
         left = [a.options.max_new_tokens - len(a.search.tokens) for a in greedy]
         due = min(left) - 1 if rules.eos_at_limit else max(left)
@@ -226,26 +216,17 @@ class DecodeBatch:
 
     def _run_steps(self, steps: int, feeds: dict[str, np.ndarray], past: dict[str, CacheTensor],
                    events: list[Event]) -> list[_Active]:
-        """Up to `steps` greedy steps in one run of the multi-step decoder; returns the finished.
-
-        Each request takes its tokens up to its eos or max_new_tokens (the run went on for others),
-        and its score is the float32 running sum of their log-probs, as one step at a time makes it.
-        """
+        """Up to `steps` greedy steps in one run of the multi-step decoder; returns the finished."""
         feeds |= {MAX_STEPS: np.array(steps, np.int64), FINISHED: ~self._live}
         tokens, chosen, attn = self._be.decode_steps(feeds, past)  # (K, n_rows) twice, (K, n_rows, S)
-        n = len(tokens)  # <= steps: the run stops once every row has emitted eos
-        self._cache.advance([], self._live, n)
+        self._cache.advance([], self._live, len(tokens))  # K <= steps: the run stops once all emitted eos
         eos, done = self.spec.special.eos, []
         for a in self._searches()[0]:
             row, search = a.rows[0], a.search
-            column = tokens[:, row]
-            ends = np.flatnonzero(column == eos)
-            take = min(n, a.options.max_new_tokens - len(search.tokens), int(ends[0]) + 1 if ends.size else n)
-            logps = np.concatenate([self._score[row : row + 1], chosen[:take, row]])
-            sums = np.cumsum(logps, dtype=np.float32)
-            self._score[row], self._next[row] = sums[-1], column[take - 1]
-            taken = column[:take].tolist()
-            if search.extend(taken, None if search.attn is None else attn[:take, row]):
+            taken, self._score[row] = search.take(tokens[:, row], chosen[:, row], self._score[row],
+                                                  attn[:, row])
+            self._next[row] = taken[-1]
+            if search.done:
                 search.log_prob = self._score[row]
                 done.append(a)
             if a.stream is not None:

@@ -73,13 +73,20 @@ class GreedySearch:
             self.attn.append(attn[: self.src_len].copy())
         return self.done
 
-    def extend(self, tokens: list[int], attn: np.ndarray | None = None) -> bool:
-        """Consume several chosen tokens (and their cross-attention rows (n, S)), none after the search
-        is done; True when it is done."""
-        self.tokens += tokens
+    def take(self, tokens: np.ndarray, logps: np.ndarray, score: np.float32, attn: np.ndarray | None
+             ) -> tuple[list[int], np.float32]:
+        """This row's part of a multi-step run: its tokens (K,) up to eos or max_new_tokens (the run went
+        on for other rows) and their cross-attention rows (K, S); returns the tokens taken and the
+        score with their log-probs (K,) added one by one in float32, as single steps add them."""
+        ends = np.flatnonzero(tokens == self.eos)
+        n = min(len(tokens), self.options.max_new_tokens - len(self.tokens),
+                int(ends[0]) + 1 if ends.size else len(tokens))
+        score = np.cumsum(np.concatenate([np.array([score], np.float32), logps[:n]]), dtype=np.float32)[-1]
+        taken = tokens[:n].tolist()
+        self.tokens += taken
         if self.attn is not None and attn is not None:
-            self.attn += [row[: self.src_len].copy() for row in attn]
-        return self.done
+            self.attn += [row[: self.src_len].copy() for row in attn[:n]]
+        return taken, score
 
     def results(self) -> list[RawHypothesis]:
         """The single hypothesis."""

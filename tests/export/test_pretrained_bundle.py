@@ -51,8 +51,11 @@ def test_marian_manifest_states_tokenizer_and_generation(hf_bundles, hf_dirs, na
     assert (gen.decoder_start_id, gen.source_suffix, gen.suppress_ids) == (pad, (eos,), ())
     assert m["special_tokens"] == {"pad": pad, "bos": pad, "eos": eos, "unk": tok.unk_token_id}  # bos: start
     assert m["model"]["decoder_start_id"] == pad and m["pretrained"]["family"] == "marian"
-    assert set(m["files"]) == {"encoder.onnx", "decoder.onnx", "source.spm", "target.spm", "vocab.json"} | (
-        {"encoder.fp16.onnx", "decoder.fp16.onnx"} if "fp16" in m.get("variants", {}) else set())
+    inplace = m["onnx"]["kv_cache"] == "inplace"  # with a multi-step decoder per decoder file
+    fp16 = {"encoder.fp16.onnx", "decoder.fp16.onnx", *(["decoder.fp16.steps.onnx"] if inplace else [])}
+    base = {"encoder.onnx", "decoder.onnx", *(["decoder.steps.onnx"] if inplace else []), "source.spm",
+            "target.spm", "vocab.json"}
+    assert set(m["files"]) == base | (fp16 if "fp16" in m.get("variants", {}) else set())
     assert all(file_sha256(bundle / f) == e["sha256"] for f, e in m["files"].items())
 
 
