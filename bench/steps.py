@@ -4,12 +4,15 @@
 
 1. Engine, in process: `Runner.translate` of the held-out sentences in static batches of 1, 4 and 32,
    one runner per K, interleaved rounds, medians; the hypotheses of every K are checked equal.
-2. Server, continuous batching, one server per K (`--steps-per-call K`, every other flag default), in
-   turn per point: closed loop at concurrency 1 and 64 on `sentences` and `mix` (bench/workload.py),
-   every 4th request streamed: throughput, p50 / p99 latency and p50 time to first token.
+2. Server, continuous batching, one server per K (`--steps-per-call K --multistep-rows 0`: any number
+   of rows) and one with the largest K for a batch of one row (`--multistep-rows 1`), every other
+   flag default, in turn per point: closed loop at concurrency 1, 4 and 64 on `sentences` and `mix`
+   (bench/workload.py), every 4th request streamed: throughput, p50 / p99 latency and p50 time to
+   first token.
 
 Needs a bundle with a multi-step decoder (export/multistep.py). Ratios (higher is better):
-`steps{K}_vs_1_b{B}` (engine) and `steps{K}_vs_1_{workload}_c{C}` (server throughput).
+`steps{K}_vs_1_b{B}` (engine) and `{label}_vs_k1_{workload}_c{C}` (server throughput; labels k4, k16,
+k16r1).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from service.runtime.runner import Runner
 from service.runtime.stepping import StepPolicy
 
 BATCHES = (1, 4, 32)
-CONCURRENCIES = (1, 64)
+CONCURRENCIES = (1, 4, 64)
 STREAM_EVERY = 4
 
 
@@ -60,36 +63,43 @@ def engine(bundle: Path, texts: list[str], steps: tuple[int, ...], rounds: int, 
     return out
 
 
+def configs(steps: tuple[int, ...]) -> dict[str, list[str]]:
+    """Server flags by label: each K with any number of rows, and the largest K for one row only."""
+    out = {f"k{k}": ["--steps-per-call", str(k), "--multistep-rows", "0"] for k in steps}
+    return out | {f"k{max(steps)}r1": ["--steps-per-call", str(max(steps)), "--multistep-rows", "1"]}
+
+
 def server(bundle: Path, workloads: dict[str, list[str]], steps: tuple[int, ...], requests: int,
            log=print) -> dict[str, Summary]:
-    """Closed-loop summaries by "k{K}_{workload}_c{C}", one server per K, points taken in turn."""
+    """Closed-loop summaries by "{label}_{workload}_c{C}", one server per configuration, in turn."""
     out: dict[str, Summary] = {}
     with contextlib.ExitStack() as stack:
-        servers = {k: stack.enter_context(ServerProcess(bundle, "continuous", ["--steps-per-call", str(k)]))
-                   for k in steps}
+        servers = {label: stack.enter_context(ServerProcess(bundle, "continuous", flags))
+                   for label, flags in configs(steps).items()}
         for s in servers.values():
             asyncio.run(wait_ready(s.address))
             asyncio.run(closed_loop(s.address, workloads["sentences"], 8, 32))  # warm-up
         for name, texts in workloads.items():
             for c in CONCURRENCIES:
-                n = max(requests // 4, 24) if c == 1 else requests
-                for k, s in servers.items():
+                n = max(requests // 4, 24) if c < 64 else requests
+                for label, s in servers.items():
                     time.sleep(0.3)
-                    p = out[f"k{k}_{name}_c{c}"] = summarize(
+                    p = out[f"{label}_{name}_c{c}"] = summarize(
                         asyncio.run(closed_loop(s.address, texts, c, n, STREAM_EVERY)))
-                    log(f"  server K={k} {name} c={c}: {p.throughput:.1f}/s, p50 {p.p50_ms:.1f} ms, "
+                    log(f"  server {label} {name} c={c}: {p.throughput:.1f}/s, p50 {p.p50_ms:.1f} ms, "
                         f"p99 {p.p99_ms:.1f} ms, ttft p50 {p.ttft_p50_ms:.1f} ms")
     return out
 
 
 def table(summaries: dict[str, Summary]) -> str:
     """Markdown: one row per server point."""
-    rows = ["| K | workload | concurrency | texts/s | p50 ms | p99 ms | TTFT p50 ms |",
+    rows = ["| steps per call | workload | concurrency | texts/s | p50 ms | p99 ms | TTFT p50 ms |",
             "|---|---|---|---|---|---|---|"]
     for key, p in summaries.items():
-        k, name, c = key.split("_")
-        rows.append(f"| {k[1:]} | {name} | {c[1:]} | {p.throughput:.1f} | {p.p50_ms:.1f} | {p.p99_ms:.1f} | "
-                    f"{p.ttft_p50_ms:.1f} |")
+        label, name, c = key.split("_")
+        k, _, one_row = label[1:].partition("r")
+        rows.append(f"| {k}{' (one row)' if one_row else ''} | {name} | {c[1:]} | {p.throughput:.1f} | "
+                    f"{p.p50_ms:.1f} | {p.p99_ms:.1f} | {p.ttft_p50_ms:.1f} |")
     return "\n".join(rows)
 
 
@@ -104,9 +114,10 @@ def run(quick: bool = False, bundle: Path = DEFAULT_BUNDLE, steps: tuple[int, ..
     log(table(summaries))
     ratios = {f"steps{k}_vs_1_b{b}": figures[f"engine_k{k}_b{b}"] / figures[f"engine_k1_b{b}"]
               for k in steps if k != 1 for b in BATCHES}
-    ratios |= {f"steps{k}_vs_1_{w}_c{c}": summaries[f"k{k}_{w}_c{c}"].throughput
+    labels = [label for label in configs(steps) if label != "k1"]
+    ratios |= {f"{label}_vs_k1_{w}_c{c}": summaries[f"{label}_{w}_c{c}"].throughput
                / summaries[f"k1_{w}_c{c}"].throughput
-               for k in steps if k != 1 for w in ("sentences", "mix") for c in CONCURRENCIES}
+               for label in labels for w in ("sentences", "mix") for c in CONCURRENCIES}
     return ratios
 
 
