@@ -58,9 +58,9 @@ class Runner:
     variant: a bundle variant such as "fp16", or "base" (default: the one bundle.json names for the
     provider in use, else the base files). require_provider: raise ProviderUnavailable unless that
     provider runs the model with every compute node placed on it. step_policy: steps per decoder run
-    (service/runtime/stepping.py; default StepPolicy(): several for few rows, when the bundle has a
-    multi-step decoder; SINGLE_STEP: the decoder file only). profile_prefix: ORT's profiler (files
-    `<prefix>_encoder_*.json`, `<prefix>_decoder_*.json`; bench/profile.py). Thread-safe for
+    (service/runtime/stepping.py; default: one per run; StepPolicy(K) runs up to K greedy steps per
+    run with the bundle's multi-step decoder, which is opened only then). profile_prefix: ORT's profiler
+    (files `<prefix>_encoder_*.json`, `<prefix>_decoder_*.json`; bench/profile.py). Thread-safe for
     concurrent `translate` calls (each thread reuses its own DecodeBatch, so a call finds the
     buffers of the previous one allocated and bound); `fault_hook` is for tests (called with
     "encoder" or "decoder" before each run of the backend).
