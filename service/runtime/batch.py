@@ -70,7 +70,7 @@ class DecodeBatch:
         if max_rows < 1:
             raise ValueError(f"max_rows must be >= 1, got {max_rows}")
         self.spec, self.max_rows, self._be, self._tokenizer = spec, max_rows, backend, tokenizer
-        self.policy = policy  # steps per decoder run (service/runtime/stepping.py)
+        self.policy, self.last_steps = policy, 0  # steps per run (stepping.py); steps the last run took
         n = spec.n_decoder_layers
         self._heads, self._d_head, self._dtype = spec.n_heads, spec.d_head, spec.cache_dtype
         self._self_names = list(self_cache_io(n))
@@ -180,7 +180,7 @@ class DecodeBatch:
         results. If the run raises (the backend's fault hook included), the batch is left unchanged."""
         if not self._active:
             return []
-        steps = self._steps_now()
+        steps = self.last_steps = self._steps_now()  # the run may stop early: _run_steps sets the count
         self._cache.reserve(steps)
         if self._ids_of is not self._next:  # the same (n_rows, 1) view while _next is the same array
             self._ids, self._ids_of = self._next[:, None], self._next
@@ -219,7 +219,8 @@ class DecodeBatch:
         """Up to `steps` greedy steps in one run of the multi-step decoder; returns the finished."""
         feeds |= {MAX_STEPS: np.array(steps, np.int64), FINISHED: ~self._live}
         tokens, chosen, attn = self._be.decode_steps(feeds, past)  # (K, n_rows) twice, (K, n_rows, S)
-        self._cache.advance([], self._live, len(tokens))  # K <= steps: the run stops once all emitted eos
+        self.last_steps = len(tokens)  # <= steps: the run stops once every row has emitted eos
+        self._cache.advance([], self._live, self.last_steps)
         eos, done = self.spec.special.eos, []
         for a in self._searches()[0]:
             row, search = a.rows[0], a.search

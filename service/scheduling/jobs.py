@@ -45,6 +45,7 @@ class Job:
     admitted: float = 0.0
     first_token: float | None = None
     admit_step: int = 0
+    first_token_step: int = 0  # the worker's decoder steps when the first token came back
     joins_previous: bool = False  # a later text of the same request as the job queued before it
 
     @property

@@ -307,14 +307,16 @@ class Worker:
             return
         finally:
             self._busy_since = None
-        metrics.DECODER_STEP.observe(time.perf_counter() - t0)
-        metrics.BATCH_SIZE.observe(rows)
-        self._steps += 1
+        steps = self.batch.last_steps  # a run may take several steps (service/runtime/stepping.py)
+        for _ in range(steps):
+            metrics.DECODER_STEP.observe((time.perf_counter() - t0) / steps)
+            metrics.BATCH_SIZE.observe(rows)
+        self._steps += steps
         now = time.monotonic()
         if self._fresh:
             for j in self._fresh:
                 if j.state == RequestStatus.ACTIVE:
-                    j.first_token = now
+                    j.first_token, j.first_token_step = now, self._steps
                     metrics.TIME_TO_FIRST_TOKEN.observe(now - j.submitted)
             self._fresh.clear()
         for ev in events:
@@ -328,11 +330,11 @@ class Worker:
         """Build a finished job's Result and record its per-text metrics."""
         job.state = RequestStatus.DONE
         self._timed.discard(job)
-        steps = self._steps - job.admit_step
+        after_first = self._steps - job.first_token_step  # steps after the run that gave the first token
         if hyps:
             metrics.OUTPUT_TOKENS.observe(len(hyps[0].tokens))
-        if steps > 1 and job.first_token is not None:
-            metrics.TIME_PER_OUTPUT_TOKEN.observe((now - job.first_token) / (steps - 1))
+        if after_first > 0 and job.first_token is not None:
+            metrics.TIME_PER_OUTPUT_TOKEN.observe((now - job.first_token) / after_first)
         timings = Timings((job.admitted - job.enqueued) * 1e3, (now - job.admitted) * 1e3,
                           (now - job.submitted) * 1e3)
         reason = hyps[0].finish_reason if hyps else FinishReason.CANCELLED

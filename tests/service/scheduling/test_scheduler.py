@@ -130,6 +130,32 @@ def test_greedy_step_metrics_count_every_row_of_every_step(runner, sched_texts, 
         assert d["decoder_step_seconds"] < sum(steps)  # texts shared steps
 
 
+def test_several_steps_per_run_count_decoder_steps_not_runs(runner, tiny_bundle, sched_texts):
+    """With 4 steps per run (one text at a time), the step metrics count decoder steps, time per output
+    token counts the texts with steps after their first run, and the tokens are one step per run's."""
+    from service.runtime.runner import Runner
+    from service.runtime.stepping import StepPolicy
+
+    multi = Runner(tiny_bundle, providers=["CPUExecutionProvider"], step_policy=StepPolicy(4))
+    opts = DecodeOptions(max_new_tokens=MAX_NEW)
+
+    async def main() -> list[Result]:
+        s = make_scheduler("none", multi, max_batch_size=4)
+        await s.start()
+        got = [await s.submit([t], opts) for t in sched_texts[:6]]
+        await s.drain(5)
+        return [r for (r,) in got]
+
+    before = counts()
+    results = run(main())
+    steps = [len(r.hypotheses[0].tokens) + (r.finish_reason == "eos") for r in results]
+    d = delta(before)
+    assert d["decoder_step_seconds"] == d["batch_size:sum"] == sum(steps)  # a run stops at its row's end
+    assert d["time_per_output_token_seconds"] == sum(k > 4 for k in steps) > 0
+    assert [r.hypotheses[0].tokens for r in results] == [reference(runner, t, opts)[0].tokens
+                                                         for t in sched_texts[:6]]
+
+
 @pytest.mark.parametrize("mode", list(MODES))
 def test_request_arriving_mid_decode_joins_only_in_continuous_mode(hooked, sched_texts, mode):
     a_opts = DecodeOptions(max_new_tokens=MAX_NEW)
