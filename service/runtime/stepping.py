@@ -1,10 +1,11 @@
 """How many decoder steps one ONNX Runtime run takes: the multi-step policy of a DecodeBatch.
 
 A bundle's multi-step decoder (export/multistep.py) runs up to K greedy steps in one call: no
-Python, binding or argmax between them. It pays where that per-step host cost is a large share
-of a step (few rows; a GPU, where the kernels are fast) and costs where the loop's own copies of
-the cache outweigh it (many rows on the CPU provider, whose attention kernel cannot write the
-cache in place inside a loop); docs/performance.md has the measurements behind the defaults.
+Python, binding or argmax between them. That can pay only where the per-step host cost is a large
+share of a step: on the CPU provider it measured even in process with one row, 3-20% faster
+through the server at concurrency 1, and slower with more rows, where the loop's copies of the
+cache (the CPU attention kernel cannot write it in place inside a loop) outweigh it; a GPU is
+where it should pay (`make gpu-check` measures it). docs/performance.md has the measurements.
 
 A batch takes K steps at once only when nothing between them needs the host: every request is
 greedy, no rule of the bundle applies to every step, no forced first token is pending, and no
