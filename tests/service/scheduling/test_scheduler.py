@@ -106,21 +106,28 @@ def test_concurrent_mixed_requests_equal_unbatched(runner, sched_texts, mode):
         assert d["rows<=4.0"] == d["batch_size"]  # never more than one beam-3 text per step
 
 
-@pytest.mark.parametrize("mode", list(MODES))
-def test_greedy_step_metrics_count_every_row_of_every_step(runner, sched_texts, mode):
-    opts = DecodeOptions(max_new_tokens=MAX_NEW)
-
+def greedy_results(runner, mode: str, texts: list[str], opts: DecodeOptions) -> list[Result]:
+    """Each text submitted at once to a scheduler of 4 rows, then drained; results in order."""
     async def main() -> list[Result]:
         s = make_scheduler(mode, runner, max_batch_size=4, max_queue_delay_ms=1.0)
         await s.start()
-        got = await asyncio.gather(*(s.submit([t], opts) for t in sched_texts[:8]))
+        got = await asyncio.gather(*(s.submit([t], opts) for t in texts))
         await s.drain(5)
         return [r for (r,) in got]
 
+    return run(main())
+
+
+def decoder_steps(results: list[Result]) -> list[int]:
+    """Steps each greedy text was in the batch: one per generated token, eos included."""
+    return [len(r.hypotheses[0].tokens) + (r.finish_reason == "eos") for r in results]
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_greedy_step_metrics_count_every_row_of_every_step(runner, sched_texts, mode):
     before = counts()
-    results = run(main())
-    # a greedy text is in the batch for one step per generated token, eos included
-    steps = [len(r.hypotheses[0].tokens) + (r.finish_reason == "eos") for r in results]
+    opts = DecodeOptions(max_new_tokens=MAX_NEW)
+    steps = decoder_steps(greedy_results(runner, mode, sched_texts[:8], opts))
     d = delta(before)
     assert d["batch_size:sum"] == sum(steps)
     assert d["time_per_output_token_seconds"] == sum(k > 1 for k in steps)
@@ -138,17 +145,9 @@ def test_several_steps_per_run_count_decoder_steps_not_runs(runner, tiny_bundle,
 
     multi = Runner(tiny_bundle, providers=["CPUExecutionProvider"], step_policy=StepPolicy(4))
     opts = DecodeOptions(max_new_tokens=MAX_NEW)
-
-    async def main() -> list[Result]:
-        s = make_scheduler("none", multi, max_batch_size=4)
-        await s.start()
-        got = [await s.submit([t], opts) for t in sched_texts[:6]]
-        await s.drain(5)
-        return [r for (r,) in got]
-
     before = counts()
-    results = run(main())
-    steps = [len(r.hypotheses[0].tokens) + (r.finish_reason == "eos") for r in results]
+    results = greedy_results(multi, "none", sched_texts[:6], opts)  # "none": one text per batch
+    steps = decoder_steps(results)
     d = delta(before)
     assert d["decoder_step_seconds"] == d["batch_size:sum"] == sum(steps)  # a run stops at its row's end
     assert d["time_per_output_token_seconds"] == sum(k > 4 for k in steps) > 0
