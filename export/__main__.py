@@ -16,7 +16,7 @@ import torch
 
 import export.fused  # noqa: F401  (registers the "fused" lowering)
 import export.inplace  # noqa: F401  (registers the "inplace" lowering)
-from export.build import BuildOptions, BundleError, add_bundle_options, build_bundle
+from export.build import BundleError, add_bundle_options, build_bundle, bundle_options
 from export.export import ExportError
 from export.verify import ParityError
 
@@ -36,8 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     """CLI entry point; returns the exit status (2 on bad input, 1 on failed verification)."""
     a = parse_args(argv)
     torch.set_num_threads(a.threads)
-    opts = BuildOptions(fp16=a.fp16, optimize=a.optimize, test_split=a.test_split, eval_size=a.eval_size,
-                        force=a.force, attention=a.attention)
+    opts = bundle_options(a, test_split=a.test_split, eval_size=a.eval_size)
     try:
         result = build_bundle(a.checkpoint, a.out, opts, log=lambda msg: print(msg, file=sys.stderr))
     except (BundleError, FileNotFoundError, ValueError) as e:

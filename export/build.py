@@ -219,6 +219,12 @@ def package(
     return BuildResult(out, manifest, seconds)
 
 
+def bundle_options(args: argparse.Namespace, **extra: Any) -> BuildOptions:
+    """The BuildOptions of the options `add_bundle_options` declared, plus a CLI's own (`extra`)."""
+    return BuildOptions(fp16=args.fp16, optimize=args.optimize, force=args.force, attention=args.attention,
+                        **extra)
+
+
 def add_bundle_options(ap: argparse.ArgumentParser) -> None:
     """The options both export CLIs share: where to write, which variants, the lowering, threads."""
     from export.attention import LOWERINGS

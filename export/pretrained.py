@@ -32,6 +32,7 @@ from export.build import (
     BundleError,
     ModelSource,
     add_bundle_options,
+    bundle_options,
     check_output_dir,
     package,
     verification_sources,
@@ -142,8 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     """CLI entry point; returns the exit status (2 on bad or unsupported input, 1 on failed verification)."""
     a = parse_args(argv)
     torch.set_num_threads(a.threads)
-    opts = BuildOptions(fp16=a.fp16, optimize=a.optimize, force=a.force, attention=a.attention,
-                        verify_sources=a.verify_sources)
+    opts = bundle_options(a, verify_sources=a.verify_sources)
     try:
         result = import_pretrained(a.model, a.out, opts, log=lambda msg: print(msg, file=sys.stderr))
     except (BundleError, FileNotFoundError, UnsupportedModel, TokenizerMismatch, ValueError) as e:
