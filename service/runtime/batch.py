@@ -181,10 +181,9 @@ class DecodeBatch:
         if not self._active:
             return []
         steps = self.last_steps = self._steps_now()  # the run may stop early: _run_steps sets the count
-        self._cache.reserve(steps)
         if self._ids_of is not self._next:  # the same (n_rows, 1) view while _next is the same array
             self._ids, self._ids_of = self._next[:, None], self._next
-        feeds = {INPUT_IDS: self._ids, **self._cache.feeds(), **self._source_feeds()}
+        feeds = {INPUT_IDS: self._ids, **self._cache.feeds(steps), **self._source_feeds()}
         past = dict(zip(self._self_names, self._cache.past(), strict=True))
         past.update(zip(self._cross_names, self._cross.tensors(), strict=True))
         events: list[Event] = []

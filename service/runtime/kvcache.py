@@ -25,7 +25,7 @@ columns [0, length[r]); the decoder reads `seqlens_k` = length (so the new token
 length[r]) and nothing beyond. A new occupant just starts at length 0: no mask, no copy.
 Rows are views of the first n_rows of the buffer, which doubles its capacity (up to the batch's
 max_rows) when it must grow; its columns are a multiple of 32 (at most max_len) that grows when a
-row needs more (`reserve`, one copy) and shrinks back when the batch empties, so that a copy of the
+row needs more (in `feeds`, one copy) and shrinks back when the batch empties, so that a copy of the
 cache (a multi-step decoder's loop copies it each step: export/multistep.py) costs what the rows
 hold, not max_len. Buffers are kept when the batch empties.
 
@@ -110,8 +110,8 @@ class ConcatCache:
         """Columns each row holds (n_rows,): tokens decoded so far by its request (holes: stale)."""
         return self.length - self._start
 
-    def feeds(self) -> dict[str, np.ndarray]:
-        """position_ids (n_rows, 1) and attention_mask (n_rows, L + 1) of the next step."""
+    def feeds(self, steps: int = 1) -> dict[str, np.ndarray]:
+        """position_ids (n_rows, 1) and attention_mask (n_rows, L + 1) of the next step (one per run)."""
         cols = np.arange(self.length + 1)
         return {
             POSITION_IDS: np.minimum(self.length - self._start, self._max_pos)[:, None],  # holes clamped
@@ -121,9 +121,6 @@ class ConcatCache:
     def past(self) -> list[CacheTensor]:
         """Cache tensors to feed, in the order of the decoder's past_key_values inputs."""
         return self._kv
-
-    def reserve(self, steps: int) -> None:
-        """Nothing to do: each run returns a longer cache."""
 
     def advance(self, presents: list[CacheTensor], live: np.ndarray) -> None:
         """Take the decoder's presents (one column longer) as the cache."""
@@ -251,13 +248,6 @@ class InplaceCache(_RowBuffers):
         self._len[self.rows : need] = 0
         self.rows = need
 
-    def reserve(self, steps: int) -> None:
-        """Make room for `steps` more tokens in the longest row (columns double, one copy)."""
-        need = min(self.length + steps, self._max_len)
-        if need > self._columns:
-            self._columns = min(-(-need // CACHE_COLUMNS_STEP) * CACHE_COLUMNS_STEP, self._max_len)
-            self._resize(self._capacity(), self._columns, self._cols(self.length))
-
     def start(self, rows: np.ndarray) -> None:
         """Rows taken by a new request: empty."""
         self._len[rows] = 0
@@ -270,19 +260,25 @@ class InplaceCache(_RowBuffers):
         index = self._keep(keep, self._cols(int(lens.max(initial=0))))
         self._len[: len(index)] = lens
 
-    def feeds(self) -> dict[str, np.ndarray]:
-        """position_ids (n_rows, 1), seqlens_k (n_rows,), total_sequence_length () of the next step.
+    def feeds(self, steps: int = 1) -> dict[str, np.ndarray]:
+        """position_ids (n_rows, 1), seqlens_k (n_rows,), total_sequence_length () of the next run, which
+        writes `steps` columns: the buffers first grow (one copy) if the longest row needs more columns.
 
         The same arrays, rewritten in place, while n_rows stays the same: a binding that holds
         them (service/runtime/backends.py DecoderBinding) need not bind them again.
         """
         lens = self._len[: self.rows]
+        longest = int(lens.max(initial=0))
+        if longest + steps > self._columns < self._max_len:
+            need = -(-(longest + steps) // CACHE_COLUMNS_STEP) * CACHE_COLUMNS_STEP
+            self._columns = min(need, self._max_len)
+            self._resize(self._capacity(), self._columns, longest)  # wider rows: copy the columns held
         if len(self._feeds[SEQLENS_K]) != self.rows:
             self._feeds = _length_feeds(self.rows)
         f = self._feeds
         f[POSITION_IDS][:, 0] = lens
         f[SEQLENS_K][:] = lens
-        f[TOTAL_SEQUENCE_LENGTH][...] = lens.max(initial=0) + 1
+        f[TOTAL_SEQUENCE_LENGTH][...] = longest + 1
         return f
 
     def past(self) -> list[CacheTensor]:

@@ -101,3 +101,32 @@ def test_capacity_doubles_up_to_the_batch_limit_only(memory):
     assert all(np.array_equal(memory.to_host(x)[:4], b) for x, b in zip(cache.tensors(), before, strict=True))
     cache.grow(1)  # the 6th row fits without a copy
     assert cache.rows == 6 and cache._capacity() == 6
+
+
+def test_inplace_columns_grow_in_steps_of_32_keeping_rows_and_shrink_when_empty(memory):
+    """InplaceCache: a run needing more columns than the buffers have grows them to the next multiple of
+    32 (at most max_len), rows keep their written columns; an emptied batch gets 32 columns back."""
+    from service.runtime.kvcache import CACHE_COLUMNS_STEP, InplaceCache
+
+    cache = InplaceCache(Backend(memory), 2, 2, 3, np.float32, max_len=80)
+    cache.grow(2)
+    shape = memory.shape(cache.past()[0])
+    assert shape == (2, 2, CACHE_COLUMNS_STEP, 3)
+    values, _ = encoded(memory, 2, CACHE_COLUMNS_STEP, 5)  # what the decoder would have written
+    for buf, v in zip(cache.past(), values, strict=True):
+        memory.copy_rows(buf, np.arange(2), v, np.arange(2))
+    cache.advance([], np.array([True, True]), 30)  # 30 tokens per row
+    want = [memory.to_host(x)[:, :, :30].copy() for x in cache.past()]
+    cache.feeds(2)  # 30 + 2 fits
+    assert memory.shape(cache.past()[0])[2] == 32
+    feeds = cache.feeds(3)  # 33 columns: one more step of 32
+    assert memory.shape(cache.past()[0])[2] == 64 and int(feeds["total_sequence_length"]) == 31
+    for x, w in zip(cache.past(), want, strict=True):
+        np.testing.assert_array_equal(memory.to_host(x)[:, :, :30], w)
+    cache.feeds(40)  # 30 + 40 columns: 96, capped at max_len
+    assert memory.shape(cache.past()[0])[2] == 80
+    for x, w in zip(cache.past(), want, strict=True):
+        np.testing.assert_array_equal(memory.to_host(x)[:, :, :30], w)
+    cache.reset()
+    cache.grow(1)
+    assert memory.shape(cache.past()[0]) == (1, 2, CACHE_COLUMNS_STEP, 3)
