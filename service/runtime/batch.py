@@ -205,9 +205,10 @@ class DecodeBatch:
     def _steps_now(self) -> int:
         """Steps of the next run: several only with a multi-step decoder, every request greedy and nothing
         due on the host (a forced token, a per-step rule, a last allowed token under eos-at-limit)."""
+        if not (self.policy.allows(len(self._live)) and self._be.multistep):
+            return 1
         rules, (greedy, _, beams) = self.spec.rules, self._searches()
-        host = beams or self._forcing or rules.every_step or not self._be.multistep  # must see every step
-        if self.policy.steps_per_call == 1 or host:
+        if beams or self._forcing or rules.every_step:  # the host must see every step
             return 1
         left = [a.options.max_new_tokens - len(a.search.tokens) for a in greedy]
         due = min(left) - 1 if rules.eos_at_limit else max(left)

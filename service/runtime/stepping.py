@@ -34,12 +34,14 @@ class StepPolicy:
         if self.max_rows < 0:
             raise ValueError(f"the multi-step row limit must be >= 0, got {self.max_rows}")
 
+    def allows(self, rows: int) -> bool:
+        """Whether a batch of `rows` rows may take several steps per run."""
+        return self.steps_per_call > 1 and not 0 < self.max_rows < rows
+
     def steps(self, rows: int, left: int) -> int:
         """Steps for the next run of a batch of `rows` rows whose requests need at most `left` more
         tokens before the host must see a step (1: a single-step run)."""
-        if self.steps_per_call == 1 or 0 < self.max_rows < rows:
-            return 1
-        return max(1, min(self.steps_per_call, left))
+        return max(1, min(self.steps_per_call, left)) if self.allows(rows) else 1
 
 
 SINGLE_STEP = StepPolicy(1)  # one step per run: the decoder file only

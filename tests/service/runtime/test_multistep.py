@@ -50,6 +50,8 @@ def test_policy_steps():
     assert StepPolicy(8, max_rows=2).steps(rows=2, left=100) == 8
     assert StepPolicy(8).steps(rows=1, left=0) == 1
     assert SINGLE_STEP.steps(rows=1, left=100) == 1
+    assert StepPolicy(8, max_rows=2).allows(2) and not StepPolicy(8, max_rows=2).allows(3)
+    assert StepPolicy(8).allows(500) and not SINGLE_STEP.allows(1)
     with pytest.raises(ValueError, match="steps_per_call"):
         StepPolicy(0)
 
