@@ -23,7 +23,9 @@ from __future__ import annotations
 import argparse
 import random
 import re
+import string
 from collections.abc import Callable, Iterator
+from functools import cache
 from pathlib import Path
 
 from num2words import num2words
@@ -45,6 +47,16 @@ SALAD_CLASSES = {"cardinal": 34, "ordinal": 12, "percentage": 8, "decimal": 8, "
                  "date": 5, "time": 6, "measure": 7, "phone": 4}
 _WORD = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?")
 Sampler = Callable[[random.Random], str]
+# Letters of the scripts real text mixes in (weight, letters): the copy supplement's made-up words
+# teach the model to copy byte sequences the word list holds only a few times.
+SCRIPTS: dict[str, tuple[int, str]] = {
+    "latin": (30, string.ascii_lowercase),
+    "accented": (30, "àáâãäåæçèéêëìíîïðñòóôõöøùúûüýþÿß"
+                 + "".join(c for c in map(chr, range(0x100, 0x180)) if c.islower())),
+    "greek": (15, "αβγδεζηθικλμνξοπρστυφχψω"),
+    "cyrillic": (15, "абвгдежзийклмнопрстуфхцчшщъыьэюяёіїєў"),
+    "kana": (5, "".join(map(chr, range(0x3041, 0x3097))) + "".join(map(chr, range(0x30A1, 0x30FB)))),
+}
 
 
 def reserved_words() -> set[str]:
@@ -140,11 +152,53 @@ def salad_sentence(rng: random.Random, words: list[str], numbers_focus: bool = F
     return " ".join(out) + rng.choice([".", ".", ".", "!", "?", ""])
 
 
-def sentence(rng: random.Random, words: list[str], numbers_focus: bool = False, long_focus: bool = False
-             ) -> tuple[str, str]:
+@cache
+def _listed() -> frozenset[str]:
+    """Every word of the list, held-out ones included (made-up words are none of them)."""
+    return frozenset(w.lower() for w in top_n_list("en", WORD_LIST_SIZE)) | reserved_words()
+
+
+def made_up_word(rng: random.Random) -> str:
+    """A word of 1-9 letters no list holds: Latin with accents mixed in, or Greek, Cyrillic, kana."""
+    script = _pick(rng, {k: w for k, (w, _) in SCRIPTS.items()})
+    letters = SCRIPTS[script][1]
+    if script == "latin":  # accents here and there, as in names
+        letters = letters * 6 + SCRIPTS["accented"][1]
+    while (w := "".join(rng.choice(letters) for _ in range(rng.randint(1, 9)))) in _listed():
+        pass
+    r = rng.random()
+    return w.capitalize() if r < 0.25 else w.upper() if r < 0.35 else w
+
+
+def copy_sentence(rng: random.Random, words: list[str]) -> str:
+    """Word salad for the copy supplement: half the words made up, some said twice ("the the"), around
+    1-3 written forms whose numbers are mostly of the probe's shapes, without separators half the time."""
+    n_words = rng.randint(2, 8)
+    fillers = [made_up_word(rng) if rng.random() < 0.5 else _filler(rng, words) for _ in range(n_words)]
+    items = [w for f in fillers for w in ([f, f] if rng.random() < 0.08 else [f])]
+    shaped = probe_samplers()
+    for _ in range(rng.randint(1, 3)):
+        kind = _pick(rng, SALAD_CLASSES)
+        if kind == "cardinal":
+            item = with_separators(_probe_number(rng) if rng.random() < 0.5 else shaped_number(rng), rng)
+        elif kind in shaped and rng.random() < 0.5:
+            item = shaped[kind](rng)
+        else:
+            item = DRAW[kind](rng)
+        items.insert(rng.randint(0, len(items)), item)
+    out = [w + (rng.choice(PUNCT_AFTER) if i < len(items) - 1 and rng.random() < 0.12 else "")
+           for i, w in enumerate(items)]
+    return " ".join(out) + rng.choice([".", ".", "!", "?", ""])
+
+
+def sentence(rng: random.Random, words: list[str], numbers_focus: bool = False, long_focus: bool = False,
+             copy_focus: bool = False) -> tuple[str, str]:
     """One (written, spoken) pair: a frame sentence or word salad; with `long_focus` (a supplement)
-    always two frames in a row, the long outputs where most errors are."""
-    if long_focus:
+    always two frames in a row, the long outputs where most errors are; with `copy_focus` (another)
+    `copy_sentence`."""
+    if copy_focus:
+        src = copy_sentence(rng, words)
+    elif long_focus:
         src = frame_sentence(rng, words, two=True)
     elif not numbers_focus and rng.random() < P_FRAME:
         src = frame_sentence(rng, words)
@@ -222,13 +276,13 @@ def probe(n: int, seed: int, words: list[str], exclude: set[str] | None = None) 
 # ----- splits -----------------------------------------------------------------------------------
 def generate(
     n: int, seed: int, words: list[str], exclude: set[str] | None = None, numbers_focus: bool = False,
-    long_focus: bool = False,
+    long_focus: bool = False, copy_focus: bool = False,
 ) -> Iterator[tuple[str, str]]:
     """n distinct pairs from a seed, skipping sources in `exclude` (keeps splits disjoint)."""
     rng, seen = random.Random(seed), set(exclude or ())
     made = 0
     while made < n:
-        src, tgt = sentence(rng, words, numbers_focus, long_focus)
+        src, tgt = sentence(rng, words, numbers_focus, long_focus, copy_focus)
         if src in seen:
             continue
         seen.add(src)
@@ -247,9 +301,9 @@ def write_tsv(path: Path, pairs: Iterator[tuple[str, str]]) -> set[str]:
 
 
 def build(out: Path, n_train: int, n_valid: int, n_test: int, seed: int, n_numbers: int = 0,
-          n_probe: int = 400, n_long: int = 0) -> None:
-    """Write the disjoint splits under `out`: test, valid, probe, train (+ the supplements numbers.tsv
-    and long.tsv)."""
+          n_probe: int = 400, n_long: int = 0, n_copy: int = 0) -> None:
+    """Write the disjoint splits under `out`: test, valid, probe, train (+ the supplements numbers.tsv,
+    long.tsv and copy.tsv)."""
     out.mkdir(parents=True, exist_ok=True)
     train_words, all_words = word_lists(seed)
     held = write_tsv(out / "test.tsv", generate(n_test, seed + 2, all_words))
@@ -261,6 +315,8 @@ def build(out: Path, n_train: int, n_valid: int, n_test: int, seed: int, n_numbe
         write_tsv(out / "numbers.tsv", generate(n_numbers, seed + 3, train_words, held, numbers_focus=True))
     if n_long:
         write_tsv(out / "long.tsv", generate(n_long, seed + 5, train_words, held, long_focus=True))
+    if n_copy:
+        write_tsv(out / "copy.tsv", generate(n_copy, seed + 6, train_words, held, copy_focus=True))
 
 
 def main() -> None:
@@ -273,12 +329,14 @@ def main() -> None:
     ap.add_argument("--probe", type=int, default=400, help="pairs of the number-shape probe (0: none)")
     ap.add_argument("--numbers", type=int, default=0, help="pairs of the number-focused supplement")
     ap.add_argument("--long", type=int, default=0, help="pairs of the two-frame supplement")
+    ap.add_argument("--copy", type=int, default=0, help="pairs of the copy supplement (made-up words)")
     ap.add_argument("--seed", type=int, default=1234)
     a = ap.parse_args()
-    build(a.out, a.train, a.valid, a.test, a.seed, a.numbers, a.probe, a.long)
+    build(a.out, a.train, a.valid, a.test, a.seed, a.numbers, a.probe, a.long, a.copy)
     print(f"wrote {a.train}/{a.valid}/{a.test}/{a.probe} train/valid/test/probe pairs to {a.out}"
           + (f" and {a.numbers} to numbers.tsv" if a.numbers else "")
-          + (f" and {a.long} to long.tsv" if a.long else ""))
+          + (f" and {a.long} to long.tsv" if a.long else "")
+          + (f" and {a.copy} to copy.tsv" if a.copy else ""))
 
 
 if __name__ == "__main__":

@@ -18,8 +18,8 @@ from model.tokenizer import train_tokenizer
 from model.verbalize import CLASSES, classes, verbalize
 
 NUMBER = re.compile(r"(?<![\w,])(\d{1,3}(?:,\d{3})+|\d+)(st|nd|rd|th|%)?(?![\w])")
-TRAINING = {"train", "numbers", "long"}  # the files training reads
-SPLITS = ("train", "valid", "test", "probe", "numbers", "long")
+TRAINING = {"train", "numbers", "long", "copy"}  # the files training reads
+SPLITS = ("train", "valid", "test", "probe", "numbers", "long", "copy")
 
 
 def old_convention(written: str) -> str:
@@ -56,7 +56,8 @@ def is_repeated(n: int) -> bool:
 @pytest.fixture(scope="module")
 def small_corpus(tmp_path_factory):
     out = tmp_path_factory.mktemp("corpus")
-    build(out, n_train=3000, n_valid=300, n_test=300, seed=11, n_numbers=300, n_probe=300, n_long=200)
+    build(out, n_train=3000, n_valid=300, n_test=300, seed=11, n_numbers=300, n_probe=300, n_long=200,
+          n_copy=300)
     return {s: read_tsv(out / f"{s}.tsv") for s in SPLITS}
 
 
@@ -140,7 +141,7 @@ def test_splits_are_disjoint_and_deterministic(small_corpus, tmp_path):
             if not {a, b} <= TRAINING:  # training files may share sentences
                 assert not sources[a] & sources[b], (a, b)
     build(tmp_path, n_train=3000, n_valid=300, n_test=300, seed=11, n_numbers=300, n_probe=300,
-          n_long=200)
+          n_long=200, n_copy=300)
     assert all(read_tsv(tmp_path / f"{s}.tsv") == small_corpus[s] for s in SPLITS)
 
 
@@ -178,12 +179,37 @@ def test_the_long_supplement_is_two_frames_in_a_row(small_corpus):
     assert not all(singles.match(src) for src, _ in small_corpus["long"])
 
 
+def test_the_copy_supplement_makes_up_words_in_several_scripts(small_corpus):
+    """copy.tsv: words of no list in Latin, accented Latin, Greek, Cyrillic and kana, some said twice,
+    copied unchanged into the target around numbers of the probe's shapes."""
+    _, all_words = word_lists(11)
+    listed = {w.lower() for w in all_words}
+    pairs = small_corpus["copy"]
+    words = [w.strip(".,!?;:") for s, _ in pairs for w in s.split()]
+    made_up = {w for w in words if w.isalpha() and w.lower() not in listed}
+    ranges = (("greek", 0x3B1, 0x3C9), ("cyrillic", 0x430, 0x45F), ("kana", 0x3041, 0x30FA),
+              ("accented", 0xE0, 0x17F), ("latin", 0x61, 0x7A))
+    scripts = {name for w in made_up for c in w.lower() for name, lo, hi in ranges if lo <= ord(c) <= hi}
+    assert scripts == {"greek", "cyrillic", "kana", "accented", "latin"}
+    assert len(made_up) > 0.3 * len(set(words))
+    for src, tgt in pairs:  # every made-up word is copied verbatim, as often as the source has it
+        for w in made_up & set(src.split()):
+            assert tgt.split().count(w) == src.split().count(w), (src, tgt)
+    assert sum(re.search(r"(?<!\S)(\S+) \1(?!\S)", s) is not None for s, _ in pairs) > 0.05 * len(pairs)
+
+    def shaped_share(split: str) -> float:
+        numbers = [int(m[1].replace(",", "")) for s, _ in small_corpus[split] for m in NUMBER.finditer(s)]
+        return sum(is_round(n) or has_inner_zeros(n) or is_repeated(n) for n in numbers) / len(numbers)
+
+    assert shaped_share("copy") > 1.5 * shaped_share("train")
+
+
 def test_cli_writes_every_split(tmp_path):
     cmd = [sys.executable, "-m", "model.corpus", "--out", str(tmp_path), "--train", "40", "--valid", "5",
-           "--test", "5", "--probe", "20", "--numbers", "10", "--long", "7", "--seed", "3"]
+           "--test", "5", "--probe", "20", "--numbers", "10", "--long", "7", "--copy", "6", "--seed", "3"]
     subprocess.run(cmd, check=True, capture_output=True, timeout=120)
     sizes = {s: len(read_tsv(tmp_path / f"{s}.tsv")) for s in SPLITS}
-    assert sizes == {"train": 40, "valid": 5, "test": 5, "probe": 20, "numbers": 10, "long": 7}
+    assert sizes == {"train": 40, "valid": 5, "test": 5, "probe": 20, "numbers": 10, "long": 7, "copy": 6}
 
 
 def test_tokenizer_round_trips_and_splits_digits(small_corpus):
