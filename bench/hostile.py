@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Sequence
 from typing import Any
 
 from hypothesis import strategies as st
@@ -94,10 +95,16 @@ def byte_tensors(draw: st.DrawFn) -> tuple[bytes, int]:
     return raw, count
 
 
-def check_message(message: str) -> None:
-    """A refusal's message: non-empty, within the status size limit once clipped, no internals."""
+def check_message(message: str, echoed: Sequence[str] = ()) -> None:
+    """A refusal's message: non-empty, no internals outside the client's own values it quotes (`echoed`,
+    possibly cut short: a client may send a value that reads like a path)."""
     assert message.strip(), "empty error message"
-    assert internals_in(message) is None, f"message shows internals ({internals_in(message)!r}): {message!r}"
+    own = message
+    for value in echoed:
+        quoted = repr(value)
+        shown = next((quoted[:k] for k in range(len(quoted), 0, -1) if quoted[:k] in own), "")
+        own = own.replace(shown, "") if shown else own
+    assert internals_in(own) is None, f"message shows internals ({internals_in(own)!r}): {message!r}"
 
 
 def check_deserialize(raw: bytes, count: int) -> list[bytes] | None:
