@@ -38,10 +38,10 @@ test: $(STAMP) protos prometheus-tools perf-analyzer-tools
 
 # Benchmarks (docs/performance.md): engines, server batching modes, scaling and memory; the last
 # line printed is a JSON object of throughput ratios.
-bench: $(STAMP) protos
+bench: $(STAMP) protos perf-analyzer-tools
 	$(PY) -m bench
 
-bench-quick: $(STAMP) protos
+bench-quick: $(STAMP) protos perf-analyzer-tools
 	$(PY) -m bench --quick
 
 # On a machine with an NVIDIA GPU (driver only: CUDA 13 and cuDNN 9 come from PyPI, the `cuda` extra):
