@@ -29,13 +29,13 @@ from tokenizers import Tokenizer
 from torch.nn.utils.rnn import pad_sequence
 
 from bench.ct2 import CT2Engine, checkpoint_vocab, convert
+from bench.workload import PAUSE_S
 from model.checkpoint import load_checkpoint, tokenizer_path
 from model.decoding import greedy_decode
 from service.domain.types import DecodeOptions
 from service.runtime.bundle import load_bundle
 from service.runtime.runner import Runner
 
-PAUSE_S = 0.3  # between two engines' timed runs
 Decode = Callable[[list[list[int]]], list[list[int]]]  # a batch of source ids -> generated ids
 
 

@@ -37,10 +37,11 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from bench.engine import PAUSE_S, EngineProcess, Point
+from bench.engine import EngineProcess, Point
 from bench.loadgen import TIMEOUT_S, Record, closed_loop, open_channel, summarize
 from bench.marian_build import FULL, QUICK, MarianShape, marian_dir, source_texts
 from bench.serverproc import ServerProcess
+from bench.workload import PAUSE_S
 from protos.translator.v1 import translator_pb2 as pb
 from protos.translator.v1 import translator_pb2_grpc as pb_grpc
 

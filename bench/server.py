@@ -7,9 +7,9 @@ One `python -m service.server` subprocess per batching mode runs on 127.0.0.1 fo
 the machine's load hits every mode alike. bench/loadgen.py drives them with two workloads
 (bench/workload.py): `sentences`, the held-out sentences as they are (5 to 43 tokens), and `mix`,
 the same with some texts made of 2, 4 or 8 joined sentences (up to the bundle's max_len).
-1. Concurrency 1 against in-process decoding, paired: for each text, `Runner.translate([text])`
-   in a separate process (same bundle and threads, timed there), then the same text through the
-   server (unary Translate); never both at once.
+1. Concurrency 1 against in-process decoding, on the same texts: `Runner.translate([text])` in a
+   separate process (same bundle and threads, timed there) and the server (unary Translate), in
+   alternating blocks of 20 texts with a pause between blocks; never both at once.
 2. Closed loop at each concurrency and workload (every `stream_every`-th request streamed: time
    to first token), with the server's own metrics for rows per decoder step and step time.
 3. Open loop on `sentences` at Poisson rates = fractions of the continuous mode's closed-loop peak.
@@ -37,7 +37,7 @@ from bench import loadgen
 from bench.inprocess import InProcessDecoder
 from bench.loadgen import Client, Record, Summary, closed_loop, open_loop, percentiles, summarize
 from bench.serverproc import ServerProcess
-from bench.workload import DEFAULT_BUNDLE, HELD_OUT, Lengths, held_out_sources, mixed_texts
+from bench.workload import DEFAULT_BUNDLE, HELD_OUT, PAUSE_S, Lengths, held_out_sources, mixed_texts
 
 MODES = ("continuous", "dynamic", "none")
 WORKLOADS = ("sentences", "mix")
@@ -59,7 +59,7 @@ class Plan:
     rate_fractions: tuple[float, ...] = (0.25, 0.5, 0.75, 1.0)
     open_seconds: float = 15.0  # open loop: about this long per rate, within the bounds below
     open_requests: tuple[int, int] = (100, 1500)
-    c1_requests: int = 100  # paired concurrency-1 comparison with in-process decoding
+    c1_requests: int = 100  # concurrency-1 comparison with in-process decoding
     mix_texts: int = 2000
     stream_every: int = 8
     warmup_requests: int = 32
@@ -106,7 +106,7 @@ class ModeResult:
     """Everything measured for one batching mode."""
 
     mode: str
-    c1_server_ms: list[float] = field(default_factory=list)  # paired with c1_inprocess_ms, same texts
+    c1_server_ms: list[float] = field(default_factory=list)  # the texts of c1_inprocess_ms, same order
     c1_inprocess_ms: list[float] = field(default_factory=list)
     c1_records: list[Record] = field(default_factory=list)
     closed: dict[tuple[str, int], Point] = field(default_factory=dict)  # by (workload, concurrency)
@@ -122,17 +122,27 @@ class ModeResult:
 
 
 # ----- concurrency 1 against in-process decoding ----------------------------------------------
+C1_BLOCK = 20  # texts per block of the concurrency-1 comparison
+
+
 async def paired_c1(decoder: InProcessDecoder, address: str,
                     texts: list[str]) -> tuple[list[float], list[Record]]:
-    """Per text: in-process latency (ms), then the same text through the server (unary, concurrency 1)."""
+    """In-process latency (ms) of each text, and the same texts through the server (unary, concurrency
+    1), in alternating blocks with a pause between them: one side's idle ONNX Runtime threads, still
+    spinning right after its work, would otherwise slow the other side's next text."""
     inproc, records = [], []
     async with loadgen.open_channel(address) as channel:
         client = Client([channel], texts)
-        for i, text in enumerate(texts):
-            inproc.append(1e3 * await asyncio.to_thread(decoder.seconds, text))
-            records.append(await client.call(i))
-            if records[-1].code != "OK":
-                raise RuntimeError(f"concurrency-1 request {i} failed with {records[-1].code}")
+        for start in range(0, len(texts), C1_BLOCK):
+            block = range(start, min(start + C1_BLOCK, len(texts)))
+            for i in block:
+                inproc.append(1e3 * await asyncio.to_thread(decoder.seconds, texts[i]))
+            await asyncio.sleep(PAUSE_S)
+            for i in block:
+                records.append(await client.call(i))
+                if records[-1].code != "OK":
+                    raise RuntimeError(f"concurrency-1 request {i} failed with {records[-1].code}")
+            await asyncio.sleep(PAUSE_S)
     return inproc, records
 
 
@@ -295,7 +305,7 @@ def tables(results: dict[str, ModeResult], scores: dict[str, float]) -> str:
     rss = _table(["mode", "peak RSS MiB (VmHWM)"], [[m, f"{r.peak_rss_mib:.0f}"] for m, r in results.items()])
     score = _table(["ratio / figure", "value"], [[k, f"{v:.3g}"] for k, v in scores.items()])
     return (f"### Closed loop\n\n{closed}\n### Open loop (Poisson arrivals, sentences)\n\n{opened}\n"
-            f"### Concurrency 1: server against in-process decoding (paired, same texts)\n\n{c1}\n"
+            f"### Concurrency 1: server against in-process decoding (same texts)\n\n{c1}\n"
             f"### Peak memory of the server processes\n\n{rss}\n### Ratios\n\n{score}")
 
 

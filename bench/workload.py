@@ -17,6 +17,7 @@ from service.runtime.bundle import Bundle, load_bundle
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_BUNDLE = REPO_ROOT / "artifacts" / "default" / "bundle"
 HELD_OUT = REPO_ROOT / "artifacts" / "default" / "test_sample.tsv"
+PAUSE_S = 0.3  # between two timed engines or servers: ONNX Runtime's idle threads stop spinning
 # (sentences joined into one text, share of the texts): mostly single sentences, some long texts
 MIX: tuple[tuple[int, float], ...] = ((1, 0.70), (2, 0.15), (4, 0.10), (8, 0.05))
 
