@@ -9,7 +9,9 @@ the machine's load hits every mode alike. bench/loadgen.py drives them with two 
 the same with some texts made of 2, 4 or 8 joined sentences (up to the bundle's max_len).
 1. Concurrency 1 against in-process decoding, on the same texts: `Runner.translate([text])` in a
    separate process (same bundle and threads, timed there) and the server (unary Translate), in
-   alternating blocks of 20 texts with a pause between blocks; never both at once.
+   alternating blocks of 20 texts with a pause between blocks; never both at once. Then Triton's
+   perf_analyzer (KServe v2) on the same texts, when installed: the ratio takes the p50 of the
+   client that took less CPU per request (bench/vs_ct2.py does the same).
 2. Closed loop at each concurrency and workload (every `stream_every`-th request streamed: time
    to first token), with the server's own metrics for rows per decoder step and step time.
 3. Open loop on `sentences` at Poisson rates = fractions of the continuous mode's closed-loop peak.
@@ -30,10 +32,12 @@ import json
 import math
 import statistics
 import sys
+import tempfile
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from bench import loadgen
+from bench import loadgen, perf_analyzer
 from bench.inprocess import InProcessDecoder
 from bench.loadgen import Client, Record, Summary, closed_loop, open_loop, percentiles, summarize
 from bench.serverproc import ServerProcess
@@ -109,16 +113,26 @@ class ModeResult:
     c1_server_ms: list[float] = field(default_factory=list)  # the texts of c1_inprocess_ms, same order
     c1_inprocess_ms: list[float] = field(default_factory=list)
     c1_records: list[Record] = field(default_factory=list)
+    c1_loadgen_cpu_ms: float = math.nan  # the Python client's CPU time per request at concurrency 1
+    c1_perf_analyzer: tuple[float, float] | None = None  # perf_analyzer on the same texts: p50 ms, CPU ms
     closed: dict[tuple[str, int], Point] = field(default_factory=dict)  # by (workload, concurrency)
     open: list[Point] = field(default_factory=list)  # by rate
     peak_rss_mib: float = math.nan
+
+    @property
+    def c1_client(self) -> tuple[str, float]:
+        """(client, its p50 ms at concurrency 1) for the client that took less CPU per request."""
+        pa = self.c1_perf_analyzer
+        if pa is not None and not pa[1] >= self.c1_loadgen_cpu_ms:
+            return "perf_analyzer", pa[0]
+        return "loadgen", statistics.median(self.c1_server_ms)
 
     @property
     def c1_ratio(self) -> float:
         """In-process p50 / server p50 at concurrency 1 (1.0 = no serving overhead); NaN if not measured."""
         if not self.c1_server_ms:
             return math.nan
-        return statistics.median(self.c1_inprocess_ms) / statistics.median(self.c1_server_ms)
+        return statistics.median(self.c1_inprocess_ms) / self.c1_client[1]
 
 
 # ----- concurrency 1 against in-process decoding ----------------------------------------------
@@ -126,11 +140,12 @@ C1_BLOCK = 20  # texts per block of the concurrency-1 comparison
 
 
 async def paired_c1(decoder: InProcessDecoder, address: str,
-                    texts: list[str]) -> tuple[list[float], list[Record]]:
+                    texts: list[str]) -> tuple[list[float], list[Record], float]:
     """In-process latency (ms) of each text, and the same texts through the server (unary, concurrency
     1), in alternating blocks with a pause between them: one side's idle ONNX Runtime threads, still
-    spinning right after its work, would otherwise slow the other side's next text."""
-    inproc, records = [], []
+    spinning right after its work, would otherwise slow the other side's next text. Also returns the
+    client's CPU time per request (ms)."""
+    inproc, records, client_cpu = [], [], 0.0
     async with loadgen.open_channel(address) as channel:
         client = Client([channel], texts)
         for start in range(0, len(texts), C1_BLOCK):
@@ -138,12 +153,22 @@ async def paired_c1(decoder: InProcessDecoder, address: str,
             for i in block:
                 inproc.append(1e3 * await asyncio.to_thread(decoder.seconds, texts[i]))
             await asyncio.sleep(PAUSE_S)
+            cpu0 = time.process_time()
             for i in block:
                 records.append(await client.call(i))
                 if records[-1].code != "OK":
                     raise RuntimeError(f"concurrency-1 request {i} failed with {records[-1].code}")
+            client_cpu += time.process_time() - cpu0
             await asyncio.sleep(PAUSE_S)
-    return inproc, records
+    return inproc, records, 1e3 * client_cpu / max(1, len(records))
+
+
+def perf_analyzer_c1(address: str, texts: list[str]) -> tuple[float, float]:
+    """perf_analyzer at concurrency 1 on `texts` (windows of all of them): (p50 ms, its CPU ms/request)."""
+    with tempfile.TemporaryDirectory(prefix="perf-analyzer-") as tmp:
+        data = perf_analyzer.write_input_data(texts, Path(tmp) / "c1.json")
+        row, cpu_ms = perf_analyzer.measure_with_cpu(address, data, 1, len(texts), Path(tmp), max_trials=6)
+    return row.p50_ms, cpu_ms
 
 
 # ----- closed and open loop --------------------------------------------------------------------
@@ -184,11 +209,16 @@ def measure(plan: Plan, bundle: Path, workloads: dict[str, list[str]], log=print
             asyncio.run(closed_loop(server.address, first, min(8, warmup), warmup))
             if m in extra:
                 continue
-            paired = paired_c1(decoder, server.address, first[: plan.c1_requests])
-            r.c1_inprocess_ms, r.c1_records = asyncio.run(paired)
+            c1_texts = first[: plan.c1_requests]
+            r.c1_inprocess_ms, r.c1_records, r.c1_loadgen_cpu_ms = asyncio.run(
+                paired_c1(decoder, server.address, c1_texts))
             r.c1_server_ms = [1e3 * x.latency for x in r.c1_records]
+            if perf_analyzer.binary().exists():
+                time.sleep(PAUSE_S)
+                r.c1_perf_analyzer = perf_analyzer_c1(server.address, c1_texts)
+            client, p50 = r.c1_client
             log(f"  {m}: concurrency 1: in-process p50 {statistics.median(r.c1_inprocess_ms):.1f} ms, "
-                f"server p50 {statistics.median(r.c1_server_ms):.1f} ms")
+                f"server p50 {p50:.1f} ms ({client}, the client with less CPU per request)")
         decoder.close()
         for name in plan.workloads:
             for c in plan.concurrencies:
@@ -280,8 +310,9 @@ def _cells(p: Point) -> list[str]:
 
 def _c1_table(results: dict[str, ModeResult]) -> str:
     """Concurrency 1: in-process and client latency, and where the server says its time went."""
-    header = ["mode", "texts", "in-process p50 ms", "client p50 ms", "client p90 ms", "server total p50 ms",
-              "server queue p50 ms", "server compute p50 ms", "in-process / client p50"]
+    header = ["mode", "texts", "in-process p50 ms", "Python client p50 ms", "p90 ms", "server total p50 ms",
+              "server queue p50 ms", "server compute p50 ms", "perf_analyzer p50 ms",
+              "client CPU ms (Python / perf_analyzer)", "in-process / client p50"]
     rows = []
     for m, r in results.items():
         if not r.c1_server_ms:
@@ -289,7 +320,10 @@ def _c1_table(results: dict[str, ModeResult]) -> str:
         client = [statistics.median(r.c1_inprocess_ms), *percentiles(r.c1_server_ms, (50, 90))]
         server = [statistics.median(x.server_ms[k] for x in r.c1_records) for k in (2, 0, 1)]
         cells = [f"{x:.1f}" for x in client + server]
-        rows.append([m, str(len(r.c1_server_ms)), *cells, f"{r.c1_ratio:.2f}"])
+        pa = r.c1_perf_analyzer
+        cpu = f"{r.c1_loadgen_cpu_ms:.2f} / " + (f"{pa[1]:.2f}" if pa else "-")
+        rows.append([m, str(len(r.c1_server_ms)), *cells, f"{pa[0]:.1f}" if pa else "-", cpu,
+                     f"{r.c1_ratio:.2f} ({r.c1_client[0]})"])
     return _table(header, rows)
 
 

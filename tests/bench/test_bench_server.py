@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import math
+import statistics
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from bench import scaling
+from bench import perf_analyzer, scaling
 from bench import server as server_bench
 from bench.loadgen import Record, closed_loop, open_loop, percentiles, poisson_arrivals, summarize
 from bench.workload import Lengths, mixed_texts, sources_of_length
@@ -126,6 +127,12 @@ def test_server_bench_measures_every_mode(tiny_bundle: Path, sources: list[str])
         assert tp.summary.ok == 10 and not tp.summary.errors and 1 <= tp.rows_per_step <= 2
     for mode, r in results.items():
         assert len(r.c1_inprocess_ms) == len(r.c1_server_ms) == 3 and r.c1_ratio > 0
+        assert r.c1_loadgen_cpu_ms > 0
+        if perf_analyzer.binary().exists():  # `make test` installs it
+            p50, cpu = r.c1_perf_analyzer
+            assert p50 > 0 and cpu > 0
+            assert r.c1_client == (("perf_analyzer", p50) if cpu < r.c1_loadgen_cpu_ms
+                                   else ("loadgen", statistics.median(r.c1_server_ms)))
         assert set(r.closed) == {(w, c) for w in ("sentences", "mix") for c in (1, 4)}
         for (_, c), p in r.closed.items():
             s = p.summary
@@ -167,3 +174,13 @@ def test_scaling_bench_measures_lengths_batches_and_memory(tiny_bundle: Path, so
         100 * (scores["rss_last_mib"] - scores["rss_warm_mib"]) / scores["rss_warm_mib"])
     assert scores["batch2_tokens_per_s"] > 0 and math.isfinite(scores["batch_max_vs_1_tokens_per_s"])
     assert "### Source length (in-process)" in text and "### Batch size (in-process)" in text
+
+
+def test_concurrency_1_takes_the_client_with_less_cpu_per_request() -> None:
+    r = server_bench.ModeResult("continuous", c1_server_ms=[4.0, 6.0, 5.0], c1_inprocess_ms=[3.0, 2.0, 4.0],
+                                c1_loadgen_cpu_ms=0.4)
+    assert r.c1_client == ("loadgen", 5.0) and r.c1_ratio == 3.0 / 5.0  # perf_analyzer not run
+    r.c1_perf_analyzer = (4.0, 0.1)
+    assert r.c1_client == ("perf_analyzer", 4.0) and r.c1_ratio == 3.0 / 4.0
+    r.c1_perf_analyzer = (4.0, 0.5)
+    assert r.c1_client == ("loadgen", 5.0)
