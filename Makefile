@@ -37,7 +37,8 @@ test: $(STAMP) protos prometheus-tools perf-analyzer-tools
 	$(PY) -m pytest
 
 # Benchmarks (docs/performance.md): engines, server batching modes, scaling and memory; the last
-# line printed is a JSON object of throughput ratios.
+# line printed is a JSON object of throughput ratios. perf_analyzer (below) is installed first: the
+# server benchmarks load the server with it as well as with bench/loadgen.py.
 bench: $(STAMP) protos perf-analyzer-tools
 	$(PY) -m bench
 
