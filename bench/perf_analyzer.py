@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import csv
 import json
+import math
 import os
 import resource
 import subprocess
@@ -118,6 +119,12 @@ def measure_with_cpu(address: str, data: Path, concurrency: int, requests: int, 
     wall, after = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     return row, 1e3 * cpu / (row.throughput * wall)
+
+
+def cheaper_client(cpu_ms: dict[str, float]) -> str:
+    """The client that took the least CPU per request (ms; NaN: not measured; the first on a tie)."""
+    measured = {client: v for client, v in cpu_ms.items() if not math.isnan(v)} or cpu_ms
+    return min(measured, key=measured.__getitem__)
 
 
 def loadgen_rows(address: str, sentences: Sequence[str], levels: Sequence[int],

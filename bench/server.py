@@ -123,7 +123,8 @@ class ModeResult:
     def c1_client(self) -> tuple[str, float]:
         """(client, its p50 ms at concurrency 1) for the client that took less CPU per request."""
         pa = self.c1_perf_analyzer
-        if pa is not None and not pa[1] >= self.c1_loadgen_cpu_ms:
+        cpu = {"loadgen": self.c1_loadgen_cpu_ms, **({"perf_analyzer": pa[1]} if pa else {})}
+        if perf_analyzer.cheaper_client(cpu) == "perf_analyzer":
             return "perf_analyzer", pa[0]
         return "loadgen", statistics.median(self.c1_server_ms)
 
@@ -139,7 +140,7 @@ class ModeResult:
 C1_BLOCK = 20  # texts per block of the concurrency-1 comparison
 
 
-async def paired_c1(decoder: InProcessDecoder, address: str,
+async def c1_in_blocks(decoder: InProcessDecoder, address: str,
                     texts: list[str]) -> tuple[list[float], list[Record], float]:
     """In-process latency (ms) of each text, and the same texts through the server (unary, concurrency
     1), in alternating blocks with a pause between them: one side's idle ONNX Runtime threads, still
@@ -211,7 +212,7 @@ def measure(plan: Plan, bundle: Path, workloads: dict[str, list[str]], log=print
                 continue
             c1_texts = first[: plan.c1_requests]
             r.c1_inprocess_ms, r.c1_records, r.c1_loadgen_cpu_ms = asyncio.run(
-                paired_c1(decoder, server.address, c1_texts))
+                c1_in_blocks(decoder, server.address, c1_texts))
             r.c1_server_ms = [1e3 * x.latency for x in r.c1_records]
             if perf_analyzer.binary().exists():
                 time.sleep(PAUSE_S)

@@ -63,7 +63,7 @@ def perf_analyzer_load(address: str, data: Path, concurrency: int, requests: int
 
 def server_figure(medians: dict[str, float], clients: tuple[str, ...], concurrency: int) -> tuple[str, float]:
     """(client, the server's sentences/s at `concurrency`) for the client with the least CPU per request."""
-    chosen = min(clients, key=lambda client: medians[f"cpu_server_c{concurrency}_{client}"])
+    chosen = perf_analyzer.cheaper_client({c: medians[f"cpu_server_c{concurrency}_{c}"] for c in clients})
     return chosen, medians[f"server_c{concurrency}_{chosen}"]
 
 

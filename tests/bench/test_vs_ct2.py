@@ -51,3 +51,11 @@ def test_perf_analyzer_cpu_per_request_is_its_cpu_over_the_requests_of_its_wall_
     # 1e3 x child CPU / (50 requests/s x its wall time), which lies between its CPU time (one thread)
     # and the wall time measured around the call
     assert 1e3 * child_cpu / (50.0 * wall) <= cpu_ms <= 1e3 / 50.0 * 1.0001
+
+
+def test_the_cheaper_client_skips_what_was_not_measured_and_keeps_the_first_on_a_tie():
+    nan = float("nan")
+    assert perf_analyzer.cheaper_client({"loadgen": 0.3, "perf_analyzer": 0.1}) == "perf_analyzer"
+    assert perf_analyzer.cheaper_client({"loadgen": nan, "perf_analyzer": 0.1}) == "perf_analyzer"
+    assert perf_analyzer.cheaper_client({"loadgen": 0.2, "perf_analyzer": 0.2}) == "loadgen"
+    assert perf_analyzer.cheaper_client({"loadgen": nan}) == "loadgen"
