@@ -49,6 +49,7 @@ _WORD = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?")
 Sampler = Callable[[random.Random], str]
 # Letters of the scripts real text mixes in (weight, letters): the copy supplement's made-up words
 # teach the model to copy byte sequences the word list holds only a few times.
+SUPPLEMENTS = ("numbers", "long", "copy")  # the training supplements: numbers.tsv, long.tsv, copy.tsv
 SCRIPTS: dict[str, tuple[int, str]] = {
     "latin": (30, string.ascii_lowercase),
     "accented": (30, "àáâãäåæçèéêëìíîïðñòóôõöøùúûüýþÿß"
@@ -129,6 +130,12 @@ def frame_sentence(rng: random.Random, words: list[str], two: bool = False) -> s
     return " ".join(fill(rng.choice(FRAMES[_pick(rng, FRAME_CLASSES)]), rng, words) for _ in range(n))
 
 
+def _punctuated(rng: random.Random, items: list[str]) -> list[str]:
+    """The items, some of them (not the last) followed by a punctuation mark."""
+    return [w + (rng.choice(PUNCT_AFTER) if i < len(items) - 1 and rng.random() < 0.12 else "")
+            for i, w in enumerate(items)]
+
+
 def salad_sentence(rng: random.Random, words: list[str], numbers_focus: bool = False) -> str:
     """Filler words around written forms of any class, with punctuation.
 
@@ -145,8 +152,7 @@ def salad_sentence(rng: random.Random, words: list[str], numbers_focus: bool = F
         kind = _pick(rng, weights)
         item = DRAW[kind](rng, 0.2) if kind == "cardinal" and numbers_focus else DRAW[kind](rng)
         items.insert(rng.randint(0, len(items)), item)
-    out = [w + (rng.choice(PUNCT_AFTER) if i < len(items) - 1 and rng.random() < 0.12 else "")
-           for i, w in enumerate(items)]
+    out = _punctuated(rng, items)
     if not out[0][:1].isdigit() and rng.random() < 0.8:  # sentence-initial capital
         out[0] = out[0][:1].upper() + out[0][1:]
     return " ".join(out) + rng.choice([".", ".", ".", "!", "?", ""])
@@ -186,24 +192,21 @@ def copy_sentence(rng: random.Random, words: list[str]) -> str:
         else:
             item = DRAW[kind](rng)
         items.insert(rng.randint(0, len(items)), item)
-    out = [w + (rng.choice(PUNCT_AFTER) if i < len(items) - 1 and rng.random() < 0.12 else "")
-           for i, w in enumerate(items)]
-    return " ".join(out) + rng.choice([".", ".", "!", "?", ""])
+    return " ".join(_punctuated(rng, items)) + rng.choice([".", ".", "!", "?", ""])
 
 
-def sentence(rng: random.Random, words: list[str], numbers_focus: bool = False, long_focus: bool = False,
-             copy_focus: bool = False) -> tuple[str, str]:
-    """One (written, spoken) pair: a frame sentence or word salad; with `long_focus` (a supplement)
-    always two frames in a row, the long outputs where most errors are; with `copy_focus` (another)
-    `copy_sentence`."""
-    if copy_focus:
+def sentence(rng: random.Random, words: list[str], supplement: str | None = None) -> tuple[str, str]:
+    """One (written, spoken) pair: a frame sentence or word salad, or a training supplement's
+    (SUPPLEMENTS): "numbers" number-focused salad, "long" two frames in a row (the long outputs,
+    where most errors were), "copy" `copy_sentence`."""
+    if supplement == "copy":
         src = copy_sentence(rng, words)
-    elif long_focus:
+    elif supplement == "long":
         src = frame_sentence(rng, words, two=True)
-    elif not numbers_focus and rng.random() < P_FRAME:
+    elif supplement != "numbers" and rng.random() < P_FRAME:
         src = frame_sentence(rng, words)
     else:
-        src = salad_sentence(rng, words, numbers_focus)
+        src = salad_sentence(rng, words, supplement == "numbers")
     return src, verbalize(src)
 
 
@@ -234,8 +237,9 @@ def _round(rng: random.Random, max_digits: int) -> int:
     return rng.randint(1, 9) * 10 ** rng.randint(1, max_digits - 1)
 
 
+@cache
 def probe_samplers() -> dict[str, Sampler]:
-    """Samplers of the probe's shapes, by slot."""
+    """Samplers of the probe's shapes, by slot (one shared dict: read it, never change it)."""
     def ordinal_(r: random.Random) -> str:
         n = _round(r, 9) if r.random() < 0.7 else _probe_number(r, 9)
         return with_separators(n, r) + ordinal_suffix(n)
@@ -275,14 +279,13 @@ def probe(n: int, seed: int, words: list[str], exclude: set[str] | None = None) 
 
 # ----- splits -----------------------------------------------------------------------------------
 def generate(
-    n: int, seed: int, words: list[str], exclude: set[str] | None = None, numbers_focus: bool = False,
-    long_focus: bool = False, copy_focus: bool = False,
+    n: int, seed: int, words: list[str], exclude: set[str] | None = None, supplement: str | None = None,
 ) -> Iterator[tuple[str, str]]:
     """n distinct pairs from a seed, skipping sources in `exclude` (keeps splits disjoint)."""
     rng, seen = random.Random(seed), set(exclude or ())
     made = 0
     while made < n:
-        src, tgt = sentence(rng, words, numbers_focus, long_focus, copy_focus)
+        src, tgt = sentence(rng, words, supplement)
         if src in seen:
             continue
         seen.add(src)
@@ -312,11 +315,11 @@ def build(out: Path, n_train: int, n_valid: int, n_test: int, seed: int, n_numbe
         held |= write_tsv(out / "probe.tsv", probe(n_probe, seed + 4, all_words, held))
     write_tsv(out / "train.tsv", generate(n_train, seed, train_words, held))
     if n_numbers:
-        write_tsv(out / "numbers.tsv", generate(n_numbers, seed + 3, train_words, held, numbers_focus=True))
+        write_tsv(out / "numbers.tsv", generate(n_numbers, seed + 3, train_words, held, "numbers"))
     if n_long:
-        write_tsv(out / "long.tsv", generate(n_long, seed + 5, train_words, held, long_focus=True))
+        write_tsv(out / "long.tsv", generate(n_long, seed + 5, train_words, held, "long"))
     if n_copy:
-        write_tsv(out / "copy.tsv", generate(n_copy, seed + 6, train_words, held, copy_focus=True))
+        write_tsv(out / "copy.tsv", generate(n_copy, seed + 6, train_words, held, "copy"))
 
 
 def main() -> None:
