@@ -30,6 +30,7 @@ batch's `StepPolicy` allows (service/runtime/stepping.py); requests join and lea
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -181,11 +182,7 @@ class DecodeBatch:
         if not self._active:
             return []
         steps = self.last_steps = self._steps_now()  # the run may stop early: _run_steps sets the count
-        if self._ids_of is not self._next:  # the same (n_rows, 1) view while _next is the same array
-            self._ids, self._ids_of = self._next[:, None], self._next
-        feeds = {INPUT_IDS: self._ids, **self._cache.feeds(steps), **self._source_feeds()}
-        past = dict(zip(self._self_names, self._cache.past(), strict=True))
-        past.update(zip(self._cross_names, self._cross.tensors(), strict=True))
+        feeds, past = self._run_inputs(steps)
         events: list[Event] = []
         if steps > 1:
             done = self._run_steps(steps, feeds, past, events)
@@ -217,7 +214,7 @@ class DecodeBatch:
     def _run_steps(self, steps: int, feeds: dict[str, np.ndarray], past: dict[str, CacheTensor],
                    events: list[Event]) -> list[_Active]:
         """Up to `steps` greedy steps in one run of the multi-step decoder; returns the finished."""
-        feeds |= {MAX_STEPS: np.array(steps, np.int64), FINISHED: ~self._live}
+        feeds = {**feeds, MAX_STEPS: np.array(steps, np.int64), FINISHED: ~self._live}
         tokens, chosen, attn = self._be.decode_steps(feeds, past)  # (K, n_rows) twice, (K, n_rows, S)
         self.last_steps = len(tokens)  # <= steps: the run stops once every row has emitted eos
         self._cache.advance([], self._live, self.last_steps)
@@ -234,6 +231,19 @@ class DecodeBatch:
                 events += [TokenEvent(a.request, t, a.stream(t)) for t in taken if t != eos]
         return done
 
+    def _run_inputs(self, steps: int) -> tuple[dict[str, np.ndarray], dict[str, CacheTensor]]:
+        """The next run's feeds and past by input name: built again when rows or S change or a cache
+        replaces an array, else the same two dicts as the last run's (the arrays are rewritten in place)."""
+        parts = (self._cache.feeds(steps), self._cache.past(), self._cross.tensors())
+        if self._inputs is None or any(map(operator.is_not, parts, self._inputs_of)):
+            lengths, past, cross = parts
+            source = self._cross.feeds(self._live, self._row_src)  # source mask, or lengths - 1 and S
+            named = dict(zip(self._self_names, past, strict=True))
+            named.update(zip(self._cross_names, cross, strict=True))
+            feeds = {INPUT_IDS: self._next[:, None], **lengths, **source}
+            self._inputs, self._inputs_of = (feeds, named), parts
+        return self._inputs
+
     def _apply_rules(self, logp: np.ndarray) -> None:
         """The bundle's rules and newcomers' forced first tokens on this step's log-probs, in place (they
         are this step's own: a new array, or the buffer the next run overwrites): service/runtime/rules.py."""
@@ -244,15 +254,9 @@ class DecodeBatch:
         if forced or last or rules.every_step:
             rules.apply(logp, self.spec.special.eos, forced, last)
 
-    def _source_feeds(self) -> dict[str, np.ndarray]:
-        """The source mask, or per-row source lengths - 1 and S; the same arrays until rows or S change."""
-        if self._src_feeds is None:
-            self._src_feeds = self._cross.feeds(self._live, self._row_src)
-        return self._src_feeds
-
     def _rows_changed(self) -> None:
         """Requests, rows or S changed: drop what is derived from them (rebuilt when next needed)."""
-        self._groups = self._src_feeds = None
+        self._groups = self._inputs = None
 
     def _searches(self) -> tuple[list[_Active], np.ndarray | slice, list[_Active]]:
         """Greedy requests, their rows (a slice of all when they are rows 0..n-1 in order, the usual
@@ -302,8 +306,7 @@ class DecodeBatch:
                 dst.append(a.rows)
                 src.append(a.rows[parent])
         if dst:
-            d, s = np.concatenate(dst), np.concatenate(src)
-            self._cache.reorder(d, s)
+            self._cache.reorder(np.concatenate(dst), np.concatenate(src))
         return [a for a in beams if a.search.done]
 
     def _finish(self, act: _Active) -> FinishedEvent:
@@ -311,12 +314,9 @@ class DecodeBatch:
         del self._active[act.request]
         self._free(act)
         detok = self._tokenizer.decode
-        hyps = [
+        return FinishedEvent(act.request, [
             Hypothesis(h.tokens, detok(h.tokens), h.log_prob, h.score, h.finish_reason,
-                       None if h.alignment is None else h.alignment.tolist())
-            for h in act.search.results()
-        ]
-        return FinishedEvent(act.request, hyps)
+                       None if h.alignment is None else h.alignment.tolist()) for h in act.search.results()])
 
     # ----- cache bookkeeping --------------------------------------------------------------
     def _reset(self) -> None:
@@ -328,9 +328,8 @@ class DecodeBatch:
         self._next = np.zeros(0, np.int64)
         self._score = np.zeros(0, np.float32)  # greedy rows: sum of the chosen tokens' log-probs
         self._groups: tuple[list[_Active], np.ndarray | slice, list[_Active]] | None = None
-        self._ids_of: np.ndarray | None = None  # the _next that _ids views
-        self._ids = self._next[:, None]
-        self._src_feeds: dict[str, np.ndarray] | None = None  # built by _source_feeds
+        self._inputs: tuple[dict[str, np.ndarray], dict[str, CacheTensor]] | None = None  # _run_inputs
+        self._inputs_of: tuple = ()  # the cache's arrays and dicts the inputs were built from
         self._forcing: list[_Active] = []  # requests whose first token is forced, before their first step
 
     def _allocate(self, sizes: list[int]) -> list[np.ndarray]:

@@ -244,7 +244,7 @@ def _segments(dst_rows: np.ndarray, src_rows: np.ndarray, heads: int, dst_len: i
 def _run(rows: np.ndarray) -> np.ndarray | slice:
     """rows as a slice when they are consecutive and increasing (basic indexing, no temporary)."""
     first = int(rows[0])
-    if (np.diff(rows) == 1).all():
+    if len(rows) == 1 or (np.diff(rows) == 1).all():
         return slice(first, first + len(rows))
     return rows
 

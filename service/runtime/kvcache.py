@@ -290,7 +290,7 @@ class InplaceCache(_RowBuffers):
         if len(live) != self.rows:
             raise ValueError(f"{len(live)} row flags for {self.rows} rows")
         lens = self._len[: self.rows]
-        lens += steps * live
+        lens += live if steps == 1 else steps * live  # bool -> 0/1: one ufunc call for the usual step
 
     def reorder(self, dst: np.ndarray, src: np.ndarray) -> None:
         """cache[dst] = cache[src] for every buffer, over the columns in use."""
