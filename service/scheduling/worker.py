@@ -229,6 +229,8 @@ class Worker:
             if self.stopping:
                 return None
             idle = not len(self.batch)
+            if not (idle or len(self._queue)):  # decoding with nobody queued: nothing to admit
+                return []
             oldest = self._queue.oldest_wait(time.monotonic())
             admission = self.policy.admit(QueueView(idle, self._queue.rows, oldest, self.draining))
             wait = admission.wait_s
