@@ -83,11 +83,10 @@ class DecoderBinding:
 
     Arrays are bound through OrtValues over their own memory, so the caller may edit them in
     place between runs (next tokens, lengths, cache rows) and the next run sees the edits; an
-    array is rebound only when a different object comes under its name, and none is looked at when
-    a run gets the same two dicts as the last (DecodeBatch builds new dicts whenever an array under
-    them changes). The bound arrays are kept alive, so identity checks are enough. Self-attention
-    caches of an in-place decoder are bound as their present outputs too; log-probs and
-    cross-attention go to output buffers reused while their shapes stay the same.
+    array is rebound only when a different object comes under its name. The bound arrays are
+    kept alive, so an identity check is enough. Self-attention caches of an in-place decoder
+    are bound as their present outputs too; log-probs and cross-attention go to output buffers
+    reused while their shapes stay the same.
     """
 
     def __init__(self, session: ort.InferenceSession, in_place: dict[str, str]) -> None:
@@ -98,8 +97,6 @@ class DecoderBinding:
         self._vocab = int(outputs[LOGPROBS].shape[-1])
         self._bound: dict[str, np.ndarray | None] = {}
         self._out: tuple[np.ndarray, np.ndarray] | None = None
-        self._inputs: tuple[dict, dict] = ({}, {})  # the dicts of the last run
-        self._copies = False  # whether the last run bound a copy of a non-contiguous array
 
     def bind(self, name: str, arr: np.ndarray) -> None:
         """Bind arr under name unless it is already the bound object."""
@@ -107,7 +104,7 @@ class DecoderBinding:
             return
         if not arr.flags.c_contiguous:  # bound as a copy: rebound at every run
             self.io.bind_cpu_input(name, np.ascontiguousarray(arr))
-            self._bound[name], self._copies = None, True
+            self._bound[name] = None
             return
         value = ort.OrtValue.ortvalue_from_numpy(arr)  # shares arr's memory
         self.io.bind_ortvalue_input(name, value)
@@ -127,13 +124,10 @@ class DecoderBinding:
 
     def run(self, feeds: dict[str, np.ndarray], past: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """One run; log-probs and cross-attention are views of buffers the next run overwrites."""
-        if feeds is not self._inputs[0] or past is not self._inputs[1] or self._copies:
-            self._copies = False
-            for name, arr in feeds.items():
-                self.bind(name, arr)
-            for name, arr in past.items():
-                self.bind(name, arr)
-            self._inputs = (feeds, past)
+        for name, arr in feeds.items():
+            self.bind(name, arr)
+        for name, arr in past.items():
+            self.bind(name, arr)
         rows, steps = feeds[INPUT_IDS].shape
         out = self.outputs(rows, steps, past[CROSS_KEY].shape[2])  # (rows, H, S, Dh)
         self.session.run_with_iobinding(self.io)
