@@ -141,7 +141,7 @@ C1_BLOCK = 20  # texts per block of the concurrency-1 comparison
 
 
 async def c1_in_blocks(decoder: InProcessDecoder, address: str,
-                    texts: list[str]) -> tuple[list[float], list[Record], float]:
+                       texts: list[str]) -> tuple[list[float], list[Record], float]:
     """In-process latency (ms) of each text, and the same texts through the server (unary, concurrency
     1), in alternating blocks with a pause between them: one side's idle ONNX Runtime threads, still
     spinning right after its work, would otherwise slow the other side's next text. Also returns the

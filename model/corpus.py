@@ -47,9 +47,10 @@ SALAD_CLASSES = {"cardinal": 34, "ordinal": 12, "percentage": 8, "decimal": 8, "
                  "date": 5, "time": 6, "measure": 7, "phone": 4}
 _WORD = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?")
 Sampler = Callable[[random.Random], str]
+# The training supplements, each written to <name>.tsv from its own seed (the corpus seed + this offset).
+SUPPLEMENTS = {"numbers": 3, "long": 5, "copy": 6}
 # Letters of the scripts real text mixes in (weight, letters): the copy supplement's made-up words
 # teach the model to copy byte sequences the word list holds only a few times.
-SUPPLEMENTS = ("numbers", "long", "copy")  # the training supplements: numbers.tsv, long.tsv, copy.tsv
 SCRIPTS: dict[str, tuple[int, str]] = {
     "latin": (30, string.ascii_lowercase),
     "accented": (30, "àáâãäåæçèéêëìíîïðñòóôõöøùúûüýþÿß"
@@ -58,6 +59,7 @@ SCRIPTS: dict[str, tuple[int, str]] = {
     "cyrillic": (15, "абвгдежзийклмнопрстуфхцчшщъыьэюяёіїєў"),
     "kana": (5, "".join(map(chr, range(0x3041, 0x3097))) + "".join(map(chr, range(0x30A1, 0x30FB)))),
 }
+SCRIPT_WEIGHTS = {name: weight for name, (weight, _) in SCRIPTS.items()}
 
 
 def reserved_words() -> set[str]:
@@ -166,7 +168,7 @@ def _listed() -> frozenset[str]:
 
 def made_up_word(rng: random.Random) -> str:
     """A word of 1-9 letters no list holds: Latin with accents mixed in, or Greek, Cyrillic, kana."""
-    script = _pick(rng, {k: w for k, (w, _) in SCRIPTS.items()})
+    script = _pick(rng, SCRIPT_WEIGHTS)
     letters = SCRIPTS[script][1]
     if script == "latin":  # accents here and there, as in names
         letters = letters * 6 + SCRIPTS["accented"][1]
@@ -282,6 +284,8 @@ def generate(
     n: int, seed: int, words: list[str], exclude: set[str] | None = None, supplement: str | None = None,
 ) -> Iterator[tuple[str, str]]:
     """n distinct pairs from a seed, skipping sources in `exclude` (keeps splits disjoint)."""
+    if supplement is not None and supplement not in SUPPLEMENTS:
+        raise ValueError(f"unknown supplement {supplement!r}; one of {', '.join(SUPPLEMENTS)}")
     rng, seen = random.Random(seed), set(exclude or ())
     made = 0
     while made < n:
@@ -314,12 +318,10 @@ def build(out: Path, n_train: int, n_valid: int, n_test: int, seed: int, n_numbe
     if n_probe:
         held |= write_tsv(out / "probe.tsv", probe(n_probe, seed + 4, all_words, held))
     write_tsv(out / "train.tsv", generate(n_train, seed, train_words, held))
-    if n_numbers:
-        write_tsv(out / "numbers.tsv", generate(n_numbers, seed + 3, train_words, held, "numbers"))
-    if n_long:
-        write_tsv(out / "long.tsv", generate(n_long, seed + 5, train_words, held, "long"))
-    if n_copy:
-        write_tsv(out / "copy.tsv", generate(n_copy, seed + 6, train_words, held, "copy"))
+    counts = {"numbers": n_numbers, "long": n_long, "copy": n_copy}
+    for name, offset in SUPPLEMENTS.items():
+        if counts[name]:
+            write_tsv(out / f"{name}.tsv", generate(counts[name], seed + offset, train_words, held, name))
 
 
 def main() -> None:

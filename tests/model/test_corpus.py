@@ -10,7 +10,7 @@ import sys
 import pytest
 from num2words import num2words
 
-from model.corpus import build, fill, ordinal_suffix, sentence, word_lists
+from model.corpus import build, fill, generate, ordinal_suffix, sentence, word_lists
 from model.data import CorpusError, read_tsv
 from model.frames import FRAMES, SLOT
 from model.sampling import shaped_number
@@ -238,3 +238,8 @@ def test_read_tsv_errors(tmp_path):
     empty.write_text("\n", encoding="utf-8")
     with pytest.raises(CorpusError, match="empty"):
         read_tsv(empty)
+
+
+def test_an_unknown_supplement_is_refused_by_name():
+    with pytest.raises(ValueError, match="'digits'.*numbers, long, copy"):
+        next(generate(1, 0, ["word"], supplement="digits"))
