@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-TRAIN_MINUTES ?= 300  # total training budget of the default model (resumes count what was spent)
+TRAIN_MINUTES ?= 300  # training budget of `make train-default` (a resume counts what was already spent)
 
 .PHONY: setup serve test prometheus-tools perf-analyzer-tools lint protos bench bench-quick gpu-check soak fuzz corpus train-default evaluate-default default-bundle clean
 
@@ -80,19 +80,16 @@ corpus: data/corpus/train.tsv
 data/corpus/train.tsv: $(CORPUS_CODE) | $(STAMP)
 	$(PY) -m model.corpus --out data/corpus --train 400000 --numbers 200000 --probe 400 --long 150000 --copy 150000
 
-# The default model, resumable: `make train-default` continues from runs/default/last.pt (on a fresh
-# clone, from the committed artifacts/default/last.pt). It was trained in four stages, each from the
-# last one's weights (docs/model.md; earlier curves in metrics.stage{1,2,3}.jsonl): this command is
-# the fourth, started from the third stage's model with `--init` (a fresh optimizer and schedule) on
-# the corpus and its three supplements; it now resumes it.
+# The default model's next training stage: from the shipped model.pt with `--init` (its weights,
+# config and tokenizer; a fresh optimizer and schedule), as each of its four stages started from the
+# last one's weights (docs/model.md), on the corpus and its three supplements with the fourth stage's
+# recipe. Resumable: running it again continues from runs/default/last.pt (ignored, not committed).
 train-default: corpus
-	mkdir -p runs/default
-	test -f runs/default/last.pt || cp artifacts/default/last.pt artifacts/default/tokenizer.json \
-	  artifacts/default/metrics.jsonl runs/default/
-	$(PY) -m model.train --train data/corpus/train.tsv data/corpus/numbers.tsv data/corpus/long.tsv \
-	  data/corpus/copy.tsv --valid data/corpus/valid.tsv --out runs/default --max-tokens 3000 \
-	  --warmup 200 --lr-scale 0.2 --cooldown-from 1500 --cooldown-steps 4500 --max-steps 6000 \
-	  --eval-every 500 --eval-size 500 --max-minutes $(TRAIN_MINUTES) --target-em 100 --threads 2
+	$(PY) -m model.train --init artifacts/default/model.pt --train data/corpus/train.tsv \
+	  data/corpus/numbers.tsv data/corpus/long.tsv data/corpus/copy.tsv --valid data/corpus/valid.tsv \
+	  --out runs/default --max-tokens 3000 --warmup 200 --lr-scale 0.2 --cooldown-from 1500 \
+	  --cooldown-steps 4500 --max-steps 6000 --eval-every 500 --eval-size 500 \
+	  --max-minutes $(TRAIN_MINUTES) --target-em 100 --threads 2
 
 # Exact match overall and by class on the test split and on the probe of round and zero-heavy numbers.
 evaluate-default: corpus
