@@ -4,7 +4,9 @@ any session, options from the provider in use, variant choice, placement check, 
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import onnxruntime as ort
@@ -17,6 +19,7 @@ from service.runtime import cuda, sessions
 from service.runtime.bundle import load_bundle
 from service.runtime.runner import Runner
 from service.runtime.sessions import CPU, CUDA, RECORD_PLACEMENT, Sessions, check_provider, misplaced_nodes
+from tests.support.tools import require
 
 CUDA_HERE = cuda.cuda_unavailable() is None
 
@@ -188,3 +191,32 @@ def test_pip_installed_cuda_libraries_are_preloaded_quietly(tmp_path, monkeypatc
     assert cuda.pip_cuda_installed()
     assert cuda.preload_pip_cuda.__wrapped__() is True and calls == [True]
     assert capsys.readouterr().out == ""
+
+
+def test_the_libraries_the_cuda_provider_needs_are_read_as_readelf_reads_them():
+    """needed_libraries parses the ELF dynamic section: the same DT_NEEDED list as binutils' readelf."""
+    readelf = shutil.which("readelf")
+    require(readelf is not None, "readelf", "apt-get install binutils")
+    library = Path(ort.__file__).parent / "capi" / cuda.PROVIDER_LIBRARY
+    out = subprocess.run([readelf, "-d", str(library)], capture_output=True, text=True, check=True).stdout
+    listed = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", out)
+    assert listed and cuda.needed_libraries(library) == listed
+    assert cuda.cuda_libraries() == [*(n for n in listed if n.startswith(("libcu", "libnv"))
+                                       and n != cuda.DRIVER), cuda.CUDNN]
+
+
+def test_the_reason_names_the_missing_device_or_driver_and_every_missing_library(monkeypatch):
+    libraries = {"libcuda.so.1": "/usr/lib/libcuda.so.1", "libcublasLt.so.13": None,
+                 "libcudart.so.13": "/opt/cuda/libcudart.so.13", "libcudnn.so.9": None}
+    monkeypatch.setattr(cuda, "library_report", lambda: dict(libraries))
+    monkeypatch.setattr(cuda, "device_count", lambda: 0)
+    why = cuda.cuda_unavailable.__wrapped__()
+    assert why.startswith("no CUDA device 0 (0 found); missing CUDA 13 libraries: libcublasLt.so.13, "
+                          "libcudnn.so.9 (") and "\n" not in why
+    monkeypatch.setattr(cuda, "device_count", lambda: 1)
+    assert cuda.cuda_unavailable.__wrapped__(1).startswith("no CUDA device 1 (1 found); missing")
+    libraries.update({"libcuda.so.1": None, "libcublasLt.so.13": "x", "libcudnn.so.9": "y"})
+    assert cuda.cuda_unavailable.__wrapped__() == (
+        "no CUDA device: the NVIDIA driver library libcuda.so.1 is not installed")
+    libraries["libcuda.so.1"] = "z"
+    assert cuda.cuda_unavailable.__wrapped__() is None
