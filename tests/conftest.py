@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import pytest
 
-from tests.support.corpus import TINY_MODEL_ARGS, tiny_pairs, write_tsv
+from tests.support import tiny
 
 
 def pytest_configure(config) -> None:
@@ -40,38 +41,23 @@ def pytest_collection_modifyitems(config, items) -> None:
 @pytest.fixture(scope="session")
 def tiny_corpus(tmp_path_factory) -> dict[str, Path]:
     """train/valid TSV files of the tiny task."""
-    d = tmp_path_factory.mktemp("corpus")
-    return {
-        "train": write_tsv(d / "train.tsv", tiny_pairs(400, 0)),
-        "valid": write_tsv(d / "valid.tsv", tiny_pairs(40, 1)),
-    }
+    return tiny.write_corpus(tmp_path_factory.mktemp("corpus"))
 
 
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory, tiny_corpus) -> Path:
     """A tiny model trained for a few hundred steps; returns the path of its last.pt."""
-    from model.train import parse_args, train
-
-    out = tmp_path_factory.mktemp("run")
-    args = parse_args([
-        "--train", str(tiny_corpus["train"]), "--valid", str(tiny_corpus["valid"]), "--out", str(out),
-        "--max-steps", "150", "--eval-every", "150", *TINY_MODEL_ARGS,
-    ])
-    train(args)
-    return out / "last.pt"
+    return tiny.train_checkpoint(tiny_corpus, tmp_path_factory.mktemp("run"))
 
 
 @pytest.fixture(scope="session")
-def tiny_bundle(tmp_path_factory, tiny_checkpoint) -> Path:
-    """The tiny checkpoint exported, verified and packed into a bundle dir (with the fp16 variant)."""
-    import torch
-
-    from export.build import BuildOptions, build_bundle
-
-    torch.set_num_threads(1)
-    out = tmp_path_factory.mktemp("bundle") / "tiny"
-    build_bundle(tiny_checkpoint, out, BuildOptions(fp16=True))
-    return out
+def tiny_bundle(tmp_path_factory, request) -> Path:
+    """The tiny checkpoint exported, verified and packed into a bundle dir (with the fp16 variant);
+    prebuilt under $TRANSLATOR_TEST_FIXTURES (tests/support/tiny.py)."""
+    if (path := tiny.prebuilt("tiny")) is not None:
+        return path
+    checkpoint = request.getfixturevalue("tiny_checkpoint")
+    return tiny.export_bundle(checkpoint, tmp_path_factory.mktemp("bundle") / "tiny", "tiny")
 
 
 @pytest.fixture(scope="session")
@@ -86,16 +72,12 @@ def tiny_model(tiny_checkpoint):
 
 
 @pytest.fixture(scope="session")
-def tiny_concat_bundle(tmp_path_factory, tiny_checkpoint) -> Path:
+def tiny_concat_bundle(tmp_path_factory, request) -> Path:
     """The tiny checkpoint exported with the "fused" lowering: a decoder with a concatenated cache."""
-    import torch
-
-    from export.build import BuildOptions, build_bundle
-
-    torch.set_num_threads(1)
-    out = tmp_path_factory.mktemp("bundle") / "tiny-concat"
-    build_bundle(tiny_checkpoint, out, BuildOptions(fp16=True, attention="fused", verify_sources=4))
-    return out
+    if (path := tiny.prebuilt("tiny-concat")) is not None:
+        return path
+    checkpoint = request.getfixturevalue("tiny_checkpoint")
+    return tiny.export_bundle(checkpoint, tmp_path_factory.mktemp("bundle") / "tiny-concat", "tiny-concat")
 
 
 @pytest.fixture(scope="module", params=["inplace", "concat", "inplace-bound", "concat-bound"])
@@ -115,9 +97,9 @@ def layout_runner(request, tiny_bundle, tiny_concat_bundle):
 @pytest.fixture(scope="module")
 def texts() -> list[str]:
     """Sources of the tiny task of clearly different lengths."""
-    pairs = tiny_pairs(12, 7)
-    long = f"{pairs[1][0]} {pairs[2][0]} {pairs[3][0]}"
-    return [pairs[0][0], long, "we 5", pairs[4][0], f"{pairs[5][0]} 90"]
+    if (path := tiny.prebuilt(tiny.TEXTS_FILE)) is not None:
+        return json.loads(path.read_text(encoding="utf-8"))
+    return tiny.texts()
 
 
 @pytest.fixture(scope="module")

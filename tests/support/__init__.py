@@ -2,6 +2,7 @@
 (tests/test_architecture.py checks it).
 
 corpus       the tiny task and the tiny model's flags
+tiny         the tiny model's corpus, checkpoint, bundles and texts; prebuilt for a host without torch
 model        a small random PyTorch model, the operators of an ONNX graph
 decoding     the one reference decoder (a text decoded alone) and the checks against it
 scheduling   a bounded event loop and the one fault hook, `Gate`
