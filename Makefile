@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TRAIN_MINUTES ?= 300  # training budget of `make train-default` (a resume counts what was already spent)
 
-.PHONY: setup serve test prometheus-tools perf-analyzer-tools lint protos bench bench-quick gpu-check soak fuzz corpus train-default evaluate-default default-bundle clean
+.PHONY: setup serve test prometheus-tools perf-analyzer-tools lint protos bench bench-quick gpu-check gpu-kit soak fuzz corpus train-default evaluate-default default-bundle clean
 
 setup: $(STAMP)
 
@@ -45,14 +45,37 @@ bench: $(STAMP) protos perf-analyzer-tools
 bench-quick: $(STAMP) protos perf-analyzer-tools
 	$(PY) -m bench --quick
 
-# On a machine with an NVIDIA GPU (driver only: CUDA 13 and cuDNN 9 come from PyPI, the `cuda` extra):
-# the GPU test tier (`pytest -m gpu`, required to run: no skipping), then the GPU benchmark
-# (bench/gpu.py: engine fp16 / fp32 at batch 1, 32, 128, server at concurrency 1 and 64, CTranslate2
-# on CUDA when it loads); the last line is one JSON object. Under 10 minutes on one GPU.
+# On a machine with an NVIDIA GPU: the GPU test tier (`pytest -m gpu`, required to run: no skipping),
+# then the GPU benchmark (bench/gpu.py: engine fp16 / fp32 at batch 1, 32, 128, server at concurrency 1
+# and 64, CTranslate2 on CUDA when it loads); under 10 minutes on one GPU (docs/testing.md).
+# - Online (no KIT): the driver only; the `cuda` extra brings CUDA 13 and cuDNN 9 from PyPI.
+# - Offline (KIT=DIR, the folder of a kit's parts and manifest.json that `make gpu-kit` made): no
+#   network; $(PYTHON) must be the kit's Python. The parts are verified and joined, the packages
+#   installed with --no-index into DIR/venv, and the log, summary.json, the tier's JUnit XML and
+#   bench-gpu.json written to GPU_OUT.
+GPU_OUT ?= runs/gpu-check
+ifdef KIT
+gpu-check:
+	$(PYTHON) -m gpukit check --kit $(KIT) --out $(GPU_OUT) -- $(GPU_BENCH_ARGS)
+else
 gpu-check: $(STAMP) protos
 	$(PY) -m pip install -q -e '.[cuda]'
 	TRANSLATOR_REQUIRE_GPU=1 $(PY) -m pytest -m gpu
 	$(PY) -m bench.gpu $(GPU_BENCH_ARGS)
+endif
+
+# The offline kit of `make gpu-check KIT=...`, made on a machine with registry access: wheels for
+# CPython KIT_PYTHON on KIT_PLATFORM (onnxruntime-gpu and what the project and its tests need), the
+# generated gRPC modules and the GPU tier's fixtures, in parts of at most PART_MIB MiB with their
+# sha256 in KIT_OUT/manifest.json. KIT_CUDA=1 adds NVIDIA's CUDA 13 / cuDNN 9 / cuBLAS wheels (several
+# GB) for a host whose only CUDA piece is the driver.
+KIT_OUT ?= .gpu-kit
+KIT_PYTHON ?= 3.12
+KIT_PLATFORM ?= manylinux_2_28_x86_64
+PART_MIB ?= 20
+gpu-kit: $(STAMP) protos
+	$(PY) -m gpukit build --out $(KIT_OUT) --python $(KIT_PYTHON) --platform $(KIT_PLATFORM) \
+	  --part-mib $(PART_MIB) $(if $(KIT_CUDA),--with-cuda-libraries)
 
 # Soak with faults (bench/soak.py, docs/reliability.md): 10,000 requests of every kind, valid and
 # hostile, against a server on the default bundle, every 2000th decoder step failing; about 10 min
