@@ -7,7 +7,9 @@ Steps, each logged to OUT/check.log and recorded in OUT/summary.json:
 2. install: a private venv KIT/venv (no pip needed on the host: pip runs from the kit's own wheel),
    `pip install --no-index --find-links KIT/unpacked/wheels`, no pip configuration read; the
    generated gRPC modules copied beside their .proto files;
-3. cuda: where each CUDA library the provider needs was found (OUT/cuda-libraries.json);
+3. cuda: where each CUDA library the provider needs was found (OUT/cuda-libraries.json): the host's
+   own, from its system folders or NVIDIA's pip wheels of the host's Python (put on
+   LD_LIBRARY_PATH), or the kit's (a kit built with --with-cuda-libraries);
 4. tier: `pytest -m gpu` on the kit's GPU test files with TRANSLATOR_REQUIRE_GPU=1 and the prebuilt
    fixtures (OUT/gpu-tier.xml): no CUDA device is a usage error naming what is missing;
 5. bench: `python -m bench.gpu`, its last line in OUT/bench-gpu.json.
@@ -15,6 +17,7 @@ Steps, each logged to OUT/check.log and recorded in OUT/summary.json:
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import platform
@@ -91,6 +94,22 @@ def unpacked(kit: Path, manifest: Manifest, log: Log) -> Path:
     (work / STAMP).write_text(manifest.archive.sha256 + "\n")
     log(f"verify: {len(manifest.files)} files checked against their sha256")
     return work
+
+
+def host_cuda_library_dirs() -> list[Path]:
+    """The lib folders of NVIDIA's pip wheels (nvidia-cublas, nvidia-cudnn-cu13, ...) installed for the
+    host's own Python: the kit's venv does not see them, so their folders go on LD_LIBRARY_PATH."""
+    spec = importlib.util.find_spec("nvidia")
+    roots = list(spec.submodule_search_locations or ()) if spec else []
+    return sorted({lib for root in roots for lib in Path(root).glob("*/lib") if any(lib.glob("*.so*"))})
+
+
+def step_env(work: Path) -> dict[str, str]:
+    """The environment of the CUDA report, the tier and the benchmark."""
+    dirs = [str(d) for d in host_cuda_library_dirs()]
+    path = os.pathsep.join([*dirs, os.environ.get("LD_LIBRARY_PATH", "")]).strip(os.pathsep)
+    return {**os.environ, FIXTURES_ENV: str(work / "fixtures"), "TRANSLATOR_REQUIRE_GPU": "1",
+            **({"LD_LIBRARY_PATH": path} if path else {})}
 
 
 def offline_pip_env() -> dict[str, str]:
@@ -180,7 +199,9 @@ def run_check(kit: Path, out: Path, bench_args: Sequence[str] = ()) -> int:
         manifest, work, python = prepare(kit, log, steps)
     except KitError:
         return 2
-    env = {**os.environ, FIXTURES_ENV: str(work / "fixtures"), "TRANSLATOR_REQUIRE_GPU": "1"}
+    env = step_env(work)
+    for folder in host_cuda_library_dirs():
+        log(f"cuda: NVIDIA's pip libraries of the host's Python: {folder}")
     rc, output = log.run([str(python), "-c", _REPORT], env=env)
     report = json.loads(output.strip().splitlines()[-1]) if rc == 0 and output.strip() else {}
     (out / "cuda-libraries.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")

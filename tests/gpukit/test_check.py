@@ -89,3 +89,20 @@ def test_pip_on_the_host_reads_no_configuration(monkeypatch):
     env = check.offline_pip_env()
     assert not {k for k in env if k.startswith("PIP_")} - {"PIP_CONFIG_FILE", "PIP_DISABLE_PIP_VERSION_CHECK"}
     assert env["PIP_CONFIG_FILE"] == os.devnull
+
+
+def test_nvidia_pip_libraries_of_the_hosts_python_go_on_the_library_path(tmp_path, monkeypatch):
+    """The venv does not see the host's site-packages: the lib folders of NVIDIA's wheels installed
+    there (a `nvidia` namespace package) are put on LD_LIBRARY_PATH for the tier and the benchmark."""
+    for lib in ("cublas/lib/libcublas.so.13", "cudnn/lib/libcudnn.so.9"):
+        (tmp_path / "nvidia" / lib).parent.mkdir(parents=True)
+        (tmp_path / "nvidia" / lib).write_bytes(b"")
+    (tmp_path / "nvidia" / "headers_only" / "lib").mkdir(parents=True)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("LD_LIBRARY_PATH", "/usr/local/nvidia/lib64")
+    assert check.host_cuda_library_dirs() == [tmp_path / "nvidia/cublas/lib", tmp_path / "nvidia/cudnn/lib"]
+    env = check.step_env(tmp_path / "work")
+    assert env["LD_LIBRARY_PATH"].split(os.pathsep) == [
+        str(tmp_path / "nvidia/cublas/lib"), str(tmp_path / "nvidia/cudnn/lib"), "/usr/local/nvidia/lib64"]
+    assert env[check.FIXTURES_ENV] == str(tmp_path / "work" / "fixtures")
+    assert env["TRANSLATOR_REQUIRE_GPU"] == "1"
