@@ -30,6 +30,7 @@ from export.multistep import verify_multistep, write_multistep
 from export.variants import OFFLINE_LEVEL_NAME, optimize_offline, to_fp16
 from export.verify import source_ids, verify_bundle
 from export.verify_fp16 import verify_fp16
+from export.weights import pack_bundle
 from interface import names
 from interface.generation import parse_generation
 from model.checkpoint import file_sha256, load_checkpoint, tokenizer_path
@@ -203,13 +204,19 @@ def package(
                 staging, names.DECODER_FILE, names.ENCODER_FILE, source.sources, cfg.n_decoder_layers,
                 cfg.bos_id if first is None else first, cfg.eos_id, min(64, cfg.max_len - 1))
         seconds["verify"] = round(time.perf_counter() - t, 2)
+        log("packing the weights (each tensor once per variant)")
+        t = time.perf_counter()
+        packed = pack_bundle(staging, variants)  # export/weights.py: verified, or WeightsError
+        verification["weights"] = {data_file: report.as_dict() for data_file, report in packed.items()}
+        seconds["pack"] = round(time.perf_counter() - t, 2)
         metrics = source.metrics()
         onnx_info = {"opset": info.opset, "ir_version": info.ir_version, "exporter": info.exporter,
                      "attention": info.attention, "kv_cache": info.kv_cache, "dtype": "float32",
                      "optimized": opts.optimize,
                      "optimization_level": OFFLINE_LEVEL_NAME if opts.optimize else None}
         manifest = build_manifest(staging, model.cfg, source.weights_sha256, source.step, onnx_info, metrics,
-                                  variants, verification, host_nodes, source.format_version, source.manifest)
+                                  variants, verification, host_nodes, source.format_version, source.manifest,
+                                  weights={f: list(r.before) for f, r in packed.items()})
         write_manifest(staging, manifest)
         _replace_dir(staging, out)
     except BaseException:

@@ -73,6 +73,7 @@ def build_manifest(
     host_nodes: dict[str, list[str]] | None = None,
     format_version: int = names.BUNDLE_FORMAT_VERSION,
     extra: dict[str, Any] | None = None,
+    weights: dict[str, list[str]] | None = None,
 ) -> dict[str, Any]:
     """The bundle.json content; hashes every file currently in bundle_dir.
 
@@ -99,6 +100,8 @@ def build_manifest(
         for_providers = {p: v for p, v in PROVIDER_VARIANTS.items() if v in variants}
         if for_providers:
             manifest["provider_variants"] = for_providers
+    if weights:
+        manifest["weights"] = weights  # data file -> the graph files reading their weights from it
     if host_nodes:
         manifest["host_nodes"] = host_nodes  # file -> its integer-only nodes (may run on the host)
     if verification:

@@ -9,6 +9,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 from onnx import numpy_helper
+from onnx.external_data_helper import load_external_data_for_model
 from onnxruntime.transformers.float16 import convert_float_to_float16
 
 from export.cuda_kernels import missing_cuda_kernels
@@ -53,7 +54,7 @@ def to_fp16(src: Path, dst: Path) -> None:
 
 
 def optimize_offline(path: Path) -> None:
-    """Replace path by its ORT BASIC-level optimized graph (single file, IR version pinned)."""
+    """Replace path by its ORT BASIC-level optimized graph (one file, weights inline, IR version pinned)."""
     with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
         out = Path(tmp) / path.name
         so = ort.SessionOptions()
@@ -61,7 +62,10 @@ def optimize_offline(path: Path) -> None:
         so.optimized_model_filepath = str(out)
         so.intra_op_num_threads = 1
         cpu_session(path, so)
-        proto = onnx.load(out)
+        # ORT's saved graph still refers to path's external data (export/weights.py), if it had any,
+        # by the location relative to path: read it from there, so that the result is inline
+        proto = onnx.load(out, load_external_data=False)
+        load_external_data_for_model(proto, str(path.parent))
     used = {node.domain for node in proto.graph.node}
     # ORT lists every domain it knows; keep only those the graph uses (and the default domain)
     keep = [op for op in proto.opset_import if op.domain in used or op.domain in ("", "ai.onnx")]

@@ -42,6 +42,10 @@ decoder.steps.onnx (export/multistep.py; one per in-place decoder file, `steps_f
     present.{i}.decoder.key/value  as the decoder's (bind to the past buffer)
 Each step feeds the chosen token back with positions and seqlens_k one further; the caller's
 cache lengths grow by `steps` for every row.
+
+weights.data, weights.{variant}.data (export/weights.py; `weights_file`): the ONNX external data of
+the base graphs (encoder, decoder, multi-step decoder), or of one variant's, each tensor stored once;
+ONNX Runtime reads it relative to the model file it opens by path.
 """
 
 from __future__ import annotations
@@ -59,6 +63,12 @@ ENCODER_SEQLENS_K, ENCODER_TOTAL_LENGTH = "encoder_seqlens_k", "encoder_total_se
 LOGPROBS, CROSS_ATTENTIONS = "logprobs", "cross_attentions"
 MAX_STEPS, FINISHED = "max_steps", "finished"  # multi-step decoder inputs
 TOKENS, TOKEN_LOGPROBS, STEP_CROSS_ATTENTIONS = "tokens", "token_logprobs", "step_cross_attentions"
+
+
+def weights_file(variant: str | None = None) -> str:
+    """The shared external-data file of a variant's graphs: weights.data (None: the base files),
+    weights.fp16.data for "fp16"."""
+    return "weights.data" if variant is None else f"weights.{variant}.data"
 
 
 def steps_file(decoder_file: str) -> str:

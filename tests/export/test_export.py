@@ -61,9 +61,14 @@ def test_graphs_pass_checker_and_load_in_onnxruntime(tiny_concat_bundle):
     files = [tiny_concat_bundle / f for f in (names.ENCODER_FILE, names.DECODER_FILE, *FP16_FILES.values())]
     check_graphs(files)
     for f in files:
-        proto = onnx.load(str(f))
+        proto = onnx.load(str(f), load_external_data=False)
         assert proto.ir_version <= 13
-        assert not any(t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer)
+        data_file = names.weights_file("fp16" if ".fp16." in f.name else None)
+        external = {t.name for t in proto.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL}
+        locations = {dict((e.key, e.value) for e in t.external_data)["location"]
+                     for t in proto.graph.initializer if t.name in external}
+        assert external and locations == {data_file}  # the variant's weights file
+        assert all(len(t.raw_data) < 1024 for t in proto.graph.initializer if t.name not in external)
         open_session(f)  # loads: no IR/opset refusal
 
 
@@ -224,7 +229,11 @@ def test_bundle_json_hashes_and_contents(tiny_concat_bundle, tiny_checkpoint, ti
     manifest = json.loads((tiny_concat_bundle / names.BUNDLE_FILE).read_text())
     files = {p.name for p in tiny_concat_bundle.iterdir()} - {names.BUNDLE_FILE}
     assert set(manifest["files"]) == files
-    assert {names.ENCODER_FILE, names.DECODER_FILE, names.TOKENIZER_FILE, *FP16_FILES.values()} == files
+    weights = {names.weights_file(): [names.ENCODER_FILE, names.DECODER_FILE],
+               names.weights_file("fp16"): [FP16_FILES["encoder"], FP16_FILES["decoder"]]}
+    graphs = {names.ENCODER_FILE, names.DECODER_FILE, *FP16_FILES.values()}
+    assert {*graphs, names.TOKENIZER_FILE, *weights} == files
+    assert manifest["weights"] == weights
     for name, entry in manifest["files"].items():
         path = tiny_concat_bundle / name
         assert entry == {"sha256": file_sha256(path), "bytes": path.stat().st_size}
@@ -261,6 +270,7 @@ def test_fp16_variant_runs_close_to_pytorch(tiny_concat_bundle, tiny_model):
 
 
 def test_optimized_graphs_stay_standard_and_keep_parity(tiny_concat_bundle, tiny_model, tmp_path):
+    shutil.copy(tiny_concat_bundle / names.weights_file(), tmp_path)  # the graphs' external data
     for f in (names.ENCODER_FILE, names.DECODER_FILE):
         shutil.copy(tiny_concat_bundle / f, tmp_path / f)
         optimize_offline(tmp_path / f)

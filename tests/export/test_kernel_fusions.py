@@ -23,7 +23,8 @@ def optimized_nodes(path, tmp_path) -> list[onnx.NodeProto]:
     so.optimized_model_filepath = str(tmp_path / f"optimized.{path.name}")
     so.log_severity_level = 3  # no warning about the saved graph's NCHWc layouts
     cpu_session(path, so)
-    return list(onnx.load(so.optimized_model_filepath).graph.node)
+    return list(onnx.load(so.optimized_model_filepath, load_external_data=False).graph.node)  # refers to
+    # path's weights file (relative to path, not to the saved graph)
 
 
 def attr(node: onnx.NodeProto, name: str) -> float | int | None:

@@ -86,7 +86,7 @@ def test_verification_catches_a_wrong_loop(tiny_bundle, model, sources, tmp_path
     body = proto.graph.node[1].attribute[0].g
     argmax = next(n for n in body.node if n.op_type == "ArgMax")
     argmax.op_type = "ArgMin"
-    for f in (names.ENCODER_FILE, names.DECODER_FILE):
+    for f in (names.ENCODER_FILE, names.DECODER_FILE, names.weights_file()):  # the graphs and their weights
         (tmp_path / f).write_bytes((tiny_bundle / f).read_bytes())
     onnx.save(proto, tmp_path / names.steps_file(names.DECODER_FILE))
     with pytest.raises(ParityError, match="decodes source"):

@@ -52,9 +52,10 @@ def test_marian_manifest_states_tokenizer_and_generation(hf_bundles, hf_dirs, na
     assert m["special_tokens"] == {"pad": pad, "bos": pad, "eos": eos, "unk": tok.unk_token_id}  # bos: start
     assert m["model"]["decoder_start_id"] == pad and m["pretrained"]["family"] == "marian"
     inplace = m["onnx"]["kv_cache"] == "inplace"  # with a multi-step decoder per decoder file
-    fp16 = {"encoder.fp16.onnx", "decoder.fp16.onnx", *(["decoder.fp16.steps.onnx"] if inplace else [])}
-    base = {"encoder.onnx", "decoder.onnx", *(["decoder.steps.onnx"] if inplace else []), "source.spm",
-            "target.spm", "vocab.json"}
+    fp16 = {"encoder.fp16.onnx", "decoder.fp16.onnx", *(["decoder.fp16.steps.onnx"] if inplace else []),
+            "weights.fp16.data"}
+    base = {"encoder.onnx", "decoder.onnx", *(["decoder.steps.onnx"] if inplace else []), "weights.data",
+            "source.spm", "target.spm", "vocab.json"}
     assert set(m["files"]) == base | (fp16 if "fp16" in m.get("variants", {}) else set())
     assert all(file_sha256(bundle / f) == e["sha256"] for f, e in m["files"].items())
 
