@@ -182,6 +182,19 @@ def _generation_objects(root: Path,
     return tokenizer, generation, languages
 
 
+def _check_weights(root: Path, manifest: dict[str, Any]) -> None:
+    """The `weights` object (data file -> the graph files reading it) names only listed, hence verified,
+    files: ONNX Runtime would otherwise meet a missing or corrupt data file only at session creation."""
+    weights = manifest.get("weights") or {}
+    if not isinstance(weights, dict) or not all(isinstance(v, list) for v in weights.values()):
+        raise BundleError(f"{BUNDLE_FILE} of bundle {root}: 'weights' must map data files to graph files")
+    for data_file, graphs in weights.items():
+        for name in (data_file, *graphs):
+            if name not in manifest["files"]:
+                raise BundleError(f"weights file {data_file}: {name} is not listed in {BUNDLE_FILE} "
+                                  f"of bundle {root}")
+
+
 def load_bundle(path: str | Path, check_hashes: bool = True) -> Bundle:
     """Read bundle.json, verify every listed file (size and sha256) and return the Bundle."""
     root = Path(path)
@@ -205,6 +218,7 @@ def load_bundle(path: str | Path, check_hashes: bool = True) -> Bundle:
     if not isinstance(provider_variants, dict) or any(v not in variants for v in provider_variants.values()):
         raise BundleError(f"{BUNDLE_FILE} of bundle {root}: 'provider_variants' must map providers to "
                           f"variants it lists (has: {sorted(variants)})")
+    _check_weights(root, manifest)
     host_nodes = manifest.get("host_nodes") or {}
     if not isinstance(host_nodes, dict) or not all(isinstance(v, list) for v in host_nodes.values()):
         raise BundleError(f"{BUNDLE_FILE} of bundle {root}: 'host_nodes' must map file names to node names")

@@ -38,6 +38,13 @@ def _corrupt_byte(path):
     path.write_bytes(bytes(data))
 
 
+def _unlist(bundle, name):
+    """Drop a file's entry from bundle.json's `files` (the file stays)."""
+    manifest = json.loads((bundle / "bundle.json").read_text())
+    del manifest["files"][name]
+    (bundle / "bundle.json").write_text(json.dumps(manifest))
+
+
 @pytest.mark.parametrize(
     ("damage", "message"),
     [
@@ -48,8 +55,15 @@ def _corrupt_byte(path):
         (lambda d: (d / "encoder.onnx").write_bytes((d / "encoder.onnx").read_bytes()[:100]),
          r"encoder\.onnx is truncated: 100 bytes"),
         (lambda d: _corrupt_byte(d / "tokenizer.json"), r"tokenizer\.json is corrupt: sha256 mismatch"),
+        (lambda d: (d / "weights.data").unlink(), r"bundle file weights\.data is missing"),
+        (lambda d: _corrupt_byte(d / "weights.fp16.data"), r"weights\.fp16\.data is corrupt: sha256"),
+        (lambda d: (d / "weights.data").write_bytes((d / "weights.data").read_bytes()[:4096]),
+         r"weights\.data is truncated: 4096 bytes"),
+        (lambda d: _unlist(d, "weights.data"),
+         r"weights file weights\.data: weights\.data is not listed in bundle\.json"),
     ],
-    ids=["missing-dir", "missing-manifest", "bad-json", "missing-file", "truncated", "corrupt"],
+    ids=["missing-dir", "missing-manifest", "bad-json", "missing-file", "truncated", "corrupt",
+         "missing-weights", "corrupt-weights", "truncated-weights", "unlisted-weights"],
 )
 def test_bundle_errors_name_the_problem(bundle_copy, damage, message):
     damage(bundle_copy)
