@@ -117,21 +117,24 @@ def test_weights_file_holds_each_distinct_tensor_once(tiny_bundle, inline, data_
 
 
 def test_packed_and_inline_bundles_decode_the_same_tokens(tiny_bundle, inline, texts):
-    """The inline bundle (older exports) loads as before; both give the same tokens, one step per run and
-    several (the multi-step file)."""
+    """The inline bundle loads as it always did; both give the same tokens, in either variant (fp16 on
+    the CPU provider too), one step per run and several (the multi-step file)."""
     assert not any(p.suffix == ".data" for p in inline.iterdir())
     assert "weights" not in load_bundle(inline).manifest
     for f in BASE:
         assert all(t.data_location != TensorProto.EXTERNAL
                    for t in onnx.load(inline / f, load_external_data=False).graph.initializer)
-    results = {}
-    for bundle in (tiny_bundle, inline):
-        for steps in (1, 4):
-            runner = Runner(bundle, providers=["CPUExecutionProvider"], step_policy=StepPolicy(steps))
-            results[bundle, steps] = [[h.tokens for h in hyps] for hyps in runner.translate(texts)]
-    want = results[inline, 1]
-    assert len({tuple(h[0]) for h in want}) > 1
-    assert all(got == want for got in results.values())
+    for variant in ("base", "fp16"):
+        results = {}
+        for bundle in (tiny_bundle, inline):
+            for steps in (1, 4):
+                runner = Runner(bundle, providers=["CPUExecutionProvider"], variant=variant,
+                                step_policy=StepPolicy(steps))
+                assert runner.variant_name == variant
+                results[bundle, steps] = [[h.tokens for h in hyps] for hyps in runner.translate(texts)]
+        want = results[inline, 1]
+        assert len({tuple(h[0]) for h in want}) > 1
+        assert all(got == want for got in results.values()), variant
 
 
 @pytest.fixture
