@@ -198,11 +198,13 @@ def package(
         verification: dict[str, Any] = verify_bundle(staging, model, source.sources, rules=rules).as_dict()
         if opts.fp16:
             verification["fp16"] = verify_fp16(staging, model, source.sources, **FP16_FILES, rules=rules)
-        if info.kv_cache == "inplace":
+        if info.kv_cache == "inplace":  # every multi-step file runs (CPU) against its decoder's one step
             cfg, first = model.cfg, (source.manifest.get("generation") or {}).get("decoder_start_id")
-            verification["multistep_sources"] = verify_multistep(
-                staging, names.DECODER_FILE, names.ENCODER_FILE, source.sources, cfg.n_decoder_layers,
-                cfg.bos_id if first is None else first, cfg.eos_id, min(64, cfg.max_len - 1))
+            for variant, files in {None: fp32_files, **variants}.items():
+                n = verify_multistep(staging, files["decoder"], files["encoder"], source.sources,
+                                     cfg.n_decoder_layers, cfg.bos_id if first is None else first, cfg.eos_id,
+                                     min(64, cfg.max_len - 1))
+                (verification.setdefault(variant, {}) if variant else verification)["multistep_sources"] = n
         seconds["verify"] = round(time.perf_counter() - t, 2)
         log("packing the weights (each tensor once per variant)")
         t = time.perf_counter()
