@@ -51,6 +51,7 @@ def test_bundle_ships_a_multistep_file_per_decoder(tiny_bundle):
         assert [node.op_type for node in graph.node] == ["Constant", "Loop"]
     assert manifest["io"]["steps"]["outputs"] == names.multistep_outputs(n)
     assert manifest["verification"]["multistep_sources"] >= 1
+    assert manifest["verification"]["fp16"]["multistep_sources"] >= 1  # the fp16 file ran (CPU) too
 
 
 @pytest.mark.parametrize("steps", [1, 2, 5, 64])
@@ -79,22 +80,23 @@ def test_multistep_tokens_equal_pytorch_greedy(tiny_bundle, model, sources, step
     assert len(runs) <= -(-max(len(w) + 1 for w in want) // steps)  # several tokens per run
 
 
-def test_verification_catches_a_wrong_loop(tiny_bundle, model, sources, tmp_path):
-    """A multi-step file that chooses tokens differently fails verify_multistep."""
+@pytest.mark.parametrize("variant", [None, "fp16"])
+def test_verification_catches_a_wrong_loop(tiny_bundle, model, sources, tmp_path, variant):
+    """A multi-step file that chooses tokens differently fails verify_multistep, run on the CPU (the fp16
+    variant's too, which the server only runs on CUDA)."""
     cfg = model.cfg
-    proto = multistep_decoder(onnx.load(tiny_bundle / names.DECODER_FILE), cfg.n_decoder_layers, cfg.eos_id)
+    encoder, decoder = (f"{g}.fp16.onnx" if variant else f"{g}.onnx" for g in ("encoder", "decoder"))
+    proto = multistep_decoder(onnx.load(tiny_bundle / decoder), cfg.n_decoder_layers, cfg.eos_id)
     body = proto.graph.node[1].attribute[0].g
     argmax = next(n for n in body.node if n.op_type == "ArgMax")
     argmax.op_type = "ArgMin"
-    for f in (names.ENCODER_FILE, names.DECODER_FILE, names.weights_file()):  # the graphs and their weights
+    for f in (encoder, decoder, names.weights_file(variant)):  # the graphs and their weights
         (tmp_path / f).write_bytes((tiny_bundle / f).read_bytes())
-    onnx.save(proto, tmp_path / names.steps_file(names.DECODER_FILE))
+    onnx.save(proto, tmp_path / names.steps_file(decoder))
     with pytest.raises(ParityError, match="decodes source"):
-        verify_multistep(tmp_path, names.DECODER_FILE, names.ENCODER_FILE, sources, cfg.n_decoder_layers,
-                         cfg.bos_id, cfg.eos_id)
+        verify_multistep(tmp_path, decoder, encoder, sources, cfg.n_decoder_layers, cfg.bos_id, cfg.eos_id)
     # the untouched file passes
-    n = verify_multistep(tiny_bundle, names.DECODER_FILE, names.ENCODER_FILE, sources, cfg.n_decoder_layers,
-                         cfg.bos_id, cfg.eos_id)
+    n = verify_multistep(tiny_bundle, decoder, encoder, sources, cfg.n_decoder_layers, cfg.bos_id, cfg.eos_id)
     assert n == len(sources)
 
 
