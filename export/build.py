@@ -188,9 +188,10 @@ def package(
                 write_multistep(staging, file, model.cfg.n_decoder_layers, model.cfg.eos_id)
             if opts.fp16:  # the CUDA provider's multi-step file: the Loop and its body checked like to_fp16's
                 steps = names.steps_file(FP16_FILES["decoder"])
-                if missing := missing_cuda_kernels(onnx.load(staging / steps)):
+                if missing := missing_cuda_kernels(proto := onnx.load(staging / steps)):
                     listed = "; ".join(f"{m.node} ({m.op}): {m.reason}" for m in missing)
                     raise ExportError(f"{steps}: {len(missing)} node(s) without a CUDA kernel: {listed}")
+                host_nodes[steps] = integer_nodes(proto)  # the loop body's included
         source.write_tokenizer(staging)
         log("verifying against PyTorch")
         t = time.perf_counter()

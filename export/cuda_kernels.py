@@ -275,7 +275,7 @@ def missing_cuda_kernels(proto: onnx.ModelProto) -> list[Missing]:
 
 
 def integer_nodes(proto: onnx.ModelProto) -> list[str]:
-    """Names of the nodes with only integer or bool inputs and outputs (CUDA may run them on the host)."""
-    types = value_types(proto)
-    return [node.name for node in proto.graph.node
+    """Names of the nodes, a Loop body's included (ONNX Runtime reports those by their own names), with only
+    integer or bool inputs and outputs (CUDA may run them on the host)."""
+    return [node.name for graph, types, _ in _scopes(_typed(proto).graph, {}) for node in graph.node
             if all(types.get(x) in INTEGERS for x in [*node.input, *node.output] if x)]

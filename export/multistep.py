@@ -91,6 +91,8 @@ def multistep_decoder(decoder: onnx.ModelProto, n_layers: int, eos_id: int) -> o
                          ["out_" + names.TOTAL_SEQUENCE_LENGTH]),
     ]
     nodes += [helper.make_node("Identity", [b + p], ["out_" + p]) for p in presents]
+    for node in nodes:  # the added nodes, named after their output (placement reports name nodes)
+        node.name = node.name or b + node.output[0].removeprefix(b)
 
     def body_input(name: str) -> onnx.ValueInfoProto:
         """The body's copy of a decoder input."""
@@ -123,7 +125,7 @@ def multistep_decoder(decoder: onnx.ModelProto, n_layers: int, eos_id: int) -> o
                      _value(names.TOKEN_LOGPROBS, TensorProto.FLOAT, ["steps", "batch"]),
                      _value(names.STEP_CROSS_ATTENTIONS, logp_type, ["steps", "batch", "src_len"]),
                      *(_value(p, cache_type, cache_shape) for p in presents)]
-    start = helper.make_node("Constant", [], ["loop_cond"],
+    start = helper.make_node("Constant", [], ["loop_cond"], name="loop_cond",
                              value=helper.make_tensor("true", TensorProto.BOOL, [], [1]))
     graph = helper.make_graph([start, loop], "multistep_decoder", graph_inputs, graph_outputs,
                               initializer=list(g.initializer))

@@ -15,7 +15,9 @@ in use. The options per provider:
   pool once the process has one, since ORT then refuses per-session pools), every fusion on, and
   the placement of each node recorded, so that `misplaced_nodes` can list compute nodes that ONNX
   Runtime put on another provider (a missing CUDA kernel for an op or dtype means Memcpy nodes and
-  PCIe traffic around it).
+  PCIe traffic around it), in the encoder, the decoder and the multi-step decoder (its Loop body's
+  nodes included). A placement that cannot be read is `PlacementUnknown`, never an empty table:
+  `--require-provider` fails on it, and without it a warning says what was not checked.
 
 ORT's Python sessions can re-create themselves on the CPU after a provider error at run time:
 `disable_fallback()` is called on every session, so a failure is reported instead.
@@ -208,16 +210,23 @@ def open_sessions(
                     dict(files), steps)
 
 
+class PlacementUnknown(RuntimeError):
+    """ONNX Runtime could not say where a session's nodes run (not recorded, or nothing recorded)."""
+
+
 def placement(session: ort.InferenceSession) -> dict[str, list[tuple[str, str]]]:
-    """{provider: [(op_type, node name)]} as ONNX Runtime assigned the session's nodes (empty unless
-    the session recorded it: only sessions on a provider other than the CPU do)."""
+    """{provider: [(op_type, node name)]} as ONNX Runtime assigned the session's nodes, a Loop body's
+    included; PlacementUnknown when the session did not record it (only sessions on a provider other
+    than the CPU do) or recorded no node: an empty table would pass any check."""
     try:
         subgraphs = session.get_provider_graph_assignment_info()
-    except Exception:  # noqa: BLE001 - not recorded for this session
-        return {}
+    except Exception as exc:  # noqa: BLE001 - ORT raises its own Fail type
+        raise PlacementUnknown(f"ONNX Runtime did not record where the nodes run: {exc}") from exc
     placed: dict[str, list[tuple[str, str]]] = {}
     for subgraph in subgraphs:
         placed.setdefault(subgraph.ep_name, []).extend((n.op_type, n.name) for n in subgraph.get_nodes())
+    if not any(placed.values()):
+        raise PlacementUnknown("ONNX Runtime recorded the placement of no node")
     return placed
 
 
@@ -238,8 +247,18 @@ def check_provider(sessions: Sessions, required: str | None, host_nodes: dict[st
             f"{required} is required (--require-provider) but ONNX Runtime uses {sessions.provider}{why}")
     if sessions.provider == CPU:
         return
-    for graph, session in (("encoder", sessions.encoder), ("decoder", sessions.decoder)):
-        misplaced = misplaced_nodes(session, sessions.provider, host_nodes.get(graph, ()))
+    opened = {"encoder": sessions.encoder, "decoder": sessions.decoder, "steps": sessions.steps}
+    for graph, session in opened.items():
+        if session is None:
+            continue
+        try:
+            misplaced = misplaced_nodes(session, sessions.provider, host_nodes.get(graph, ()))
+        except PlacementUnknown as exc:
+            text = f"the placement of the {graph}'s nodes on {sessions.provider} cannot be checked: {exc}"
+            if required:
+                raise ProviderUnavailable(f"{text} (--require-provider {required})") from exc
+            log.warning("%s", text)
+            continue
         if not misplaced:
             continue
         text = (f"{len(misplaced)} compute nodes of the {graph} are not on {sessions.provider}: "

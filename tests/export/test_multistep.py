@@ -54,6 +54,23 @@ def test_bundle_ships_a_multistep_file_per_decoder(tiny_bundle):
     assert manifest["verification"]["fp16"]["multistep_sources"] >= 1  # the fp16 file ran (CPU) too
 
 
+def test_the_fp16_multistep_files_host_nodes_are_its_decoders_and_the_loops_integer_bookkeeping(tiny_bundle):
+    """bundle.json's host_nodes of the fp16 multi-step file (what CUDA may keep on the host) hold the
+    fp16 decoder's, as the loop body names them, and the loop's own integer nodes; every node is named."""
+    manifest = json.loads((tiny_bundle / names.BUNDLE_FILE).read_text())
+    host, steps = manifest["host_nodes"], names.steps_file("decoder.fp16.onnx")
+    assert {f"step/{n}" for n in host["decoder.fp16.onnx"]} < set(host[steps])
+    body = onnx.load(tiny_bundle / steps, load_external_data=False).graph.node[1].attribute[0].g
+    by_name = {n.name: n for n in body.node}
+    assert "" not in by_name and len(by_name) == len(body.node)
+    bookkeeping = {n.name for n in body.node if n.op_type in ("Equal", "Or", "Not", "ReduceMax")} | {
+        n.name for n in body.node if n.op_type == "Add" and n.output[0].startswith("out_")}
+    assert len(bookkeeping) == 7 and bookkeeping <= set(host[steps])
+    assert "" not in host[steps] and "loop_cond" in host[steps]  # the main graph's Constant
+    ops = {by_name[n].op_type for n in host[steps] if n in by_name}
+    assert not ops & {"MatMul", "GroupQueryAttention", "ArgMax"}
+
+
 @pytest.mark.parametrize("steps", [1, 2, 5, 64])
 def test_multistep_tokens_equal_pytorch_greedy(tiny_bundle, model, sources, steps):
     """Decoding every source in one batch, `steps` tokens per run (rows of different lengths, a run

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import onnx
 import onnxruntime as ort
 import pytest
 
@@ -122,15 +123,17 @@ def test_require_provider_fails_with_the_reason(tiny_bundle):
     assert Runner(tiny_bundle, require_provider=CPU).provider == CPU
 
 
-def placed_sessions(tiny_bundle: Path, claimed: list[str]) -> Sessions:
-    """CPU sessions of the tiny bundle that record their placement, claiming to use `claimed`."""
+def placed_sessions(tiny_bundle: Path, claimed: list[str], record: bool = True) -> Sessions:
+    """CPU sessions of the tiny bundle (the multi-step decoder's too) that record their placement (unless
+    `record` is False), claiming to use `claimed`."""
     def session(file: str) -> ort.InferenceSession:
         so = ort.SessionOptions()
-        so.add_session_config_entry(RECORD_PLACEMENT, "1")
+        if record:
+            so.add_session_config_entry(RECORD_PLACEMENT, "1")
         return cpu_session(tiny_bundle / file, so)
 
     enc, dec = session(names.ENCODER_FILE), session(names.DECODER_FILE)
-    return Sessions(enc, dec, claimed, shared_pool=False)
+    return Sessions(enc, dec, claimed, shared_pool=False, steps=session(names.steps_file(names.DECODER_FILE)))
 
 
 def test_placement_check_lists_compute_nodes_off_the_provider(tiny_bundle, caplog):
@@ -149,6 +152,36 @@ def test_placement_check_lists_compute_nodes_off_the_provider(tiny_bundle, caplo
         check_provider(placed, CUDA, {})
     check_provider(placed, None, {})  # without --require-provider: a warning
     assert "compute nodes of the decoder are not on CUDAExecutionProvider" in caplog.text
+
+
+def test_the_multistep_session_is_checked_and_its_loop_body_nodes_are_listed(tiny_bundle):
+    """The steps session's placement covers its Loop body (ONNX Runtime names those nodes as the body
+    does); with the encoder's and decoder's nodes excused, its own misplaced nodes fail the check."""
+    placed = placed_sessions(tiny_bundle, [CUDA, CPU])
+    body = onnx.load(tiny_bundle / names.steps_file(names.DECODER_FILE), load_external_data=False)
+    loop = next(n for n in body.graph.node if n.op_type == "Loop")
+    body_names = {n.name for n in loop.attribute[0].g.node}
+    placed_names = {name for _, name in sessions.placement(placed.steps)[CPU]}
+    assert body_names & placed_names and "GroupQueryAttention" in {op for op, _ in
+                                                                  sessions.placement(placed.steps)[CPU]}
+    everything = {g: [n for _, n in sessions.placement(s)[CPU]]
+                  for g, s in (("encoder", placed.encoder), ("decoder", placed.decoder))}
+    with pytest.raises(ProviderUnavailable, match="compute nodes of the steps are not on CUDA"):
+        check_provider(placed, CUDA, everything)
+    check_provider(placed, CUDA, everything | {"steps": list(placed_names)})  # all excused: passes
+
+
+def test_a_placement_that_cannot_be_read_fails_require_provider_loudly(tiny_bundle, caplog):
+    """A session that recorded no placement is no empty table: --require-provider fails naming it, and
+    without it the check warns instead of passing silently."""
+    unrecorded = placed_sessions(tiny_bundle, [CUDA, CPU], record=False)
+    with pytest.raises(sessions.PlacementUnknown, match="did not record"):
+        sessions.placement(unrecorded.decoder)
+    with pytest.raises(ProviderUnavailable, match="placement of the encoder's nodes on CUDAExecutionProvider "
+                       "cannot be checked"):
+        check_provider(unrecorded, CUDA, {})
+    check_provider(unrecorded, None, {})
+    assert caplog.text.count("cannot be checked") == 3  # encoder, decoder and steps
 
 
 def bundle_copy(src: Path, dst: Path, **manifest_changes) -> Path:
