@@ -4,8 +4,10 @@ Skipped where no CUDA device can be opened, a usage error instead under TRANSLAT
 (tests/conftest.py). Checks what no CPU run can: every compute node of the fp16 variant placed on
 CUDA, the self-attention cache updated in place in device memory (same data pointer in and out,
 only the new column written), tokens as the CPU fp32 run gives them (fp16 within the tolerance of
-tests/service/runtime/test_runner.py: identical greedy tokens, log-probs within 0.05), requests
-joining, leaving and cancelled mid-decode as decoded alone, several greedy steps per run (the
+tests/service/runtime/test_runner.py: identical greedy tokens, log-probs within 0.05, except at the
+documented fp16 near-ties, where float32's own token leads by at most 0.1), requests joining,
+leaving and cancelled mid-decode as decoded alone (near-ties allowed likewise: another batch shape
+runs other fp16 kernels), several greedy steps per run (the
 multi-step decoder on CUDA) decoding what one step per run decodes, and a real server reporting CUDA.
 """
 
@@ -17,13 +19,21 @@ import pytest
 
 from protos.translator.v1 import translator_pb2 as pb
 from protos.translator.v1 import translator_pb2_grpc as pb_grpc
-from service.domain.types import DecodeOptions
+from service.domain.types import DecodeOptions, FinishedEvent
 from service.runtime.backends import IoBindingBackend
 from service.runtime.runner import Runner
 from service.runtime.sessions import CUDA, misplaced_nodes
 from service.runtime.stepping import StepPolicy
 from service.server import BackgroundServer
-from tests.support.decoding import MAX_NEW, assert_same_hypotheses, drain, reference
+from tests.support.decoding import (
+    FP16_TIE_MARGIN,
+    MAX_NEW,
+    assert_same_hypotheses,
+    assert_same_or_near_tie,
+    drain,
+    forced_log_prob,
+    reference,
+)
 from tests.support.server import TEXTS, server_config
 
 pytestmark = pytest.mark.gpu
@@ -48,38 +58,53 @@ def test_every_compute_node_of_the_fp16_variant_is_on_cuda(cuda_runner):
 
 
 def test_greedy_and_beam_give_the_tokens_of_the_cpu_fp32_run(cuda_runner, runner, texts):
+    """Identical tokens, log-probs within fp16's tolerance, except at the documented fp16 near-ties:
+    greedy parts only where float32's own token leads by at most FP16_TIE_MARGIN, beam search only
+    for a best hypothesis float32 scores within it."""
     ids = runner.encode_texts(texts)
     greedy, beam = DecodeOptions(max_new_tokens=MAX_NEW), DecodeOptions(beam_size=4, max_new_tokens=MAX_NEW)
     for options in (greedy, beam):
         on_gpu, on_cpu = cuda_runner.translate(ids, options), runner.translate(ids, options)
         assert len({tuple(h[0].tokens) for h in on_cpu}) > 1  # the reference is not one output for all
-        for g, c in zip(on_gpu, on_cpu, strict=True):
-            assert g[0].tokens == c[0].tokens
-            assert g[0].log_prob == pytest.approx(c[0].log_prob, abs=FP16_LOGPROB_ATOL)
+        identical = 0
+        for source, g, c in zip(ids, on_gpu, on_cpu, strict=True):
+            if options is greedy:
+                same = assert_same_or_near_tie(runner, source, g[0].tokens, c[0].tokens)
+            elif not (same := g[0].tokens == c[0].tokens):
+                score = [forced_log_prob(runner, source, h[0].tokens) for h in (c, g)]
+                assert score[0] - score[1] <= FP16_TIE_MARGIN, (g[0].tokens, c[0].tokens, score)
+            if same:
+                identical += 1
+                assert g[0].log_prob == pytest.approx(c[0].log_prob, abs=FP16_LOGPROB_ATOL)
+        assert identical >= len(ids) - 1, f"{identical} of {len(ids)} identical"  # near-ties are rare
 
 
-def test_the_self_attention_cache_is_written_in_place_in_device_memory(cuda_runner, texts):
+def test_the_self_attention_cache_is_written_in_place_in_device_memory(cuda_runner, runner, texts):
     """Across a decoder step the cache buffers keep their device address, and of each row only the
-    column of its new token changes."""
+    column of its new token changes. The rows are texts whose decoding runs well past the measured
+    step, and the step is checked to finish none (a finished row leaves the cache and moves others)."""
+    options, before = DecodeOptions(max_new_tokens=MAX_NEW), 3
+    long = [t for t in texts if len(reference(runner, t, options)[0].tokens) > before + 4][:3]
+    assert len(long) >= 2, "too few texts decode past the measured step"
     batch = cuda_runner.new_batch(4)
-    requests = [cuda_runner.make_request(t, DecodeOptions(max_new_tokens=MAX_NEW)) for t in texts[:3]]
-    batch.add(requests)
-    for _ in range(3):
-        batch.step()
+    batch.add([cuda_runner.make_request(t, options) for t in long])
+    for _ in range(before):
+        assert not [e for e in batch.step() if isinstance(e, FinishedEvent)]
     cache = batch._cache  # the self-attention cache (service/runtime/kvcache.py)
     before_ptrs = [t.data_ptr() for t in cache.past()]
     lengths = cache.filled().copy()
-    before = [cuda_runner.backend.to_host(t) for t in cache.past()]
-    batch.step()
-    after = [cuda_runner.backend.to_host(t) for t in cache.past()]
+    old = [cuda_runner.backend.to_host(t) for t in cache.past()]
+    finished = [e for e in batch.step() if isinstance(e, FinishedEvent)]
+    assert not finished and len(batch) == len(long), "a row finished during the measured step"
+    new = [cuda_runner.backend.to_host(t) for t in cache.past()]
     assert [t.data_ptr() for t in cache.past()] == before_ptrs
-    for old, new in zip(before, after, strict=True):
+    for a, b in zip(old, new, strict=True):
         for row, length in enumerate(lengths):
-            changed = np.flatnonzero((old[row] != new[row]).any(axis=(0, 2)))  # columns that changed
+            changed = np.flatnonzero((a[row] != b[row]).any(axis=(0, 2)))  # columns that changed
             assert changed.tolist() == [length], (row, length, changed)
 
 
-def test_requests_joining_leaving_and_cancelled_mid_decode_decode_as_alone(cuda_runner, texts):
+def test_requests_joining_leaving_and_cancelled_mid_decode_decode_as_alone(cuda_runner, runner, texts):
     ids = cuda_runner.encode_texts(texts)
     beam = DecodeOptions(beam_size=3, n_best=2, max_new_tokens=MAX_NEW)
     greedy = DecodeOptions(max_new_tokens=MAX_NEW)
@@ -94,8 +119,11 @@ def test_requests_joining_leaving_and_cancelled_mid_decode_decode_as_alone(cuda_
     batch.add(late)  # joins a cache that already has columns
     out = drain(batch)
     for request in [*first[:2], *late]:
-        want = reference(cuda_runner, request.source, request.options)
-        assert_same_hypotheses(out[request.id], want, rtol=1e-3, atol=1e-3)
+        want, got = reference(cuda_runner, request.source, request.options), out[request.id]
+        if request.options.beam_size == 1 and not assert_same_or_near_tie(runner, request.source,
+                                                                          got[0].tokens, want[0].tokens):
+            continue  # another batch shape, other fp16 kernels: a near-tie flipped
+        assert_same_hypotheses(got, want, rtol=1e-3, atol=1e-3)
 
 
 def test_several_steps_per_run_on_cuda_decode_as_one(cuda_runner, tiny_bundle, texts):

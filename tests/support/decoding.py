@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from interface import names
 from service.domain.types import DecodeOptions, FinishedEvent, Hypothesis, TokenEvent
 from service.runtime.runner import Runner
 
@@ -77,3 +78,46 @@ def assert_distinct(outputs: list) -> None:
     """The reference outputs differ across inputs: a test comparing with them cannot pass by
     returning one output for everything."""
     assert len({repr(o) for o in outputs}) > 1, "every reference output is the same"
+
+
+# fp16 greedy may part from float32 only at a near-tie: where float32's own token leads fp16's choice
+# by at most this in log-probability (export/verify_fp16.py TIE_MARGIN, docs/export.md)
+FP16_TIE_MARGIN = 0.1
+
+
+def next_logprobs(runner: Runner, source: list[int], prefix: list[int]) -> np.ndarray:
+    """A runner's log-probs of the token after `prefix` for source ids, the decoder start and the whole
+    prefix fed in one run of its in-place decoder (batch 1), read from its own sessions."""
+    n_layers = runner.bundle.n_decoder_layers
+    ids = np.array([source], np.int64)
+    cross = runner.sessions.encoder.run(None, {names.INPUT_IDS: ids, names.ATTENTION_MASK: np.ones_like(ids)})
+    tokens = np.array([[runner.spec.decoder_start, *prefix]], np.int64)
+    n, heads, d_head = tokens.shape[1], cross[0].shape[1], cross[0].shape[3]
+    cross_names = [names.past_name(i, "encoder", kv) for i in range(n_layers) for kv in ("key", "value")]
+    empty = {past: np.zeros((1, heads, n, d_head), cross[0].dtype) for past in names.self_cache_io(n_layers)}
+    feeds = {names.INPUT_IDS: tokens, names.POSITION_IDS: np.arange(n, dtype=np.int64)[None],
+             names.SEQLENS_K: np.array([n - 1], np.int32), names.TOTAL_SEQUENCE_LENGTH: np.array(n, np.int32),
+             names.ENCODER_SEQLENS_K: np.array([len(source) - 1], np.int32),
+             names.ENCODER_TOTAL_LENGTH: np.array(len(source), np.int32),
+             **dict(zip(cross_names, cross, strict=True)), **empty}
+    return runner.sessions.decoder.run([names.LOGPROBS], feeds)[0][0, -1].astype(np.float64)
+
+
+def forced_log_prob(runner: Runner, source: list[int], tokens: list[int]) -> float:
+    """A runner's total log-prob of `tokens` then eos for source ids (teacher-forced, one run per step)."""
+    full = [*tokens, runner.special.eos]
+    return float(sum(next_logprobs(runner, source, full[:i])[t] for i, t in enumerate(full)))
+
+
+def assert_same_or_near_tie(fp32: Runner, source: list[int], got: list[int], want: list[int],
+                            margin: float = FP16_TIE_MARGIN) -> bool:
+    """got == want (greedy tokens), or they part where the float32 runner's own token leads got's by at
+    most `margin`; returns whether they were identical."""
+    if got == want:
+        return True
+    parted = (i for i, (a, b) in enumerate(zip(got, want, strict=False)) if a != b)
+    step = next(parted, min(len(got), len(want)))
+    logp, eos = next_logprobs(fp32, source, want[:step]), fp32.special.eos
+    lead = logp[want[step] if step < len(want) else eos] - logp[got[step] if step < len(got) else eos]
+    assert lead <= margin, f"parted at step {step}, float32 leading by {lead:.3g}: {got} vs {want}"
+    return False

@@ -16,7 +16,13 @@ from service.domain.types import DEFAULT_MAX_BEAM, DecodeOptions, TokenEvent
 from service.runtime.backends import HostBackend
 from service.runtime.bundle import load_bundle
 from service.runtime.runner import Runner, check_decoder_inputs
-from tests.support.decoding import MAX_NEW, assert_same_hypotheses, tokens
+from tests.support.decoding import (
+    MAX_NEW,
+    assert_same_hypotheses,
+    assert_same_or_near_tie,
+    next_logprobs,
+    tokens,
+)
 
 
 # ----- runner basics ----------------------------------------------------------------------------
@@ -163,3 +169,23 @@ def test_fp16_variant_decodes_like_fp32(tiny_bundle, runner, texts):
         assert h[0].log_prob == pytest.approx(f[0].log_prob, abs=0.05)
     with pytest.raises(BundleError, match="no variant .int4."):
         Runner(tiny_bundle, variant="int4")
+
+
+def test_one_forced_run_gives_each_greedy_steps_log_probs_and_the_near_tie_check_uses_them(runner, texts):
+    """tests/support/decoding.py's near-tie check (the GPU tier's allowance for fp16): the prefix fed in one
+    decoder run gives, position by position, the token greedy decoding chose and its log-prob; a
+    divergence passes only within the margin of float32's lead there."""
+    source = runner.encode_texts([texts[1]])[0]
+    best = runner.translate([source], DecodeOptions(max_new_tokens=MAX_NEW))[0][0]
+    assert len(best.tokens) > 3
+    steps = [next_logprobs(runner, source, best.tokens[:i]) for i in range(len(best.tokens) + 1)]
+    assert [int(s.argmax()) for s in steps] == [*best.tokens, runner.special.eos]
+    total = sum(s[t] for s, t in zip(steps, [*best.tokens, runner.special.eos], strict=True))
+    assert total == pytest.approx(best.log_prob, abs=1e-4)
+    assert assert_same_or_near_tie(runner, source, best.tokens, best.tokens)
+    second = int(np.argsort(steps[2])[-2])  # the runner-up at step 2
+    parted = [*best.tokens[:2], second]
+    lead = steps[2][best.tokens[2]] - steps[2][second]
+    assert assert_same_or_near_tie(runner, source, parted, best.tokens, margin=lead + 1e-6) is False
+    with pytest.raises(AssertionError, match="parted at step 2"):
+        assert_same_or_near_tie(runner, source, parted, best.tokens, margin=lead - 1e-6)
