@@ -14,7 +14,8 @@ its JSON):
 - every request got exactly one terminal answer (lost = duplicated = hanging = 0), with an
   allowed status and a clean message (no tracebacks, paths or class names);
 - every accepted valid request's result is token-identical to decoding it alone;
-- the server is SERVING at the end, and its RSS is within 10% of its RSS after warm-up;
+- the server is SERVING at the end, and its RSS does not grow after its plateau: the median of the
+  soak's second half within 5% of the first half's (RSS sampled at each twentieth);
 - `translator_requests_total{method,code}` grew by the driver's own counts; calls gRPC refused
   before any handler ran (a message over --max-message-bytes) are not in it and are left out, and
   a cancel or a too-short deadline may race the server's answer (see `compare_metrics`).
@@ -27,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import statistics
 import sys
 import time
 import urllib.request
@@ -45,7 +47,10 @@ from bench.soak_cases import VALID_KINDS, Case, Mix
 from bench.workload import DEFAULT_BUNDLE, HELD_OUT, held_out_sources
 from service.runtime.runner import Runner
 
-RSS_DRIFT_LIMIT = 0.10
+# A leak is growth after the plateau: the median RSS of the soak's second half against its first half's
+# (the warm-up's RSS, taken before every shape has been seen once, is reported but not judged)
+RSS_GROWTH_LIMIT = 0.05
+RSS_SAMPLES = 20  # RSS read at each twentieth of the soak
 # kinds whose client-side code may differ from the server's count (see compare_metrics)
 RACING = {"cancel_stream": ("CANCELLED",), "short_deadline": ("DEADLINE_EXCEEDED",)}
 RACE_CODES = ("OK", "CANCELLED", "DEADLINE_EXCEEDED", "INTERNAL", "RESOURCE_EXHAUSTED")
@@ -94,8 +99,9 @@ class Report:
     serving_at_end: bool = False
     rss_warm_kib: int = 0
     rss_end_kib: int = 0
-    rss_drift: float = 0.0
-    rss_curve_mib: list[float] = field(default_factory=list)  # RSS at each tenth of the soak
+    rss_drift: float = 0.0  # end against after warm-up (reported, not judged)
+    rss_growth: float = 0.0  # median of the second half of the curve against the first half's
+    rss_curve_mib: list[float] = field(default_factory=list)  # RSS at each twentieth of the soak
     metrics_mismatch: dict[str, list[float]] = field(default_factory=dict)  # "method code": [server, driver]
     not_counted: int = 0  # refused by gRPC before a handler: not in translator_requests_total
     raced: int = 0  # cancels / short deadlines the server counted under another code, or not at all
@@ -107,7 +113,7 @@ class Report:
         """Every check held."""
         counts_ok = self.lost == self.duplicated == self.hanging == 0
         return (not self.problems and counts_ok and self.serving_at_end
-                and abs(self.rss_drift) <= RSS_DRIFT_LIMIT and not self.metrics_mismatch)
+                and self.rss_growth <= RSS_GROWTH_LIMIT and not self.metrics_mismatch)
 
 
 class FaultyServer(ServerProcess):
@@ -175,15 +181,16 @@ async def drive(address: str, cases: Sequence[Case], concurrency: int, burst: li
 
 
 class RssSampler:
-    """The server's RSS each time the soak reaches another tenth of its requests, and at the end."""
+    """The server's RSS each time the soak reaches another twentieth of its requests, and at the end."""
 
     def __init__(self, server: ServerProcess, total: int) -> None:
         self.server, self.total = server, total
         self.curve_mib: list[float] = []
 
     def progress(self, index: int) -> None:
-        """Called as case `index` is sent: sample at 10%, 20%, ... of the cases."""
-        if index * 10 >= self.total * (len(self.curve_mib) + 1) and len(self.curve_mib) < 9:
+        """Called as case `index` is sent: sample at 5%, 10%, ... of the cases."""
+        taken = len(self.curve_mib)
+        if index * RSS_SAMPLES >= self.total * (taken + 1) and taken < RSS_SAMPLES - 1:
             self.curve_mib.append(round(self.server.rss_kib() / 1024, 1))
 
     def __enter__(self) -> RssSampler:
@@ -191,6 +198,14 @@ class RssSampler:
 
     def __exit__(self, *exc: object) -> None:
         self.curve_mib.append(round(self.server.rss_kib() / 1024, 1))
+
+
+def rss_growth(curve: Sequence[float]) -> float:
+    """Growth after the plateau: the median of the curve's second half over its first half's, minus 1."""
+    half = len(curve) // 2
+    if half == 0:
+        return 0.0
+    return statistics.median(curve[-half:]) / statistics.median(curve[:half]) - 1
 
 
 def summarize(report: Report, records: Sequence[Record], sent: int) -> None:
@@ -286,6 +301,7 @@ def run(settings: Settings, log=print) -> Report:
     report.problems = (warm_problems + report.problems)[:50]
     compare_metrics(report, before, after, records)
     report.rss_drift = report.rss_end_kib / max(1, report.rss_warm_kib) - 1
+    report.rss_growth = rss_growth(report.rss_curve_mib)
     report.requests_per_s = report.answered / max(report.elapsed_s, 1e-9)
     return report
 
@@ -301,7 +317,8 @@ def print_report(report: Report, out=sys.stdout) -> None:
     out.write(f"SERVING at the end: {report.serving_at_end}; "
               f"RSS {report.rss_warm_kib / 1024:.1f} MiB after warm-up, "
               f"{report.rss_end_kib / 1024:.1f} MiB at the end ({100 * report.rss_drift:+.1f}%); "
-              f"at each tenth of the soak: {report.rss_curve_mib} MiB\n")
+              f"second half against first half {100 * report.rss_growth:+.1f}% "
+              f"(limit {100 * RSS_GROWTH_LIMIT:.0f}%); at each twentieth: {report.rss_curve_mib} MiB\n")
     out.write(f"metrics vs driver: {'equal' if not report.metrics_mismatch else report.metrics_mismatch} "
               f"({report.not_counted} oversized calls refused by gRPC before any handler; "
               f"{report.raced} cancels or deadlines raced the server's answer)\n")
