@@ -69,6 +69,15 @@ class Bundle:
             files["steps"] = self.path / steps
         return files
 
+    def shares_weights(self, variant: str | None) -> bool:
+        """Whether a variant's decoder and its multi-step decoder read one weights file (docs/bundle-format.md
+        `weights`): then both sessions can use one copy of them in memory."""
+        files = self.files(variant)
+        if "steps" not in files:
+            return False
+        wanted = {files["decoder"].name, files["steps"].name}
+        return any(wanted <= set(graphs) for graphs in (self.manifest.get("weights") or {}).values())
+
     @property
     def tokenizer_path(self) -> Path:
         """The tokenizer's file (kind tokenizers) or its vocabulary (kind sentencepiece)."""

@@ -49,6 +49,7 @@ CPU_DISABLED_OPTIMIZERS = ("SkipLayerNormFusion",)
 DEFAULT_PROVIDERS = (CUDA, CPU)
 ORT_DTYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
 RECORD_PLACEMENT = "session.record_ep_graph_assignment_info"
+DISABLE_PREPACKING = "session.disable_prepacking"  # kernels keep no packed copy of their weights
 # Nodes that are never compute: ORT's own copies between devices, and shape reads.
 NOT_COMPUTE_OPS = frozenset({"MemcpyFromHost", "MemcpyToHost", "Shape", "Size"})
 
@@ -91,10 +92,14 @@ def plan_providers(requested: Sequence[str] | None, device_id: int = 0) -> tuple
 
 
 def session_options(provider: str, intra_op_threads: int, shared_pool: bool,
-                    profile_prefix: str | None = None, spinning: bool = True) -> ort.SessionOptions:
+                    profile_prefix: str | None = None, spinning: bool = True,
+                    prepack: bool = True) -> ort.SessionOptions:
     """Options of one session whose graph runs on `provider` (see the module docstring); ORT's
-    profiler writes `<profile_prefix>_<date>.json` when a prefix is given (bench/profile.py)."""
+    profiler writes `<profile_prefix>_<date>.json` when a prefix is given (bench/profile.py); without
+    `prepack` the kernels read the weights where they lie (shared with the other sessions of the file)."""
     so = ort.SessionOptions()
+    if not prepack:
+        so.add_session_config_entry(DISABLE_PREPACKING, "1")
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     if profile_prefix:
         so.enable_profiling, so.profile_file_prefix = True, profile_prefix
@@ -145,9 +150,10 @@ class Sessions:
 
 
 def _open(path: Path, providers: list[str], options: dict[str, dict[str, str]], intra_op_threads: int,
-          shared: bool, profile_prefix: str | None, spinning: bool = True) -> ort.InferenceSession:
+          shared: bool, profile_prefix: str | None, spinning: bool = True,
+          prepack: bool = True) -> ort.InferenceSession:
     """One session on `providers` with the options of the first; no run-time fallback."""
-    so = session_options(providers[0], intra_op_threads, shared, profile_prefix, spinning)
+    so = session_options(providers[0], intra_op_threads, shared, profile_prefix, spinning, prepack)
     with_opts = [(p, options.get(p, {})) for p in providers]
     session = ort.InferenceSession(str(path), so, providers=with_opts,
                                    disabled_optimizers=disabled_optimizers(providers[0]))
@@ -176,10 +182,13 @@ def open_sessions(
     profile_prefix: str | None = None,
     why_not_cuda: str | None = None,
     multistep: bool = False,
+    shared_weights: Callable[[str], bool] = lambda provider: False,
 ) -> Sessions:
     """Create both sessions on `providers` (already planned by plan_providers; CPU added last if
     missing), each from the files `graph_files` gives for the provider really in use and with
-    that provider's options; with `multistep`, the multi-step decoder's too when the files have one."""
+    that provider's options; with `multistep`, the multi-step decoder's too when the files have one.
+    Where the two decoders read one weights file (`shared_weights(provider)`), neither keeps a packed
+    copy: both read the file's one mapping (docs/performance.md, weights in memory)."""
     planned = [p for p in (providers or [CPU]) if p != CPU] + [CPU]
     options = {p: {str(k): str(v) for k, v in (provider_options or {}).get(p, {}).items()} for p in planned}
     prefix = {g: profile_prefix and f"{profile_prefix}_{g}" for g in ("encoder", "decoder")}
@@ -198,11 +207,15 @@ def open_sessions(
         planned = in_use
         enc, shared = encoder_on(planned)
     files = graph_files(planned[0])
-    dec = _open(files["decoder"], planned, options, intra_op_threads, shared, prefix["decoder"])
+    multistep = multistep and "steps" in files
+    one_copy = multistep and shared_weights(planned[0])
+    dec = _open(files["decoder"], planned, options, intra_op_threads, shared, prefix["decoder"],
+                prepack=not one_copy)
     in_use = list(dec.get_providers())
     steps = None
-    if multistep and "steps" in files:
-        steps = _open(files["steps"], planned, options, intra_op_threads, shared, prefix["decoder"])
+    if multistep:
+        steps = _open(files["steps"], planned, options, intra_op_threads, shared, prefix["decoder"],
+                      prepack=not one_copy)
     else:
         files = {g: f for g, f in files.items() if g != "steps"}
     log.info("ONNX Runtime providers in use: %s (shared thread pool: %s)", in_use, shared)

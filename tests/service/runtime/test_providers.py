@@ -16,10 +16,12 @@ import pytest
 from export.verify import cpu_session
 from interface import names
 from service.domain.errors import BundleError, ProviderUnavailable
+from service.domain.types import DecodeOptions
 from service.runtime import cuda, sessions
 from service.runtime.bundle import load_bundle
 from service.runtime.runner import Runner
 from service.runtime.sessions import CPU, CUDA, RECORD_PLACEMENT, Sessions, check_provider, misplaced_nodes
+from service.runtime.stepping import StepPolicy
 from tests.support.tools import require
 
 CUDA_HERE = cuda.cuda_unavailable() is None
@@ -42,7 +44,8 @@ def recorded_sessions(monkeypatch) -> list[dict]:
         calls.append({"path": Path(path).name, "providers": [p for p, _ in providers],
                       "disabled": list(disabled_optimizers),
                       "per_session_threads": so.use_per_session_threads,
-                      "spinning": config_entry(so, "session.intra_op.allow_spinning")})
+                      "spinning": config_entry(so, "session.intra_op.allow_spinning"),
+                      "prepacking": config_entry(so, sessions.DISABLE_PREPACKING) != "1"})
         return real(path, so, providers=providers, disabled_optimizers=disabled_optimizers)
 
     monkeypatch.setattr(sessions.ort, "InferenceSession", recording)
@@ -107,6 +110,32 @@ def test_session_options_per_provider():
     assert config_entry(gpu, RECORD_PLACEMENT) == "1"
     assert sessions.disabled_optimizers(CPU) == ["SkipLayerNormFusion"]
     assert sessions.disabled_optimizers(CUDA) == []
+
+
+def test_the_decoder_and_its_multistep_file_keep_one_copy_of_the_weights_they_share(tiny_bundle, tmp_path,
+                                                                                     monkeypatch):
+    """With the multi-step decoder open on a bundle whose decoder and multi-step file read one weights
+    file, neither session prepacks (a packed copy each): both read the file's one mapping, and decode
+    what one step per run decodes. Without it, or where bundle.json says nothing is shared, kernels
+    prepack as usual."""
+    calls = recorded_sessions(monkeypatch)
+    multi = Runner(tiny_bundle, providers=[CPU], step_policy=StepPolicy(4))
+    assert multi.bundle.shares_weights(None) and multi.sessions.steps is not None
+    steps_file = names.steps_file(names.DECODER_FILE)
+    assert [(c["path"], c["prepacking"]) for c in calls] == [
+        (names.ENCODER_FILE, True), (names.DECODER_FILE, False), (steps_file, False)]
+    calls.clear()
+    Runner(tiny_bundle, providers=[CPU])
+    assert [c["prepacking"] for c in calls] == [True, True]
+    calls.clear()
+    unshared = bundle_copy(tiny_bundle, tmp_path / "b", weights={})
+    assert not load_bundle(unshared).shares_weights(None)
+    Runner(unshared, providers=[CPU], step_policy=StepPolicy(4))
+    assert [c["prepacking"] for c in calls] == [True, True, True]
+    texts = ["we 5 the cat", "Anna saw 12 red apples on the big day", "the 3rd day"]
+    options = DecodeOptions(max_new_tokens=20)
+    one = Runner(tiny_bundle, providers=[CPU]).translate(texts, options)
+    assert [h[0].tokens for h in multi.translate(texts, options)] == [h[0].tokens for h in one]
 
 
 def test_sessions_never_fall_back_at_run_time(runner):
