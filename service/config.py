@@ -16,7 +16,7 @@ from typing import Any
 
 from service.domain.types import DEFAULT_MAX_BEAM, BatchingMode
 from service.runtime.sessions import DEFAULT_PROVIDERS
-from service.runtime.stepping import DEFAULT_STEPS_PER_CALL
+from service.runtime.stepping import DEFAULT_STEPS_PER_CALL, MULTISTEP_WEIGHTS
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_BUNDLE = REPO_ROOT / "artifacts" / "default" / "bundle"
@@ -45,6 +45,7 @@ class ServerConfig:
     variant: str = ""  # "" = the bundle's variant for the provider in use
     steps_per_call: int = DEFAULT_STEPS_PER_CALL  # greedy decoder steps per ORT run (runtime/stepping.py)
     multistep_rows: int = 0  # several steps per run only for batches of at most this many rows; 0 = any
+    multistep_weights: str = "packed"  # runtime/stepping.py MULTISTEP_WEIGHTS
     max_message_bytes: int = 4 * 1024 * 1024
     max_source_tokens: int = 0  # 0 = the model's limit (bundle max_len)
     max_output_tokens: int = 0  # 0 = the model's limit (bundle max_len - 1)
@@ -87,6 +88,7 @@ class ServerConfig:
             "--max-beam": self.max_beam >= 1,
             "--steps-per-call": self.steps_per_call >= 1,
             "--multistep-rows": self.multistep_rows >= 0,
+            "--multistep-weights": self.multistep_weights in MULTISTEP_WEIGHTS,
             "--providers": len(self.providers) >= 1,
         }
         bad = [flag for flag, ok in checks.items() if not ok]
@@ -144,6 +146,8 @@ _FLAGS: list[tuple[str, Any, str]] = [
     ("--steps-per-call", int, "greedy decoder steps per ONNX Runtime run, with the bundle's multi-step "
      "decoder; 1 = one step per run (docs/performance.md measures the trade)"),
     ("--multistep-rows", int, "run several steps only while the batch has at most this many rows; 0 = any"),
+    ("--multistep-weights", str, "with --steps-per-call > 1: packed (each decoder session its own prepacked "
+     "copy of the weights: fastest) | shared (one copy, read from the bundle's weights file: less memory)"),
     ("--max-message-bytes", int, "largest gRPC message received or sent"),
     ("--max-source-tokens", int, "longest accepted text in tokens incl. eos (0 = the model's max_len)"),
     ("--max-output-tokens", int, "most tokens generated per text (0 = the model's max_len - 1)"),

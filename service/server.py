@@ -87,7 +87,8 @@ def build_runner(config: ServerConfig) -> Runner:
         runner = Runner(config.bundle, providers=config.providers, intra_op_threads=config.intra_op_threads,
                         provider_options=config.provider_options or None, max_beam=config.max_beam,
                         variant=config.variant or None, require_provider=config.require_provider or None,
-                        step_policy=StepPolicy(config.steps_per_call, config.multistep_rows))
+                        step_policy=StepPolicy(config.steps_per_call, config.multistep_rows,
+                                               config.multistep_weights))
     except (BundleError, ProviderUnavailable):
         raise
     except Exception as exc:  # ONNX Runtime or the tokenizer refused a file whose hash matched

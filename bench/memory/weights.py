@@ -3,16 +3,17 @@
 The runner on the CPU (default options), after decoding a warm-up batch greedily and with beam search
 (so that every session has read its weights):
 - `one_step`: encoder and decoder sessions (the server's default, `--steps-per-call 1`);
-- `multistep`: plus the multi-step decoder (`--steps-per-call > 1`), which reads the decoder's weights
-  file too: where bundle.json says the two share it, neither session prepacks and both read the file's
-  one mapping (service/runtime/sessions.py);
-- `multistep_prepacked`: the same with each session keeping its own prepacked copy, as ONNX Runtime
-  does by default (the bundle's sharing hidden from the runner): the copy the policy saves.
+- `multistep`: plus the multi-step decoder (`--steps-per-call > 1`), a second session over the
+  decoder's weights, each session keeping the kernels' prepacked copy (`--multistep-weights packed`,
+  the default);
+- `multistep_shared`: the same with `--multistep-weights shared`: neither decoder session prepacks and
+  both read the bundle's one weights file mapping (service/runtime/sessions.py).
 
 Memory is read from /proc/self/smaps_rollup: resident (Rss), proportional (Pss: a page mapped twice,
 by two sessions, counts once; the ratios use it), of Rss anonymous (heap, arena, packed copies) and
 file-backed (the mapped weights file: page cache, shared with any other process that maps it). Prints
-one JSON line; `multistep_vs_one_step` near 1.0 means the multi-step decoder adds no copy.
+one JSON line: `multistep_vs_one_step` is the packed copy the multi-step decoder adds, and
+`shared_vs_one_step` near 1.0 means that with shared weights it adds none.
 
     python -m bench.memory.weights [--bundle DIR]
 """
@@ -29,7 +30,7 @@ from typing import Any
 from bench.workload import DEFAULT_BUNDLE, REPO_ROOT
 from interface import names
 
-CONFIGS = ("one_step", "multistep", "multistep_prepacked")
+CONFIGS = ("one_step", "multistep", "multistep_shared")
 _CHILD = """
 import json, sys
 def mem():
@@ -38,15 +39,13 @@ def mem():
            (line.partition(":") for line in open("/proc/self/smaps_rollup")) if k in keys}
     return out | {"file": out["rss"] - out["anonymous"]}
 from service.domain.types import DecodeOptions
-from service.runtime.bundle import Bundle
 from service.runtime.runner import Runner
 from service.runtime.stepping import StepPolicy
 config = sys.argv[2]
-if config == "multistep_prepacked":
-    Bundle.shares_weights = lambda self, variant: False
 before = mem()
-runner = Runner(sys.argv[1], providers=["CPUExecutionProvider"],
-                step_policy=StepPolicy(1 if config == "one_step" else 16))
+weights = {"multistep": "packed", "multistep_shared": "shared"}.get(config)
+policy = StepPolicy(16, weights=weights) if weights else StepPolicy(1)
+runner = Runner(sys.argv[1], providers=["CPUExecutionProvider"], step_policy=policy)
 ids = [[5 + (i + j) % 50 for j in range(12)] + [runner.special.eos] for i in range(8)]
 runner.translate(ids, DecodeOptions(max_new_tokens=16))
 runner.translate(ids[:2], DecodeOptions(max_new_tokens=8, beam_size=2))
@@ -71,7 +70,7 @@ def run(bundle: Path) -> dict[str, Any]:
         result[config] = measure(bundle, config)
     rss = {config: result[config]["pss"] for config in CONFIGS}  # shared pages counted once
     result["multistep_vs_one_step"] = round(rss["multistep"] / rss["one_step"], 3)
-    result["prepacked_vs_shared"] = round(rss["multistep_prepacked"] / rss["multistep"], 3)
+    result["shared_vs_one_step"] = round(rss["multistep_shared"] / rss["one_step"], 3)
     return result
 
 

@@ -100,7 +100,8 @@ class Runner:
         self.sessions = open_sessions(lambda provider: self.bundle.files(variant_of(provider)), planned,
                                       provider_options, intra_op_threads, shared_thread_pool, profile_prefix,
                                       why_not_cuda, self.step_policy.steps_per_call > 1,
-                                      lambda provider: self.bundle.shares_weights(variant_of(provider)))
+                                      lambda provider: self.step_policy.weights == "shared"
+                                      and self.bundle.shares_weights(variant_of(provider)))
         self.variant = variant_of(self.provider)
         files = self.sessions.files
         host_nodes = {graph: self.bundle.host_nodes.get(path.name, ()) for graph, path in files.items()}

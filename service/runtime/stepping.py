@@ -19,20 +19,30 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 DEFAULT_STEPS_PER_CALL = 1  # measured on the CPU provider: several steps per run did not pay
+# The multi-step decoder is a second session over the decoder's weights. "packed": each session keeps
+# the kernels' prepacked copy (fastest: one more copy of the decoder's weights); "shared": neither
+# prepacks and both read the bundle's one weights file mapping (opus-mt shape: 537 -> 339 MiB, about
+# 20% slower on the CPU; docs/performance.md).
+MULTISTEP_WEIGHTS = ("packed", "shared")
 
 
 @dataclass(frozen=True)
 class StepPolicy:
-    """Steps per decoder run: up to `steps_per_call` while the batch has at most `max_rows` rows (0: any)."""
+    """Steps per decoder run: up to `steps_per_call` while the batch has at most `max_rows` rows (0: any);
+    `weights`: how the two decoder sessions hold their weights (MULTISTEP_WEIGHTS)."""
 
     steps_per_call: int = DEFAULT_STEPS_PER_CALL
     max_rows: int = 0
+    weights: str = "packed"
 
     def __post_init__(self) -> None:
         if self.steps_per_call < 1:
             raise ValueError(f"steps_per_call must be >= 1, got {self.steps_per_call}")
         if self.max_rows < 0:
             raise ValueError(f"the multi-step row limit must be >= 0, got {self.max_rows}")
+        if self.weights not in MULTISTEP_WEIGHTS:
+            raise ValueError(f"multi-step weights must be one of {', '.join(MULTISTEP_WEIGHTS)}, "
+                             f"got {self.weights!r}")
 
     def allows(self, rows: int) -> bool:
         """Whether a batch of `rows` rows may take several steps per run."""

@@ -112,30 +112,32 @@ def test_session_options_per_provider():
     assert sessions.disabled_optimizers(CUDA) == []
 
 
-def test_the_decoder_and_its_multistep_file_keep_one_copy_of_the_weights_they_share(tiny_bundle, tmp_path,
-                                                                                     monkeypatch):
-    """With the multi-step decoder open on a bundle whose decoder and multi-step file read one weights
-    file, neither session prepacks (a packed copy each): both read the file's one mapping, and decode
-    what one step per run decodes. Without it, or where bundle.json says nothing is shared, kernels
-    prepack as usual."""
+def test_shared_multistep_weights_keep_one_copy_of_what_the_two_decoders_share(tiny_bundle, tmp_path,
+                                                                              monkeypatch):
+    """With the multi-step decoder open and `weights="shared"` on a bundle whose decoder and multi-step
+    file read one weights file, neither session prepacks (a packed copy each): both read the file's
+    one mapping, and decode what one step per run decodes. By default, or where bundle.json says
+    nothing is shared, kernels prepack as usual."""
     calls = recorded_sessions(monkeypatch)
-    multi = Runner(tiny_bundle, providers=[CPU], step_policy=StepPolicy(4))
+    multi = Runner(tiny_bundle, providers=[CPU], step_policy=StepPolicy(4, weights="shared"))
     assert multi.bundle.shares_weights(None) and multi.sessions.steps is not None
     steps_file = names.steps_file(names.DECODER_FILE)
     assert [(c["path"], c["prepacking"]) for c in calls] == [
         (names.ENCODER_FILE, True), (names.DECODER_FILE, False), (steps_file, False)]
     calls.clear()
-    Runner(tiny_bundle, providers=[CPU])
-    assert [c["prepacking"] for c in calls] == [True, True]
+    Runner(tiny_bundle, providers=[CPU], step_policy=StepPolicy(4))
+    assert [c["prepacking"] for c in calls] == [True, True, True]
     calls.clear()
     unshared = bundle_copy(tiny_bundle, tmp_path / "b", weights={})
     assert not load_bundle(unshared).shares_weights(None)
-    Runner(unshared, providers=[CPU], step_policy=StepPolicy(4))
+    Runner(unshared, providers=[CPU], step_policy=StepPolicy(4, weights="shared"))
     assert [c["prepacking"] for c in calls] == [True, True, True]
     texts = ["we 5 the cat", "Anna saw 12 red apples on the big day", "the 3rd day"]
     options = DecodeOptions(max_new_tokens=20)
     one = Runner(tiny_bundle, providers=[CPU]).translate(texts, options)
     assert [h[0].tokens for h in multi.translate(texts, options)] == [h[0].tokens for h in one]
+    with pytest.raises(ValueError, match="multi-step weights must be one of packed, shared"):
+        StepPolicy(4, weights="mapped")
 
 
 def test_sessions_never_fall_back_at_run_time(runner):
