@@ -78,6 +78,7 @@ class Settings:
     inject_every: int = 0  # fail every N-th decoder step in the server (0: never)
     seed: int = 0
     max_minutes: float = 60.0
+    max_output_tokens: int = 0  # the server's --max-output-tokens, references alike (0: the model's)
 
 
 @dataclass
@@ -259,7 +260,7 @@ def run(settings: Settings, log=print) -> Report:
     report = Report(settings={k: str(v) for k, v in asdict(settings).items()})
     runner = Runner(settings.bundle, intra_op_threads=1)
     mix = Mix(runner, held_out_sources(settings.sources), settings.max_batch_size, settings.max_message_bytes,
-              seed=settings.seed)
+              seed=settings.seed, max_output_tokens=settings.max_output_tokens or None)
     # The server's RSS reaches its plateau after ~2,000 requests of the mix (ORT's arena and the
     # allocator grow to the largest shapes first): the baseline is taken after that.
     warmup = settings.warmup or max(100, settings.requests // 5)
@@ -272,7 +273,8 @@ def run(settings: Settings, log=print) -> Report:
     sent = settings.requests + n_bursts * burst_size
     args = ["--max-batch-size", str(settings.max_batch_size), "--queue-size", str(settings.queue_size),
             "--max-message-bytes", str(settings.max_message_bytes),
-            "--max-connection-age-ms", str(settings.max_connection_age_ms), "--drain-grace-s", "10"]
+            "--max-connection-age-ms", str(settings.max_connection_age_ms), "--drain-grace-s", "10",
+            "--max-output-tokens", str(settings.max_output_tokens)]
     kind = FaultyServer if settings.inject_every else ServerProcess
     extra = {"inject_every": settings.inject_every} if settings.inject_every else {}
     injected = bool(settings.inject_every)

@@ -63,8 +63,9 @@ class Mix:
     """Builds cases from a pool of texts and the runner that provides the references."""
 
     def __init__(self, runner: Runner, sources: Sequence[str], max_batch: int, max_message_bytes: int,
-                 seed: int = 0, pool: int = 64) -> None:
+                 seed: int = 0, pool: int = 64, max_output_tokens: int | None = None) -> None:
         self.runner, self.rng = runner, random.Random(seed)
+        self.max_output_tokens = max_output_tokens  # the server's --max-output-tokens (None: the model's)
         self.max_len, self.max_beam, self.max_batch = runner.max_len, runner.max_beam, max_batch
         self.max_message_bytes = max_message_bytes
         self.texts = texts_of_every_length(runner, sources, pool, self.rng)
@@ -75,7 +76,7 @@ class Mix:
         """The best hypothesis of `text` decoded alone (cached)."""
         key = (text, beam, max_tokens)
         if key not in self._refs:
-            options = DecodeOptions(beam_size=beam, max_new_tokens=max_tokens)
+            options = DecodeOptions(beam_size=beam, max_new_tokens=max_tokens or self.max_output_tokens)
             hyp = self.runner.translate([text], options)[0][0]
             self._refs[key] = Reference(list(hyp.tokens), hyp.text)
         return self._refs[key]
@@ -83,7 +84,7 @@ class Mix:
     def _options(self) -> tuple[int, int | None]:
         """A beam size and max output tokens (None: the server's default) for a valid request."""
         beam = self.rng.choice([1, 1, 1, 2, min(4, self.max_beam)])
-        return beam, self.rng.choice([None, None, 8, min(32, self.max_len - 1)])
+        return beam, self.rng.choice([None, None, 8, min(32, self.max_output_tokens or self.max_len - 1)])
 
     def case(self, kind: str) -> Case:
         """A new case of `kind`."""
