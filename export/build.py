@@ -27,19 +27,24 @@ from export.bundle import build_manifest, copy_tokenizer, write_manifest
 from export.cuda_kernels import integer_nodes, missing_cuda_kernels
 from export.export import ExportError, export_graphs
 from export.multistep import verify_multistep, write_multistep
+from export.quantize import INT8_FILES, INT8_VARIANT, REDUCE_RANGE, quantization, write_int8
 from export.variants import OFFLINE_LEVEL_NAME, optimize_offline, to_fp16
 from export.verify import source_ids, verify_bundle
 from export.verify_fp16 import verify_fp16
+from export.verify_int8 import Int8Limits, TestSet, verify_int8
 from export.weights import pack_bundle
 from interface import names
 from interface.generation import parse_generation
 from model.checkpoint import file_sha256, load_checkpoint, tokenizer_path
+from model.config import ModelConfig
 from model.data import read_tsv
 from model.evaluate import evaluate
 from model.tokenizer import load_tokenizer
 from model.transformer import Transformer
 
 FP16_FILES = {"encoder": "encoder.fp16.onnx", "decoder": "decoder.fp16.onnx"}
+QUANTIZATIONS = (INT8_VARIANT,)  # --quantize
+CPU = "CPUExecutionProvider"
 
 
 class BundleError(RuntimeError):
@@ -51,6 +56,10 @@ class BuildOptions:
     """What to build besides encoder.onnx and decoder.onnx."""
 
     fp16: bool = False
+    quantize: str | None = None  # "int8": the CPU provider's int8 variant (export/quantize.py)
+    cpu_variant: str | None = None  # the variant bundle.json names for the CPU provider (None: base files)
+    int8_limits: Int8Limits = field(default_factory=Int8Limits)  # below them the int8 variant is refused
+    int8_reduce_range: bool = REDUCE_RANGE  # 7-bit weights, for CPUs without VNNI (export/quantize.py)
     optimize: bool = False
     test_split: Path | None = None
     eval_size: int = 500
@@ -69,6 +78,7 @@ class ModelSource:
     weights_sha256: str  # of the checkpoint (bundle.json `checkpoint`, and the version's suffix)
     step: int = 0
     metrics: Callable[[], dict[str, Any]] = dict  # computed after verification passed
+    test_set: Callable[[], TestSet | None] = lambda: None  # a test split the int8 variant is checked on
     manifest: dict[str, Any] = field(default_factory=dict)  # more bundle.json keys (format 2 objects)
     format_version: int = names.BUNDLE_FORMAT_VERSION
 
@@ -116,6 +126,18 @@ def bundle_metrics(
     return {"split": "valid", **stored} if stored else {}
 
 
+def split_test_set(tok: Tokenizer, cfg: ModelConfig, split: Path | None, n: int) -> TestSet | None:
+    """The first n pairs of a TSV split as the int8 check's test set (sources encoded as model/evaluate.py
+    encodes them), or None without a split."""
+    if split is None:
+        return None
+    pairs = read_tsv(split)[:n]
+    encoded = tok.encode_batch([s for s, _ in pairs], add_special_tokens=False)
+    sources = [e.ids[: cfg.max_len - 1] + [cfg.eos_id] for e in encoded]
+    references = [t for _, t in pairs]
+    return TestSet(split.stem, sources, references, lambda ids: tok.decode(ids, skip_special_tokens=False))
+
+
 def _replace_dir(staging: Path, out: Path) -> None:
     """Move staging to out, replacing an old bundle there."""
     old = None
@@ -150,7 +172,8 @@ def build_bundle(
     source = ModelSource(
         model=model, write_tokenizer=lambda staging: copy_tokenizer(tok_file, staging),
         sources=verification_sources(model, tok, opts.test_split, opts.verify_sources),
-        weights_sha256=file_sha256(checkpoint), step=int(state.get("step", 0)), metrics=metrics)
+        weights_sha256=file_sha256(checkpoint), step=int(state.get("step", 0)), metrics=metrics,
+        test_set=lambda: split_test_set(tok, model.cfg, opts.test_split, opts.eval_size))
     return package(source, out, opts, log, name=str(checkpoint))
 
 
@@ -162,6 +185,8 @@ def package(
     start = time.perf_counter()
     out = Path(out)
     check_output_dir(out, opts.force)
+    if opts.cpu_variant and opts.cpu_variant != opts.quantize:
+        raise BundleError(f"--cpu-variant {opts.cpu_variant} needs --quantize {opts.cpu_variant}")
     lowering = get_lowering(opts.attention)
     model = source.model
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -179,6 +204,10 @@ def package(
                 to_fp16(staging / fp32_files[graph], staging / file)
                 host_nodes[file] = integer_nodes(onnx.load(staging / file))
             variants["fp16"] = dict(FP16_FILES)
+        if opts.quantize == INT8_VARIANT:  # for the CPU provider: int8 weights, checked against fp32 below
+            log("quantizing the int8 variant")
+            write_int8(staging, fp32_files, model.cfg.d_model, reduce_range=opts.int8_reduce_range)
+            variants[INT8_VARIANT] = dict(INT8_FILES)
         if opts.optimize:
             log(f"optimizing offline (onnxruntime level {OFFLINE_LEVEL_NAME})")
             for file in fp32_files.values():
@@ -199,6 +228,10 @@ def package(
         verification: dict[str, Any] = verify_bundle(staging, model, source.sources, rules=rules).as_dict()
         if opts.fp16:
             verification["fp16"] = verify_fp16(staging, model, source.sources, **FP16_FILES, rules=rules)
+        if opts.quantize == INT8_VARIANT:
+            verification[INT8_VARIANT] = verify_int8(
+                staging, fp32_files, INT8_FILES, model.cfg, source.sources, rules, source.test_set(),
+                opts.int8_limits) | {"quantization": quantization(opts.int8_reduce_range)}
         if info.kv_cache == "inplace":  # every multi-step file runs (CPU) against its decoder's one step
             cfg, first = model.cfg, (source.manifest.get("generation") or {}).get("decoder_start_id")
             for variant, files in {None: fp32_files, **variants}.items():
@@ -219,7 +252,8 @@ def package(
                      "optimization_level": OFFLINE_LEVEL_NAME if opts.optimize else None}
         manifest = build_manifest(staging, model.cfg, source.weights_sha256, source.step, onnx_info, metrics,
                                   variants, verification, host_nodes, source.format_version, source.manifest,
-                                  weights={f: list(r.before) for f, r in packed.items()})
+                                  weights={f: list(r.before) for f, r in packed.items()},
+                                  provider_variants={CPU: opts.cpu_variant} if opts.cpu_variant else None)
         write_manifest(staging, manifest)
         _replace_dir(staging, out)
     except BaseException:
@@ -231,8 +265,9 @@ def package(
 
 def bundle_options(args: argparse.Namespace, **extra: Any) -> BuildOptions:
     """The BuildOptions of the options `add_bundle_options` declared, plus a CLI's own (`extra`)."""
-    return BuildOptions(fp16=args.fp16, optimize=args.optimize, force=args.force, attention=args.attention,
-                        **extra)
+    return BuildOptions(fp16=args.fp16, quantize=args.quantize, cpu_variant=args.cpu_variant,
+                        int8_reduce_range=args.int8_reduce_range, optimize=args.optimize, force=args.force,
+                        attention=args.attention, **extra)
 
 
 def add_bundle_options(ap: argparse.ArgumentParser) -> None:
@@ -241,6 +276,12 @@ def add_bundle_options(ap: argparse.ArgumentParser) -> None:
 
     ap.add_argument("--out", type=Path, required=True, help="bundle directory to write")
     ap.add_argument("--fp16", action="store_true", help="also write encoder.fp16.onnx / decoder.fp16.onnx")
+    ap.add_argument("--quantize", choices=QUANTIZATIONS,
+                    help="also write the CPU provider's int8 variant (encoder.int8.onnx / decoder.int8.onnx)")
+    ap.add_argument("--cpu-variant", choices=QUANTIZATIONS,
+                    help="make that variant the CPU provider's default (bundle.json provider_variants)")
+    ap.add_argument("--int8-reduce-range", action="store_true",
+                    help="7-bit int8 weights: for serving on CPUs without VNNI (docs/export.md)")
     ap.add_argument("--optimize", action="store_true", help="onnxruntime offline graph optimization (basic)")
     ap.add_argument("--attention", choices=sorted(LOWERINGS), default="inplace", help="attention lowering")
     ap.add_argument("--force", action="store_true", help="replace an existing bundle at --out")

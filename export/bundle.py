@@ -74,11 +74,13 @@ def build_manifest(
     format_version: int = names.BUNDLE_FORMAT_VERSION,
     extra: dict[str, Any] | None = None,
     weights: dict[str, list[str]] | None = None,
+    provider_variants: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The bundle.json content; hashes every file currently in bundle_dir.
 
     `extra`: the keys a format-2 bundle adds (interface/generation.py: tokenizer, generation,
-    languages; and `pretrained`, where it came from), written after special_tokens.
+    languages; and `pretrained`, where it came from), written after special_tokens. `provider_variants`:
+    more provider -> variant entries (the CPU provider's, when the export makes a variant its default).
     """
     now = datetime.now(UTC)
     manifest: dict[str, Any] = {
@@ -98,6 +100,7 @@ def build_manifest(
     if variants:
         manifest["variants"] = variants
         for_providers = {p: v for p, v in PROVIDER_VARIANTS.items() if v in variants}
+        for_providers |= {p: v for p, v in (provider_variants or {}).items() if v in variants}
         if for_providers:
             manifest["provider_variants"] = for_providers
     if weights:

@@ -61,6 +61,16 @@ def tiny_bundle(tmp_path_factory, request) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_int8_bundle(tmp_path_factory, request) -> Path:
+    """The tiny checkpoint exported with the int8 variant (export/quantize.py) as the CPU provider's default
+    (bundle.json provider_variants) and the fp16 variant; prebuilt under $TRANSLATOR_TEST_FIXTURES."""
+    if (path := tiny.prebuilt("tiny-int8")) is not None:
+        return path
+    checkpoint = request.getfixturevalue("tiny_checkpoint")
+    return tiny.export_bundle(checkpoint, tmp_path_factory.mktemp("bundle") / "tiny-int8", "tiny-int8")
+
+
+@pytest.fixture(scope="session")
 def tiny_model(tiny_checkpoint):
     """The tiny checkpoint's PyTorch model."""
     import torch

@@ -1,9 +1,11 @@
-"""The tiny model's fixtures, built once: its corpus, checkpoint, bundles (both KV-cache layouts) and the
-texts the tests decode; and the same fixtures prebuilt into a directory for a host without PyTorch.
+"""The tiny model's fixtures, built once: its corpus, checkpoint, bundles (both KV-cache layouts, and one
+with the int8 variant) and the texts the tests decode; and the same fixtures prebuilt into a directory
+for a host without PyTorch.
 
-`python -m tests.support.tiny OUT` writes OUT/tiny, OUT/tiny-concat (bundles) and OUT/texts.json; the GPU
-kit ships them (gpukit/build.py), and with TRANSLATOR_TEST_FIXTURES=OUT the fixtures of tests/conftest.py
-read them instead of training and exporting (which needs torch and the corpus' word lists).
+`python -m tests.support.tiny OUT` writes OUT/tiny, OUT/tiny-concat, OUT/tiny-int8 (bundles) and
+OUT/texts.json; the GPU kit ships them (gpukit/build.py), and with TRANSLATOR_TEST_FIXTURES=OUT the
+fixtures of tests/conftest.py read them instead of training and exporting (which needs torch and the
+corpus' word lists).
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from pathlib import Path
 from tests.support.corpus import TINY_MODEL_ARGS, tiny_pairs, write_tsv
 
 PREBUILT_ENV = "TRANSLATOR_TEST_FIXTURES"
-BUNDLES = {"tiny": {}, "tiny-concat": {"attention": "fused", "verify_sources": 4}}  # name -> BuildOptions
+BUNDLES = {"tiny": {}, "tiny-concat": {"attention": "fused", "verify_sources": 4},  # name -> BuildOptions
+           "tiny-int8": {"quantize": "int8", "cpu_variant": "int8", "verify_sources": 4}}
 TEXTS_FILE = "texts.json"
 
 

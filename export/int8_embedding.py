@@ -1,0 +1,112 @@
+"""Token embeddings of the int8 variant: int8 rows with one scale each, read by a Gather.
+
+Every Gather of a (vocabulary, d_model) table by the graph's `input_ids` is replaced. The table is
+read from an int8 matrix Q (d_model, vocabulary) with a scale per column s, the form the quantizer
+gives a MatMul weight (export/quantize.py): row t of the table is c * s[t] * Q[:, t], so
+
+    Gather(Q, ids, axis=1) -> (d_model, *ids) int8, Transpose -> (*ids, d_model), Cast to float,
+    Mul by Gather(c * s, ids) with a trailing axis of 1.
+
+Where the table is the output projection's matrix scaled by c (tied embeddings, c = sqrt(d_model)
+for a scaled embedding; `tie_factor`), Q and s are the projection's own: the bundle then stores that
+matrix once, in int8, for the encoder, the decoder and the output (the weights file keeps one copy
+of a tensor the graphs repeat, export/weights.py). Any other table gets a Q and s of its own, made
+by the same quantizer from its transpose (`own`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from interface import names
+
+# the table is c * P^T where they agree within this fraction of the table's largest entry: float32
+# rounding of the exporter's scaling (one ulp), far below any two different matrices' difference
+TIE_RTOL = 1e-5
+
+
+@dataclass
+class Projection:
+    """A (d_model, vocabulary) matrix: its fp32 values and its int8 form (tensor Q, scale per column)."""
+
+    weight: np.ndarray  # float32 (d_model, vocabulary)
+    quantized: TensorProto  # int8 (d_model, vocabulary), zero point 0
+    scale: np.ndarray  # float32 (vocabulary,), or one value for the whole matrix
+
+
+def tie_factor(table: np.ndarray, projection: Projection | None) -> float | None:
+    """c such that table = c * projection.weight^T (within TIE_RTOL), else None."""
+    if projection is None or table.shape[::-1] != projection.weight.shape:
+        return None
+    weight = projection.weight.T
+    k = int(np.abs(weight).argmax())
+    if weight.flat[k] == 0:
+        return None
+    c = float(table.flat[k]) / float(weight.flat[k])
+    if np.abs(table - np.float32(c) * weight).max() > TIE_RTOL * np.abs(table).max():
+        return None
+    return c
+
+
+def _int8_gather(node: onnx.NodeProto, quantized: str, row_scale: str, rank: int
+                 ) -> list[onnx.NodeProto]:
+    """The nodes that compute node's output (a Gather of an fp32 table) from int8 columns and row scales."""
+    ids, out, base = node.input[1], node.output[0], node.name or node.output[0]
+    cols, rows, rows_f, scale, scale_col = (f"{base}/int8_{s}" for s in
+                                            ("cols", "rows", "rows_float", "row_scale", "row_scale_col"))
+    return [
+        helper.make_node("Gather", [quantized, ids], [cols], f"{base}/int8_cols", axis=1),
+        helper.make_node("Transpose", [cols], [rows], f"{base}/int8_rows", perm=[*range(1, rank + 1), 0]),
+        helper.make_node("Cast", [rows], [rows_f], f"{base}/int8_cast", to=TensorProto.FLOAT),
+        helper.make_node("Gather", [row_scale, ids], [scale], f"{base}/int8_row_scale", axis=0),
+        helper.make_node("Unsqueeze", [scale, f"{base}/int8_last_axis"], [scale_col],
+                         f"{base}/int8_unsqueeze"),
+        helper.make_node("Mul", [rows_f, scale_col], [out], f"{base}/int8_dequantize"),
+    ]
+
+
+def embedding_gathers(proto: onnx.ModelProto) -> list[onnx.NodeProto]:
+    """The Gathers of a rank-2 initializer by the graph input `input_ids`: the token embeddings."""
+    inits = {t.name: t for t in proto.graph.initializer}
+    return [n for n in proto.graph.node if n.op_type == "Gather" and n.input[1] == names.INPUT_IDS
+            and n.input[0] in inits and len(inits[n.input[0]].dims) == 2]
+
+
+def quantize_embeddings(proto: onnx.ModelProto, projection: Projection | None,
+                        own: Callable[[np.ndarray, str], Projection]) -> dict[str, int]:
+    """Replace proto's embedding Gathers in place (module docstring); own(table, name) quantizes a table
+    that is not the projection's. Counts: {"tied": ..., "own": ...} embeddings."""
+    graph = proto.graph
+    inits = {t.name: t for t in graph.initializer}
+    ids_rank = next(len(i.type.tensor_type.shape.dim) for i in graph.input if i.name == names.INPUT_IDS)
+    counts = {"tied": 0, "own": 0}
+    for node in embedding_gathers(proto):
+        table_name = node.input[0]
+        table = numpy_helper.to_array(inits[table_name])
+        c = tie_factor(table, projection)
+        source = projection if c is not None else own(table.T.copy(), table_name)
+        counts["tied" if c is not None else "own"] += 1
+        c = 1.0 if c is None else c
+        quantized = source.quantized.name
+        if quantized not in inits:
+            graph.initializer.append(source.quantized)
+            inits[quantized] = source.quantized
+        row_scale = np.broadcast_to(np.float32(c) * source.scale.astype(np.float32), table.shape[:1])
+        base = node.name or node.output[0]
+        extra = [numpy_helper.from_array(np.ascontiguousarray(row_scale), f"{table_name}_row_scale"),
+                 numpy_helper.from_array(np.array([-1], np.int64), f"{base}/int8_last_axis")]
+        graph.initializer.extend(extra)
+        new = _int8_gather(node, quantized, extra[0].name, ids_rank)
+        at = list(graph.node).index(node)
+        graph.node.remove(node)
+        for i, n in enumerate(new):
+            graph.node.insert(at + i, n)
+    used = {i for n in graph.node for i in n.input}
+    for name in [t.name for t in graph.initializer if t.name not in used]:
+        graph.initializer.remove(inits[name])
+    return counts
