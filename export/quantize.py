@@ -40,6 +40,10 @@ PER_CHANNEL = True
 REDUCE_RANGE = False
 # signed weights, unsigned activations (U8S8): the combination ONNX Runtime's x86 kernels run fastest
 WEIGHT_TYPE = "QInt8"
+# tied embeddings read the output projection's int8 matrix (stored once: opus-mt shape 1.01x CTranslate2's
+# bytes) rather than rows of their own (1.40x; but 98 instead of 149 MiB resident, the extra being
+# shareable page cache): the layouts of export/int8_embedding.py, --int8-embedding-rows (docs/export.md)
+SHARE_TIED_EMBEDDING = True
 OP_TYPES = ("MatMul", "Attention")  # Attention -> QAttention (the fused encoder's Q/K/V projection)
 SUFFIX, SCALE, ZERO_POINT = "_quantized", "_scale", "_zero_point"  # the quantizer's names for a weight W
 
@@ -125,17 +129,20 @@ def cpu_has_vnni() -> bool | None:
     return "avx512_vnni" in flags or "avx_vnni" in flags
 
 
-def quantization(reduce_range: bool = REDUCE_RANGE, per_channel: bool = PER_CHANNEL) -> dict[str, object]:
+def quantization(reduce_range: bool = REDUCE_RANGE, per_channel: bool = PER_CHANNEL,
+                 shared: bool = SHARE_TIED_EMBEDDING) -> dict[str, object]:
     """How the int8 variant is quantized (bundle.json verification.int8.quantization)."""
     return {"weights": f"int8, symmetric, per {'channel' if per_channel else 'tensor'}",
             "activations": "uint8, per tensor, at run time (DynamicQuantizeLinear)",
             "ops": "MatMulInteger (DynamicQuantizeMatMul once loaded), QAttention, int8 embedding rows",
+            "tied_embedding": "the output projection's int8 matrix" if shared else "int8 rows of its own",
             "reduce_range": reduce_range, "verified_on_vnni": cpu_has_vnni()}
 
 
 def write_int8(bundle_dir: Path, fp32_files: Mapping[str, str], d_model: int,
                files: Mapping[str, str] = INT8_FILES, per_channel: bool = PER_CHANNEL,
-               reduce_range: bool = REDUCE_RANGE) -> dict[str, int]:
+               reduce_range: bool = REDUCE_RANGE, share_embedding: bool = SHARE_TIED_EMBEDDING
+               ) -> dict[str, int]:
     """Write the int8 variant's graphs beside the fp32 ones; how many embeddings read the projection's
     int8 matrix and how many have int8 rows of their own."""
     fp32_decoder = onnx.load(bundle_dir / fp32_files["decoder"])
@@ -143,10 +150,10 @@ def write_int8(bundle_dir: Path, fp32_files: Mapping[str, str], d_model: int,
     projection = projection_of(fp32_decoder, decoder, d_model)
     del fp32_decoder
     own = own_projection(per_channel, reduce_range)
-    counts = quantize_embeddings(decoder, projection, own)
+    counts = quantize_embeddings(decoder, projection, own, share_embedding)
     _save(decoder, bundle_dir / files["decoder"])
     del decoder
     encoder = quantize_graph(onnx.load(bundle_dir / fp32_files["encoder"]), per_channel, reduce_range)
-    more = quantize_embeddings(encoder, projection, own)
+    more = quantize_embeddings(encoder, projection, own, share_embedding)
     _save(encoder, bundle_dir / files["encoder"])
     return {k: counts[k] + more[k] for k in counts}

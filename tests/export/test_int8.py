@@ -215,3 +215,24 @@ def int8_tables(proto: onnx.ModelProto) -> set[str]:
     int8 = {t.name for t in proto.graph.initializer if t.data_type == onnx.TensorProto.INT8}
     return {n.input[0] for n in proto.graph.node
             if n.op_type == "Gather" and n.input[1] == names.INPUT_IDS and n.input[0] in int8}
+
+
+def test_tied_embeddings_as_rows_of_their_own_decode_alike(bundle, tmp_path):
+    """--int8-embedding-rows: a row-major copy of the projection's int8 matrix (Gather on axis 0), the
+    same values as the shared layout: the same log-probs, bit for bit."""
+    from export.quantize import write_int8
+
+    for f in [*BASE.values(), "weights.data"]:
+        (tmp_path / f).write_bytes((bundle / f).read_bytes())
+    d_model = manifest(bundle)["model"]["d_model"]
+    write_int8(tmp_path, BASE, d_model, share_embedding=False)
+    rows = graph(tmp_path, INT8_FILES["decoder"])
+    projection = output_projection(graph(bundle, BASE["decoder"]), d_model) + "_quantized"
+    assert int8_tables(rows) == {projection + "_rows"}
+    table = next(t for t in rows.graph.initializer if t.name == projection + "_rows")
+    assert list(table.dims) == [manifest(bundle)["model"]["vocab_size"], d_model]
+    ids = np.array([[5, 6, 7, 8, 2]])
+    feeds = {names.INPUT_IDS: ids, names.ATTENTION_MASK: np.ones_like(ids)}
+    shared_enc, rows_enc = (open_session(d / INT8_FILES["encoder"]) for d in (bundle, tmp_path))
+    for a, b in zip(shared_enc.run(None, feeds), rows_enc.run(None, feeds), strict=True):
+        assert np.array_equal(a, b)
