@@ -1,5 +1,6 @@
-"""The imported-Marian benchmark at its quick shape, end to end: built offline, imported by our CLI and
-converted by CTranslate2's, every engine and the server measured, tokens identical (no timing claims)."""
+"""The imported-Marian benchmark at its quick shape, end to end: built offline, imported by our CLI (fp32 and
+int8) and converted by CTranslate2's (float32 and int8), every engine and both servers measured, fp32 tokens
+identical, bytes, memory and the batch-1 floor in the JSON (no timing claims)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from dataclasses import replace
 
 import pytest
 
-from bench.marian import CT2, CT2_TEXT, ORT, QUICK_PLAN, SERVER, run, same, steps, table
+from bench.marian import CT2_TEXT, CT2_TEXT_INT8, QUICK_PLAN, SERVER, SERVER_INT8, run, table
 from bench.marian_build import QUICK, joint_vocab, marian_dir
+from bench.marian_engines import CT2, CT2_INT8, ORT, ORT_INT8, same, steps
 
 
 @pytest.fixture(scope="module")
@@ -23,10 +25,13 @@ def quick_run(tmp_path_factory):
 
 def test_every_engine_is_measured_on_identical_tokens(quick_run):
     plan, _, result = quick_run
-    assert {(p.engine, p.batch) for p in result.points} == {
-        (e, b) for e in (ORT, CT2, SERVER, CT2_TEXT) for b in (1, plan.batch)}
+    engines = (ORT, CT2, ORT_INT8, CT2_INT8, SERVER, CT2_TEXT, SERVER_INT8, CT2_TEXT_INT8)
+    assert {(p.engine, p.batch) for p in result.points} == {(e, b) for e in engines for b in (1, plan.batch)}
     assert result.compared == plan.single + plan.sentences
     assert result.identical == result.compared  # fp32: our engine and CTranslate2 agree on every decode
+    # int8 decodes the same model: most decodes keep fp32's tokens (random weights have near-ties)
+    assert result.compared / 2 < result.int8_identical <= result.compared
+    assert result.compared / 2 < result.ct2_int8_identical <= result.compared
     assert result.server_identical == result.server_compared == plan.sentences
     assert result.checked == len(result.logprob_diffs) == plan.sentences  # same tokens, same log-probs
     # but for pad's share of the softmax (about 1 / vocabulary: random logits near 0): CTranslate2's
@@ -36,14 +41,29 @@ def test_every_engine_is_measured_on_identical_tokens(quick_run):
         assert p.sentences == (plan.single if p.batch == 1 else plan.sentences) and p.seconds > 0
         assert 0 < p.tokens <= p.sentences * plan.new_tokens
     ratios = result.ratios(plan.batch)
-    for key in ("ort_vs_ct2_marian_b1", "ort_vs_ct2_marian_b32", "server_vs_ct2_marian_c1",
-                "server_vs_ct2_marian_c32"):
-        assert math.isfinite(ratios[key]) and ratios[key] > 0
-    assert ratios["identical_tokens"] == result.identical and json.dumps(ratios)
-    assert table(result, plan.batch).count("\n") == 5  # header, rule, four engines
+    keys = ("ort_vs_ct2_marian_b1", "ort_vs_ct2_marian_b32", "server_vs_ct2_marian_c1",
+            "server_vs_ct2_marian_c32", "ort_int8_vs_ct2_int8_marian_b1", "ort_int8_vs_ct2_int8_marian_b32",
+            "ort_int8_vs_ort_b1",
+            "server_int8_vs_ct2_int8_marian_c1", "server_int8_vs_ct2_int8_marian_c32",
+            "disk_vs_ct2", "disk_int8_vs_ct2_int8", "memory_vs_ct2", "memory_int8_vs_ct2_int8")
+    for key in keys:
+        assert math.isfinite(ratios[key]) and ratios[key] > 0, key
+    assert ratios["identical_tokens"] == result.identical and json.loads(json.dumps(ratios)) == ratios
+    assert set(ratios["sentences_per_s"]) == {f"{e} {b}" for e in engines for b in (1, plan.batch)}
+    disk = ratios["disk_bytes"]
+    assert disk[ORT_INT8] < disk[ORT] / 2 and disk[CT2_INT8] < disk[CT2] / 2 and ratios["shared_bytes"] > 0
+    assert set(ratios["memory_mib"]) == {ORT, ORT_INT8, CT2, CT2_INT8}
+    for memory in ratios["memory_mib"].values():
+        assert set(memory) == {"load", "warm", "batch"}
+        assert all(memory[k]["rss_mib"] > 0 and memory[k]["pss_mib"] > 0 for k in memory)
+    floor = ratios["batch1_floor"]
+    assert floor[ORT_INT8]["step_bytes"] < floor[ORT]["step_bytes"] / 2 and ratios["read_bandwidth_gb_s"] > 0
+    assert all(f["fraction"] > 0 and f["step_ms"] > 0 for f in floor.values())
+    assert table(result, plan.batch).count("\n") == 9  # header, rule, eight engines
     for key, (low, high) in result.ranges.items():
         assert low <= next(p for p in result.points if (p.engine, p.batch) == key).sentences_per_s <= high
-    assert set(result.phases) >= {"build", "import", "ct2_convert", "engines", "server", "check"}
+    assert set(result.phases) >= {"build", "import", "ct2_convert_float32", "ct2_convert_int8", "engines",
+                                  "server", "check", "footprint"}
 
 
 def test_the_built_model_directory_is_reused(quick_run):
