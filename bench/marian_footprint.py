@@ -116,8 +116,18 @@ def step_bytes(bundle: Path, variant: str | None) -> int:
     return total
 
 
-def read_bandwidth(threads: int, mib: int = BANDWIDTH_MIB, repeats: int = 10) -> float:
-    """GB/s ONNX Runtime's fp32 MatMul reads at one row by a `mib` MiB matrix (median of `repeats`)."""
+def read_bandwidth(threads: int, mib: int = BANDWIDTH_MIB) -> float:
+    """GB/s ONNX Runtime's fp32 MatMul reads at one row by a `mib` MiB matrix, in a fresh process (whose
+    own thread pool ONNX Runtime lets it size; `measure_bandwidth`)."""
+    code = f"from bench.marian_footprint import measure_bandwidth; print(measure_bandwidth({threads}, {mib}))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT,
+                         timeout=600, check=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def measure_bandwidth(threads: int, mib: int = BANDWIDTH_MIB, repeats: int = 10) -> float:
+    """GB/s ONNX Runtime's fp32 MatMul reads at one row by a `mib` MiB matrix (median of `repeats`), in
+    this process."""
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
