@@ -39,11 +39,10 @@ import ctranslate2, onnxruntime, sentencepiece  # noqa: F401 - the libraries' ow
 from service.runtime.runner import Runner  # noqa: F401
 from bench.marian_engines import marian_engine
 
-KEYS = {"Rss": "rss_mib", "Pss": "pss_mib", "Anonymous": "anonymous_mib"}
+from bench.memory.proc import smaps_rollup
 
 def memory():
-    rollup = {k: v for k, _, v in (line.partition(":") for line in open("/proc/self/smaps_rollup"))}
-    return {KEYS[k]: int(rollup[k].split()[0]) / 1024 for k in KEYS}
+    return {f"{k}_mib": v for k, v in smaps_rollup().items()}
 
 def added(before):
     now = memory()

@@ -33,10 +33,9 @@ from interface import names
 CONFIGS = ("one_step", "multistep", "multistep_shared")
 _CHILD = """
 import json, sys
+from bench.memory.proc import smaps_rollup
 def mem():
-    keys = {"Rss": "rss", "Pss": "pss", "Anonymous": "anonymous"}
-    out = {keys[k]: int(v.split()[0]) / 1024 for k, _, v in
-           (line.partition(":") for line in open("/proc/self/smaps_rollup")) if k in keys}
+    out = smaps_rollup()
     return out | {"file": out["rss"] - out["anonymous"]}
 from service.domain.types import DecodeOptions
 from service.runtime.runner import Runner
