@@ -18,6 +18,7 @@ cuda         the kernel classes the installed CUDA provider library instantiates
 pretrained   format-2 bundles of the tiny graphs with SentencePiece / tokenizers files, texts that test
              tokenizers, the tiny graphs' log-probs run without a cache
 hf_models    tiny Marian / M2M100 / NLLB Hugging Face checkpoints built offline (tokenizers included)
+svg          what an SVG chart holds (its ids and texts), whether a point lies in an axes' view
 bundle_search  greedy / beam search over a bundle's graphs, and transformers' generate searching alike
 """
 

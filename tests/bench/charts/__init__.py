@@ -1,0 +1,1 @@
+"""Tests of bench/charts: each chart drawn from a small recorded fixture."""
