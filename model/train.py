@@ -4,8 +4,10 @@
 
 Adam with the paper's schedule lrate = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
 (times --lr-scale), label smoothing, dropout, batches by token count, gradient clipping,
-periodic validation (exact match, BLEU, chrF), best-checkpoint saving and resume: running the
-same command again continues from `<out>/last.pt`.
+periodic validation (loss, exact match, BLEU, chrF), best-checkpoint saving and resume: running the
+same command again continues from `<out>/last.pt`. After each validation the learning curve of
+`<out>/metrics.jsonl` (after those of `--earlier-metrics`) is drawn to `<out>/learning-curve.svg`
+when matplotlib is installed (the `train` extra).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from model.checkpoint import save_checkpoint, tokenizer_path
 from model.config import ModelConfig
 from model.data import CorpusError, encode_pairs, read_tsv, token_batches
 from model.evaluate import evaluate
+from model.learning_curve import draw_run
 from model.tokenizer import load_tokenizer, train_tokenizer
 from model.transformer import Transformer
 
@@ -33,6 +36,20 @@ def noam_lr(step: int, d_model: int, warmup: int, scale: float = 1.0) -> float:
     """lrate = scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) (paper, eq. 3)."""
     step = max(step, 1)
     return scale * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+@torch.no_grad()
+def validation_loss(model: Transformer, examples: list, a: argparse.Namespace) -> float:
+    """Cross-entropy per target token on the validation pairs, with the training's label smoothing."""
+    model.eval()
+    cfg, total, count = model.cfg, 0.0, 0
+    for batch in token_batches(examples, a.max_tokens, cfg.pad_id, cfg.bos_id, random.Random(0)):
+        batch = batch.to(a.device)
+        logp = model(batch.src, batch.tgt_in)
+        total += F.cross_entropy(logp.transpose(1, 2), batch.tgt_out, ignore_index=cfg.pad_id,
+                                 label_smoothing=a.label_smoothing, reduction="sum").item()
+        count += int((batch.tgt_out != cfg.pad_id).sum())
+    return total / max(1, count)
 
 
 def learning_rate(step: int, a: argparse.Namespace, d_model: int) -> float:
@@ -78,6 +95,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: default)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--earlier-metrics", type=Path, nargs="*", default=[],
+                    help="metrics.jsonl of earlier stages, drawn before this run's in learning-curve.svg")
     return ap.parse_args(argv)
 
 
@@ -126,6 +145,7 @@ def train(a: argparse.Namespace) -> dict:
         print(f"resumed from {last} at step {step}", file=sys.stderr)
 
     examples = encode_pairs(tok, train_pairs, cfg.eos_id, cfg.max_len)
+    valid_examples = encode_pairs(tok, valid_pairs, cfg.eos_id, cfg.max_len)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"{len(examples)} training pairs, {n_params / 1e6:.2f}M parameters, device {a.device}",
           file=sys.stderr)
@@ -161,12 +181,14 @@ def train(a: argparse.Namespace) -> dict:
                 model.eval()
                 scores, _ = evaluate(model, tok, valid_pairs)
                 metrics = {"step": step, "minutes": round(minutes, 2), "loss": round(loss_sum / loss_n, 4),
+                           "valid_loss": round(validation_loss(model, valid_examples, a), 4),
                            "lr": lr, "tokens_per_s": round(tokens / max(1e-9, time.time() - window), 1),
                            **scores.as_dict()}
                 loss_sum, loss_n = 0.0, 0
                 log.write(json.dumps(metrics) + "\n")
                 log.flush()
                 tqdm.write(json.dumps(metrics))
+                draw_run(a.out / "metrics.jsonl", a.earlier_metrics)
                 if (scores.exact_match, scores.chrf) > (best["exact_match"], best["chrf"]):
                     best = {k: metrics[k] for k in ("step", "exact_match", "bleu", "chrf")}
                     save_checkpoint(best_file, model, step, "tokenizer.json", metrics=best)

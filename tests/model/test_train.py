@@ -46,6 +46,20 @@ def test_resume_continues_from_last_step(tiny_corpus, tmp_path):
                            second["model"]["encoder.layers.0.ffn.w_1.weight"])
 
 
+def test_validation_loss_is_logged_and_the_curve_drawn_with_earlier_stages(tiny_corpus, tmp_path):
+    earlier = tmp_path / "stage1.jsonl"
+    earlier.write_text(json.dumps({"step": 100, "loss": 3.0, "exact_match": 5.0}) + "\n", encoding="utf-8")
+    out = tmp_path / "run"
+    train(parse_args(["--train", str(tiny_corpus["train"]), "--valid", str(tiny_corpus["valid"]), "--out",
+                      str(out), "--eval-every", "10", "--max-steps", "20", *TINY_MODEL_ARGS,
+                      "--earlier-metrics", str(earlier)]))
+    log = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in log] == [10, 20]
+    assert all(0 < m["valid_loss"] < 20 for m in log) and log[1]["valid_loss"] < log[0]["valid_loss"]
+    svg = (out / "learning-curve.svg").read_text(encoding="utf-8")
+    assert 'id="valid-loss"' in svg and 'id="stage-2"' in svg  # this run drawn after the earlier stage
+
+
 def test_init_fine_tunes_from_a_checkpoint(tiny_checkpoint, tiny_corpus, tmp_path):
     """--init takes the checkpoint's config, tokenizer and weights (the model options are ignored) and
     starts a fresh schedule at step 0; a resume then continues the fine-tuning run, not the init."""
