@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TRAIN_MINUTES ?= 300  # training budget of `make train-default` (a resume counts what was already spent)
 
-.PHONY: setup serve test prometheus-tools perf-analyzer-tools lint protos bench bench-quick gpu-check gpu-kit soak fuzz corpus train-default evaluate-default default-bundle clean
+.PHONY: setup serve test prometheus-tools perf-analyzer-tools lint protos bench bench-quick charts gpu-check gpu-kit soak fuzz corpus train-default evaluate-default default-bundle clean
 
 setup: $(STAMP)
 
@@ -37,13 +37,20 @@ test: $(STAMP) protos prometheus-tools perf-analyzer-tools
 	$(PY) -m pytest
 
 # Benchmarks (docs/performance.md): engines, server batching modes, scaling and memory; the last
-# line printed is a JSON object of throughput ratios. perf_analyzer (below) is installed first: the
-# server benchmarks load the server with it as well as with bench/loadgen.py.
+# line printed is a JSON object of throughput ratios. Chart records (JSON) and their SVG charts go to
+# runs/bench (runs/bench-quick). perf_analyzer (below) is installed first: the server benchmarks load
+# the server with it as well as with bench/loadgen.py.
 bench: $(STAMP) protos perf-analyzer-tools
 	$(PY) -m bench
 
 bench-quick: $(STAMP) protos perf-analyzer-tools
 	$(PY) -m bench --quick
+
+# The docs' charts (docs/charts/*.svg) redrawn from their records (docs/charts/records/*.json: what the
+# last runs measured, with the command, machine and date), measuring nothing. A run's record
+# (runs/bench/server.json, runs/soak/soak-rss.json, ...) copied there replaces the one it updates.
+charts: $(STAMP)
+	$(PY) -m bench.charts
 
 # On a machine with an NVIDIA GPU: the GPU test tier (`pytest -m gpu`, required to run: no skipping),
 # then the GPU benchmark (bench/gpu.py: engine fp16 / fp32 at batch 1, 32, 128, server at concurrency 1
@@ -95,29 +102,37 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports
 
 # The default corpus (deterministic from its seed; rebuilt when its generator changes): train, valid,
-# test and probe splits (model/corpus.py) and the number-focused supplement.
-CORPUS_CODE := model/corpus.py model/frames.py model/sampling.py model/verbalize.py
+# test, probe and near-miss splits (model/corpus.py) and the four training supplements.
+CORPUS_CODE := model/corpus.py model/frames.py model/sampling.py model/verbalize.py model/readers.py \
+  model/everyday.py model/literal.py
 
 corpus: data/corpus/train.tsv
 
 data/corpus/train.tsv: $(CORPUS_CODE) | $(STAMP)
-	$(PY) -m model.corpus --out data/corpus --train 400000 --numbers 200000 --probe 400 --long 150000 --copy 150000
+	$(PY) -m model.corpus --out data/corpus --train 400000 --numbers 100000 --probe 400 --long 150000 \
+	  --copy 150000 --literal 200000 --nearmiss 2000
 
 # The default model's next training stage: from the shipped model.pt with `--init` (its weights,
 # config and tokenizer; a fresh optimizer and schedule), as each of its four stages started from the
 # last one's weights (docs/model.md), on the corpus and its three supplements with the fourth stage's
 # recipe. Resumable: running it again continues from runs/default/last.pt (ignored, not committed).
+# Its learning curve, every stage before it included, is drawn to runs/default/learning-curve.svg.
 train-default: corpus
 	$(PY) -m model.train --init artifacts/default/model.pt --train data/corpus/train.tsv \
-	  data/corpus/numbers.tsv data/corpus/long.tsv data/corpus/copy.tsv --valid data/corpus/valid.tsv \
+	  data/corpus/numbers.tsv data/corpus/long.tsv data/corpus/copy.tsv data/corpus/literal.tsv \
+	  --valid data/corpus/valid.tsv \
 	  --out runs/default --max-tokens 3000 --warmup 200 --lr-scale 0.2 --cooldown-from 1500 \
 	  --cooldown-steps 4500 --max-steps 6000 --eval-every 500 --eval-size 500 \
-	  --max-minutes $(TRAIN_MINUTES) --target-em 100 --threads 2
+	  --max-minutes $(TRAIN_MINUTES) --target-em 100 --threads 2 \
+	  --earlier-metrics artifacts/default/metrics.stage1.jsonl artifacts/default/metrics.stage2.jsonl \
+	  artifacts/default/metrics.stage3.jsonl artifacts/default/metrics.jsonl
 
-# Exact match overall and by class on the test split and on the probe of round and zero-heavy numbers.
+# Exact match overall and by class on the test split, the probe of round and zero-heavy numbers and the
+# near-miss split (its figure: outside_unchanged, the sentences whose text outside the classes is kept).
 evaluate-default: corpus
 	$(PY) -m model.evaluate --checkpoint artifacts/default/model.pt --split data/corpus/test.tsv
 	$(PY) -m model.evaluate --checkpoint artifacts/default/model.pt --split data/corpus/probe.tsv
+	$(PY) -m model.evaluate --checkpoint artifacts/default/model.pt --split data/corpus/nearmiss.tsv
 
 # Re-export the shipped bundle from the committed checkpoint (verified against PyTorch).
 default-bundle: $(STAMP)

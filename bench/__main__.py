@@ -3,7 +3,10 @@
     python -m bench            # full (`make bench`, <= 30 min)
     python -m bench --quick    # fewer points (`make bench-quick`, <= 5 min)
 
-Prints each benchmark's tables; the last line is one JSON object of throughput ratios (higher
+Prints each benchmark's tables and writes its chart records and charts (bench/charts) to --out
+(runs/bench, or runs/bench-quick with --quick): server.json, server-latency-throughput.svg,
+server-ttft.svg, scaling-rss.json, scaling-rss.svg. Progress by phase goes to stderr (a bar on a
+terminal, plain lines otherwise). The last line is one JSON object of throughput ratios (higher
 is better): ort_vs_torch_b1, ort_vs_torch_b32, ort_vs_ct2_b1, ort_vs_ct2_b32,
 service_vs_ct2_c1, service_vs_ct2_c64, server_c64_vs_inprocess (bench/vs_ct2.py),
 continuous_vs_none_c64, continuous_vs_dynamic_mixed, server_c1_vs_inprocess.
@@ -33,23 +36,32 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--checkpoint", type=Path, default=DEFAULT / "model.pt")
     ap.add_argument("--bundle", type=Path, default=DEFAULT / "bundle")
     ap.add_argument("--threads", type=int, default=2, help="threads of every engine and of the server's ORT")
+    ap.add_argument("--out", type=Path, help="for the chart records and charts (default: runs/bench[-quick])")
     a = ap.parse_args(argv)
+    out = a.out or Path("runs/bench-quick" if a.quick else "runs/bench")
 
     from bench import engine, scaling, server, vs_ct2
+    from bench.progress import Progress
 
     figures: dict[str, float] = {}
     start = time.perf_counter()
+    phases = Progress(4, "bench phases", lines=4)
     print("## Engines (greedy, static batches, sentences/s and tokens/s)", flush=True)
     points, ratios = engine.run(a.quick, a.checkpoint, a.bundle, threads=a.threads)
     print(engine.table(points), flush=True)
     figures |= ratios
+    phases.update(1, "engines done")
     print("\n## The server against CTranslate2 in process", flush=True)
     figures |= vs_ct2.run(a.quick, a.checkpoint, a.bundle, threads=a.threads)
+    phases.update(1, "server against CTranslate2 done")
     print("\n## Server", flush=True)
-    figures |= server.run(a.quick, a.bundle, intra_op_threads=a.threads)
+    figures |= server.run(a.quick, a.bundle, intra_op_threads=a.threads, out=out)
+    phases.update(1, f"server done (charts in {out})")
     print("\n## Scaling and memory", flush=True)
-    scaled = scaling.run(a.quick, a.bundle, intra_op_threads=a.threads)
+    scaled = scaling.run(a.quick, a.bundle, intra_op_threads=a.threads, out=out)
     figures |= {f"scaling_{k}": v for k, v in scaled.items()}
+    phases.update(1, "scaling and memory done")
+    phases.close()
     print(f"\nall figures: {json.dumps({k: round(v, 3) for k, v in figures.items()})}", file=sys.stderr)
     print(f"({time.perf_counter() - start:.0f} s)", file=sys.stderr, flush=True)
     print(json.dumps({k: round(figures.get(k, float("nan")), 3) for k in HEADLINE}))

@@ -27,7 +27,8 @@ in float32 and in int8.
    fresh process by loading and a warm-up, and a batch-1 decoder step against the memory-bandwidth floor.
 
 Prints the markdown table, the token checks, and last a JSON object: the ratios (higher is better for
-ours), the identical-token counts, every point's sentences/s, the bytes, the memory and the floor.
+ours), the identical-token counts, every point's sentences/s, the bytes, the memory and the floor. Writes
+`<out>/marian-engines.json` and its chart (bench/charts/engines.py) beside it.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from bench.charts import from_results, record
 from bench.engine import EngineProcess, Point
 from bench.loadgen import TIMEOUT_S, Record, closed_loop, open_channel, summarize
 from bench.marian_build import FULL, QUICK, MarianShape, marian_dir, source_texts
@@ -385,6 +387,8 @@ def main(argv: list[str] | None = None) -> int:
     print(checks(result, plan))
     print("phases (s): " + ", ".join(f"{k} {v:.0f}" for k, v in result.phases.items()), file=sys.stderr)
     ratios = result.ratios(plan.batch)
+    record.write(out, "marian-engines", "engines",
+                 from_results.marian_engines(result.points, result.footprint, plan.batch))
     print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in ratios.items()}))
     return 0
 

@@ -1,6 +1,6 @@
 """Scaling and memory: throughput and latency against source length and batch size, server RSS.
 
-    python -m bench.scaling [--quick] [--bundle DIR] [--intra-op-threads N] [--json FILE]
+    python -m bench.scaling [--quick] [--bundle DIR] [--intra-op-threads N] [--json FILE] [--out DIR]
 
 1. Source length (in-process `Runner.translate`): sources of exactly 16 .. 256 tokens (capped at
    the bundle's max_len) built by joining held-out sentences; latency of one source alone, and
@@ -9,7 +9,8 @@
 3. Memory: a continuous-batching server (`python -m service.server`) under closed-loop load of
    the mixed workload; VmRSS sampled every `rss_every` requests after a warm-up chunk, the drift
    between the first and the last sample in %, and the peak (VmHWM).
-`run(quick, bundle)` prints the tables and returns the headline figures.
+`run(quick, bundle)` prints the tables and returns the headline figures; with `out` it also writes the
+memory run's RSS samples to `<out>/scaling-rss.json` and draws them beside it (warm-up marked).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.charts import from_results, record
 from bench.loadgen import closed_loop, summarize
 from bench.serverproc import ServerProcess
 from bench.workload import DEFAULT_BUNDLE, HELD_OUT, Lengths, held_out_sources, mixed_texts, sources_of_length
@@ -175,8 +177,9 @@ def tables(lengths: list[tuple[Point, Point]], batches: list[Point], rss: dict, 
             f"### Server memory under load (continuous, concurrency {plan.rss_concurrency})\n\n{rss_table}")
 
 
-def run_plan(plan: Plan, bundle: Path, sources: list[str], log=print) -> tuple[dict[str, float], str]:
-    """Measure the plan; headline figures and the markdown tables."""
+def run_plan(plan: Plan, bundle: Path, sources: list[str], log=print,
+             out: Path | None = None) -> tuple[dict[str, float], str]:
+    """Measure the plan (the memory run's record and chart into `out`); headline figures and the tables."""
     from service.runtime.runner import Runner
 
     lengths = Lengths(bundle)
@@ -189,6 +192,8 @@ def run_plan(plan: Plan, bundle: Path, sources: list[str], log=print) -> tuple[d
     del runner
     texts = mixed_texts(sources, 2000, lengths, plan.seed)
     rss = rss_run(plan, bundle, texts, log)
+    if out is not None:
+        record.write(out, "scaling-rss", "rss", from_results.scaling_rss(rss, plan.rss_every))
     scores: dict[str, float] = {k: float(v) for k, v in rss.items() if k != "samples"}
     scores = {f"rss_{k}": v for k, v in scores.items()}
     for a, b in by_length:
@@ -202,10 +207,10 @@ def run_plan(plan: Plan, bundle: Path, sources: list[str], log=print) -> tuple[d
 
 
 def run(quick: bool = False, bundle: Path = DEFAULT_BUNDLE, intra_op_threads: int = 0,
-        sources: Path = HELD_OUT) -> dict[str, float]:
+        sources: Path = HELD_OUT, out: Path | None = None) -> dict[str, float]:
     """The scaling and memory benchmark (prints its tables); figures by name."""
     plan = replace(QUICK if quick else Plan(), intra_op_threads=intra_op_threads)
-    scores, text = run_plan(plan, Path(bundle), held_out_sources(sources), log=_progress)
+    scores, text = run_plan(plan, Path(bundle), held_out_sources(sources), log=_progress, out=out)
     print(text, flush=True)
     return scores
 
@@ -223,8 +228,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sources", type=Path, default=HELD_OUT, help="TSV whose first column is used")
     parser.add_argument("--intra-op-threads", type=int, default=0, help="ORT threads (in-process and server)")
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
+    parser.add_argument("--out", type=Path, help="write scaling-rss.json and its chart here")
     args = parser.parse_args(argv)
-    scores = run(args.quick, args.bundle, args.intra_op_threads, args.sources)
+    scores = run(args.quick, args.bundle, args.intra_op_threads, args.sources, args.out)
     if args.json:
         args.json.write_text(json.dumps(scores, indent=2) + "\n", encoding="utf-8")
     return 0

@@ -1,6 +1,6 @@
 """Server benchmark: the real server per batching mode under closed-loop and Poisson load.
 
-    python -m bench.server [--quick] [--bundle DIR] [--intra-op-threads N] [--json FILE]
+    python -m bench.server [--quick] [--bundle DIR] [--intra-op-threads N] [--json FILE] [--out DIR]
 
 One `python -m service.server` subprocess per batching mode runs on 127.0.0.1 for the whole run
 (bench/serverproc.py); every measurement point is taken for each mode in turn, so that a change of
@@ -20,7 +20,8 @@ p99 is the 10th-slowest of about a thousand texts rather than the 3rd of 300. Ev
 with its defaults apart from the Plan's flags; `variants` are more servers (a label, a mode and
 extra flags: by default `continuous-no-budget`, continuous batching without the token budget),
 measured beside the others at the headline concurrency only, on every workload.
-`run(quick, bundle)` prints the markdown tables and returns the ratios (higher is better).
+`run(quick, bundle)` prints the markdown tables and returns the ratios (higher is better); with `out`
+also every closed-loop point to `<out>/server.json` and its charts beside it (bench/charts).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from bench import loadgen, perf_analyzer
+from bench.charts import from_results, record
 from bench.inprocess import InProcessDecoder
 from bench.loadgen import Client, Record, Summary, closed_loop, open_loop, percentiles, summarize
 from bench.serverproc import ServerProcess
@@ -344,21 +346,24 @@ def tables(results: dict[str, ModeResult], scores: dict[str, float]) -> str:
             f"### Peak memory of the server processes\n\n{rss}\n### Ratios\n\n{score}")
 
 
-def run_plan(plan: Plan, bundle: Path, sources: list[str], log=print) -> tuple[dict[str, float], str]:
-    """Measure every mode of the plan; the ratios and the markdown tables."""
+def run_plan(plan: Plan, bundle: Path, sources: list[str], log=print,
+             out: Path | None = None) -> tuple[dict[str, float], str]:
+    """Measure every mode of the plan (its record and charts into `out`); the ratios and the tables."""
     lengths = Lengths(bundle)
     workloads = {"sentences": [s for s in sources if lengths(s) <= lengths.max_len],
                  "mix": mixed_texts(sources, plan.mix_texts, lengths, plan.seed)}
     results = measure(plan, bundle, {w: workloads[w] for w in plan.workloads}, log)
     scores = ratios(results, 64 if 64 in plan.concurrencies else max(plan.concurrencies))
+    if out is not None:
+        record.write(out, "server", "server", from_results.server(results))
     return scores, tables(results, scores)
 
 
 def run(quick: bool = False, bundle: Path = DEFAULT_BUNDLE, intra_op_threads: int = 0,
-        sources: Path = HELD_OUT) -> dict[str, float]:
+        sources: Path = HELD_OUT, out: Path | None = None) -> dict[str, float]:
     """The server benchmark (prints its tables); ratios and headline figures by name."""
     plan = replace(QUICK if quick else Plan(), intra_op_threads=intra_op_threads)
-    scores, text = run_plan(plan, Path(bundle), held_out_sources(sources), log=_progress)
+    scores, text = run_plan(plan, Path(bundle), held_out_sources(sources), log=_progress, out=out)
     print(text, flush=True)
     return scores
 
@@ -376,8 +381,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sources", type=Path, default=HELD_OUT, help="TSV whose first column is sent")
     parser.add_argument("--intra-op-threads", type=int, default=0, help="server and in-process ORT threads")
     parser.add_argument("--json", type=Path, help="also write the ratios to this JSON file")
+    parser.add_argument("--out", type=Path, help="write server.json (every point) and its charts here")
     args = parser.parse_args(argv)
-    scores = run(args.quick, args.bundle, args.intra_op_threads, args.sources)
+    scores = run(args.quick, args.bundle, args.intra_op_threads, args.sources, args.out)
     if args.json:
         args.json.write_text(json.dumps(scores, indent=2) + "\n", encoding="utf-8")
     return 0

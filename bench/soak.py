@@ -20,6 +20,8 @@ its JSON):
   before any handler ran (a message over --max-message-bytes) are not in it and are left out, and
   a cancel or a too-short deadline may race the server's answer (see `compare_metrics`).
 
+Progress goes to stderr (a bar on a terminal, a line at each twentieth otherwise, with the last RSS).
+`main` writes the RSS curve to `<out>/soak-rss.json` and its chart beside it (warm-up marked).
 Exit code 0 when every check passed.
 """
 
@@ -41,6 +43,8 @@ from grpc import aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.charts import from_results, record
+from bench.progress import Progress
 from bench.serverproc import ServerProcess
 from bench.soak_calls import Record, Stubs, send
 from bench.soak_cases import VALID_KINDS, Case, Mix
@@ -79,6 +83,12 @@ class Settings:
     seed: int = 0
     max_minutes: float = 60.0
     max_output_tokens: int = 0  # the server's --max-output-tokens, references alike (0: the model's)
+    out: Path = Path("runs/soak")  # the RSS curve's record and chart (written by main)
+
+    @property
+    def warmup_requests(self) -> int:
+        """The warm-up's requests (`warmup`, or 20% of the requests, at least 100)."""
+        return self.warmup or max(100, self.requests // 5)
 
 
 @dataclass
@@ -263,7 +273,7 @@ def run(settings: Settings, log=print) -> Report:
               seed=settings.seed, max_output_tokens=settings.max_output_tokens or None)
     # The server's RSS reaches its plateau after ~2,000 requests of the mix (ORT's arena and the
     # allocator grow to the largest shapes first): the baseline is taken after that.
-    warmup = settings.warmup or max(100, settings.requests // 5)
+    warmup = settings.warmup_requests
     log(f"references for {warmup + settings.requests} requests ...")
     warm_cases = mix.cases(warmup)  # the soak's own mix: every path allocates its peak before the baseline
     cases = mix.cases(settings.requests)
@@ -289,10 +299,14 @@ def run(settings: Settings, log=print) -> Report:
         log(f"soak: {settings.requests} requests + {n_bursts} bursts of {burst_size}, "
             f"concurrency {settings.concurrency}; RSS after warm-up {report.rss_warm_kib / 1024:.0f} MiB")
         t0 = time.perf_counter()
-        with RssSampler(server, settings.requests) as sampler:
+        with RssSampler(server, settings.requests) as sampler, \
+                Progress(settings.requests, "soak", lines=RSS_SAMPLES) as bar:
+            def progress(index: int) -> None:
+                """Sample RSS where due, and count the request."""
+                sampler.progress(index)
+                bar.update(1, f"RSS {sampler.curve_mib[-1]} MiB" if sampler.curve_mib else "")
             records = asyncio.run(drive(server.address, cases, settings.concurrency, burst,
-                                        settings.burst_every, injected, settings.max_minutes * 60,
-                                        sampler.progress))
+                                        settings.burst_every, injected, settings.max_minutes * 60, progress))
         report.elapsed_s = time.perf_counter() - t0
         report.rss_curve_mib = sampler.curve_mib
         time.sleep(1.0)
@@ -341,6 +355,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = Settings(**vars(ap.parse_args(argv)))
     report = run(settings, log=lambda text: print(text, file=sys.stderr, flush=True))
     print_report(report)
+    record.write(settings.out, "soak-rss", "rss", from_results.soak_rss(
+        report.rss_curve_mib, settings.requests, settings.warmup_requests, report.rss_warm_kib / 1024,
+        report.rss_end_kib / 1024))
     return 0 if report.passed else 1
 
 

@@ -4,6 +4,7 @@ counts, percentiles and throughput consistent with the records, ratios finite (n
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import statistics
 from collections.abc import Iterator
@@ -161,11 +162,17 @@ def test_server_bench_measures_every_mode(tiny_bundle: Path, sources: list[str])
     assert "| server_c1_vs_inprocess |" in text
 
 
-def test_scaling_bench_measures_lengths_batches_and_memory(tiny_bundle: Path, sources: list[str]) -> None:
+def test_scaling_bench_measures_lengths_batches_and_memory(tiny_bundle: Path, sources: list[str],
+                                                          tmp_path: Path) -> None:
     plan = scaling.Plan(lengths=(8, 500), alone=2, together=3, batch_sizes=(1, 2), batch_sentences=4,
                         rss_requests=40, rss_every=20, rss_concurrency=4, max_batch_size=4,
                         intra_op_threads=1)
-    scores, text = scaling.run_plan(plan, tiny_bundle, sources, log=lambda _: None)
+    scores, text = scaling.run_plan(plan, tiny_bundle, sources, log=lambda _: None, out=tmp_path)
+    rss = json.loads((tmp_path / "scaling-rss.json").read_text(encoding="utf-8"))  # the chart's record
+    assert rss["kind"] == "rss" and rss["warmup_requests"] == 20
+    assert [r for r, _ in rss["samples"]] == [0, 20, 40]
+    assert rss["samples"][-1][1] == pytest.approx(scores["rss_last_mib"], abs=0.05)
+    assert (tmp_path / "scaling-rss.svg").stat().st_size > 0
     max_len = Lengths(tiny_bundle).max_len
     assert f"len{max_len}_alone_p50_ms" in scores and "len500_alone_p50_ms" not in scores  # capped
     assert scores["rss_answered"] == 40 and scores["rss_errors"] == 0
