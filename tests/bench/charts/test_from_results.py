@@ -7,6 +7,8 @@ import math
 from types import SimpleNamespace
 
 from bench.charts import from_results, record
+from bench.marian import CT2_TEXT, CT2_TEXT_INT8, SERVER, SERVER_INT8
+from bench.marian_engines import CT2, CT2_INT8, ORT, ORT_INT8
 from tests.support.svg import read_svg
 
 
@@ -44,8 +46,7 @@ def test_rss_runs_become_samples_after_the_warmup():
 
 
 def test_marian_results_become_one_entry_per_engine():
-    names = ("onnxruntime", "ctranslate2", "onnxruntime int8", "ctranslate2 int8", "server",
-             "ctranslate2 text", "server int8", "ctranslate2 int8 text")
+    names = (ORT, CT2, ORT_INT8, CT2_INT8, SERVER, CT2_TEXT, SERVER_INT8, CT2_TEXT_INT8)  # bench.marian's
     points = [SimpleNamespace(engine=n, batch=b, sentences_per_s=float(i * 10 + b))
               for i, n in enumerate(names) for b in (1, 32)]
     memory = {"load": {"rss_mib": 1.0}, "warm": {"rss_mib": 2.0}, "batch": {"rss_mib": 3.0}}
