@@ -30,6 +30,9 @@ def figure(data: dict[str, Any]) -> Any:
             ax.text(0.5, 0.5, "no streamed requests", transform=ax.transAxes, ha="center")
             continue
         ax.set_xscale("log", base=2)
+        concurrencies = sorted({int(x) for line in ax.get_lines() for x in line.get_xdata()})
+        ax.set_xticks(concurrencies, [str(c) for c in concurrencies])
+        ax.minorticks_off()
         ax.set_yscale("log")
         ax.set_xlabel("concurrency (closed-loop users)")
         ax.set_ylabel("time to first token (ms)")
