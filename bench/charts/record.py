@@ -34,9 +34,9 @@ def machine() -> str:
 def source(command: str | None = None) -> dict[str, str]:
     """Where data comes from: the command (default: this process's), the machine and the date (UTC)."""
     if command is None:
-        module = sys.modules["__main__"].__spec__
-        head = f"python -m {module.name.removesuffix('.__main__')}" if module else "python"
-        command = shlex.join([head, *sys.argv[1:]]) if module else shlex.join(["python", *sys.argv])
+        module = getattr(sys.modules["__main__"], "__spec__", None)
+        head = ["python", "-m", module.name.removesuffix(".__main__")] if module else ["python", sys.argv[0]]
+        command = shlex.join([*head, *sys.argv[1:]])
     now = datetime.datetime.now(datetime.UTC)
     return {"command": command, "machine": machine(), "date": now.strftime("%Y-%m-%d %H:%M UTC")}
 
