@@ -149,7 +149,7 @@ def test_sentences(written, spoken):
     ("Call 555-0142 or (555) 123-4567.", {"phone"}),
     ("On May 21, Anna paid $5 for 3 apples at 5:30 pm.", {"date", "money", "cardinal", "time"}),
     ("In 1984, 45% of 2,000 birds flew 3.5 km.", {"year", "percentage", "cardinal", "measure"}),
-    ("Nothing to read here!", set()), ("It is 13:00 now.", {"cardinal"}),
+    ("Nothing to read here!", set()), ("It is 13:00 now.", {"time24"}), ("It is 24:00 now.", {"cardinal"}),
 ])
 def test_classes(written, found):
     assert v.classes(written) == found
