@@ -6,13 +6,16 @@
 Besides the overall scores it prints a table of exact match by class (model/verbalize.py tells the
 classes of a source sentence from its written forms; a sentence counts toward every class it
 contains, "plain" when it contains none) and the wrong outputs by class, each flagged when it
-stutters (repeats a word twice in a row where the reference does not).
+stutters (repeats a word twice in a row where the reference does not), and the share of sentences
+whose text outside the classes comes back unchanged (`outside_unchanged`: every character between
+the written forms copied, whatever the forms were read as; the measure of the near-miss split).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from itertools import pairwise
@@ -28,7 +31,7 @@ from model.data import pad, read_tsv
 from model.decoding import beam_search, greedy_decode
 from model.tokenizer import load_tokenizer
 from model.transformer import Transformer
-from model.verbalize import CLASSES, classes
+from model.verbalize import CLASSES, PATTERN, classes
 
 
 @dataclass
@@ -101,6 +104,23 @@ def format_table(rows: list[ClassScore], overall: Scores | None = None) -> str:
     if overall:
         lines.append(f"{'all':<12}{overall.n:>8}{overall.exact_match:>9.2f}")
     return "\n".join(lines)
+
+
+def outside_unchanged(source: str, hypothesis: str) -> bool:
+    """Whether the hypothesis holds the source's text outside its written forms unchanged, in order,
+    with some text in place of each written form."""
+    pieces, last = [], 0
+    for m in PATTERN.finditer(source):
+        pieces.append(re.escape(source[last : m.start()]))
+        last = m.end()
+    pieces.append(re.escape(source[last:]))
+    return re.fullmatch(".+?".join(pieces), hypothesis, re.DOTALL) is not None
+
+
+def outside_rate(sources: list[str], hyps: list[str]) -> float:
+    """Percent of sentences whose text outside the written forms comes back unchanged."""
+    kept = sum(outside_unchanged(s, h) for s, h in zip(sources, hyps, strict=True))
+    return 100.0 * kept / max(1, len(sources))
 
 
 def stutters(hyp: str, ref: str) -> list[str]:
@@ -198,7 +218,7 @@ def main() -> None:
     if a.errors:
         print(format_errors(errors_by_class(sources, hyps, refs), a.errors))
     print(format_table(class_scores(sources, hyps, refs), scores))
-    print(json.dumps(scores.as_dict()))
+    print(json.dumps({**scores.as_dict(), "outside_unchanged": round(outside_rate(sources, hyps), 2)}))
 
 
 if __name__ == "__main__":

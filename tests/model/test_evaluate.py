@@ -78,3 +78,18 @@ def test_cli_scores_given_hypotheses_without_a_model(tmp_path, monkeypatch, caps
     ev.main()
     out = capsys.readouterr().out
     assert "money" in out and '"exact_match": 55.56' in out and "== plain: 1 wrong, 1 stuttering" in out
+    assert '"outside_unchanged": ' in out
+
+
+@pytest.mark.parametrize(("source", "hypothesis", "kept"), [
+    ("It's 10°C outside", "It's ten degrees Celsius outside", True),
+    ("It's 10°C outside", "It's ten pounds outside", True),  # the form misread, the rest kept
+    ("Tom & Jerry met @home", "Tom & Jerry met @home", True),
+    ("Tom & Jerry met @home", "Tom  Jerry met @home", False),
+    ("Keep the % sign out of it.", "Keep the  percent sign out of it.", False),
+    ("and 東京 were on the sign", "and 東 were on the sign", False),
+    ("At 5 and 6.", "At five and six.", True), ("At 5 and 6.", "At five six.", False),
+    ("Call 555-0142 now.", "Call now.", False),  # a written form must be read as something
+])
+def test_outside_unchanged_compares_the_text_between_written_forms(source, hypothesis, kept):
+    assert ev.outside_unchanged(source, hypothesis) is kept
