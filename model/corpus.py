@@ -31,9 +31,11 @@ from pathlib import Path
 from num2words import num2words
 from wordfreq import top_n_list
 
+from model.everyday import EVERYDAY, roman_numeral
 from model.frames import FRAMES, SLOT, THINGS, frame_vocabulary
+from model.literal import literal_items
 from model.sampling import DRAW, draw_measure, draw_year, ordinal_suffix, shaped_number, with_separators
-from model.verbalize import MONTHS, UNITS, YEAR_CONTEXT, verbalize
+from model.verbalize import MONTHS, ROMAN_NAMES, ROMAN_NOUNS, UNITS, YEAR_CONTEXT, verbalize
 
 __all__ = ["build", "cardinal", "generate", "ordinal", "ordinal_suffix", "probe", "sentence", "word_lists"]
 
@@ -42,13 +44,17 @@ HELD_OUT_WORDS = 0.05  # share of the word list never used in the training split
 PUNCT_AFTER = [",", ",", ".", "!", "?", ";", ":"]
 P_FRAME, P_TWO_FRAMES = 0.6, 0.25
 FRAME_CLASSES = {"cardinal": 16, "ordinal": 9, "percentage": 8, "decimal": 8, "money": 11, "year": 9,
-                 "date": 7, "time": 7, "measure": 9, "phone": 5, "mixed": 11}
+                 "date": 7, "time": 7, "measure": 9, "phone": 7, "mixed": 13, "temperature": 7, "negative": 7,
+                 "decade": 7, "fraction": 8, "time24": 7, "isodate": 6, "roman": 6}
 SALAD_CLASSES = {"cardinal": 34, "ordinal": 12, "percentage": 8, "decimal": 8, "money": 9, "year": 7,
-                 "date": 5, "time": 6, "measure": 7, "phone": 4}
+                 "date": 5, "time": 6, "measure": 7, "phone": 6, "temperature": 6, "negative": 6, "decade": 6,
+                 "fraction": 7, "time24": 6, "isodate": 5, "roman": 5}
+DRAW_ALL: dict[str, Callable[[random.Random], str]] = {**DRAW, **EVERYDAY}
 _WORD = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?")
 Sampler = Callable[[random.Random], str]
 # The training supplements, each written to <name>.tsv from its own seed (the corpus seed + this offset).
-SUPPLEMENTS = {"numbers": 3, "long": 5, "copy": 6}
+SUPPLEMENTS = {"numbers": 3, "long": 5, "copy": 6, "literal": 7}
+NEARMISS_SEED = 8  # the held-out near-miss split (nearmiss.tsv): the corpus seed + this
 # Letters of the scripts real text mixes in (weight, letters): the copy supplement's made-up words
 # teach the model to copy byte sequences the word list holds only a few times.
 SCRIPTS: dict[str, tuple[int, str]] = {
@@ -64,7 +70,10 @@ SCRIPT_WEIGHTS = {name: weight for name, (weight, _) in SCRIPTS.items()}
 
 def reserved_words() -> set[str]:
     """Words the generator writes itself: never held out of the training split."""
-    return frame_vocabulary() | {m.lower() for m in MONTHS} | set(UNITS) | {"am", "pm", *YEAR_CONTEXT}
+    listed = {w.lower() for w in (*ROMAN_NAMES, *ROMAN_NOUNS)}
+    listed |= {roman_numeral(n).lower() for n in range(1, 100)}  # 'vi', 'xl' are words of the list too
+    return (frame_vocabulary() | {m.lower() for m in MONTHS} | set(UNITS) | {"am", "pm", *YEAR_CONTEXT}
+            | listed)
 
 
 def word_lists(seed: int = 0) -> tuple[list[str], list[str]]:
@@ -110,7 +119,7 @@ def _pick(rng: random.Random, weights: dict[str, int]) -> str:
 
 def fill(frame: str, rng: random.Random, words: list[str], samplers: dict[str, Sampler] | None = None) -> str:
     """The frame with every slot drawn (`samplers` overrides the class samplers)."""
-    draw = {**DRAW, "year": draw_year, **(samplers or {})}
+    draw = {**DRAW_ALL, "year": draw_year, **(samplers or {})}
 
     def slot(m: re.Match) -> str:
         name = m[1]
@@ -152,7 +161,7 @@ def salad_sentence(rng: random.Random, words: list[str], numbers_focus: bool = F
     items = [_filler(rng, words) for _ in range(n_words)]
     for _ in range(n_items):
         kind = _pick(rng, weights)
-        item = DRAW[kind](rng, 0.2) if kind == "cardinal" and numbers_focus else DRAW[kind](rng)
+        item = DRAW[kind](rng, 0.2) if kind == "cardinal" and numbers_focus else DRAW_ALL[kind](rng)
         items.insert(rng.randint(0, len(items)), item)
     out = _punctuated(rng, items)
     if not out[0][:1].isdigit() and rng.random() < 0.8:  # sentence-initial capital
@@ -192,17 +201,33 @@ def copy_sentence(rng: random.Random, words: list[str]) -> str:
         elif kind in shaped and rng.random() < 0.5:
             item = shaped[kind](rng)
         else:
-            item = DRAW[kind](rng)
+            item = DRAW_ALL[kind](rng)
         items.insert(rng.randint(0, len(items)), item)
     return " ".join(_punctuated(rng, items)) + rng.choice([".", ".", "!", "?", ""])
+
+
+def literal_sentence(rng: random.Random, words: list[str]) -> str:
+    """Filler words around 1-3 items the rules copy (model/literal.py), a written form of a class in 40%."""
+    items = [_filler(rng, words) for _ in range(rng.randint(1, 8))]
+    extra = literal_items(rng, words, rng.randint(1, 3))
+    if rng.random() < 0.4:
+        extra.append(DRAW_ALL[_pick(rng, SALAD_CLASSES)](rng))
+    for item in extra:
+        items.insert(rng.randint(0, len(items)), item)
+    out = _punctuated(rng, items)
+    if rng.random() < 0.7:
+        out[0] = out[0][:1].upper() + out[0][1:]
+    return " ".join(out) + rng.choice([".", ".", "!", "?", ""])
 
 
 def sentence(rng: random.Random, words: list[str], supplement: str | None = None) -> tuple[str, str]:
     """One (written, spoken) pair: a frame sentence or word salad, or a training supplement's
     (SUPPLEMENTS): "numbers" number-focused salad, "long" two frames in a row (the long outputs,
-    where most errors were), "copy" `copy_sentence`."""
+    where most errors were), "copy" `copy_sentence`, "literal" `literal_sentence`."""
     if supplement == "copy":
         src = copy_sentence(rng, words)
+    elif supplement == "literal":
+        src = literal_sentence(rng, words)
     elif supplement == "long":
         src = frame_sentence(rng, words, two=True)
     elif supplement != "numbers" and rng.random() < P_FRAME:
@@ -308,17 +333,21 @@ def write_tsv(path: Path, pairs: Iterator[tuple[str, str]]) -> set[str]:
 
 
 def build(out: Path, n_train: int, n_valid: int, n_test: int, seed: int, n_numbers: int = 0,
-          n_probe: int = 400, n_long: int = 0, n_copy: int = 0) -> None:
-    """Write the disjoint splits under `out`: test, valid, probe, train (+ the supplements numbers.tsv,
-    long.tsv and copy.tsv)."""
+          n_probe: int = 400, n_long: int = 0, n_copy: int = 0, n_literal: int = 0,
+          n_nearmiss: int = 0) -> None:
+    """Write the disjoint splits under `out`: test, valid, probe, nearmiss, train (+ the supplements
+    numbers.tsv, long.tsv, copy.tsv and literal.tsv)."""
     out.mkdir(parents=True, exist_ok=True)
     train_words, all_words = word_lists(seed)
     held = write_tsv(out / "test.tsv", generate(n_test, seed + 2, all_words))
     held |= write_tsv(out / "valid.tsv", generate(n_valid, seed + 1, all_words, held))
     if n_probe:
         held |= write_tsv(out / "probe.tsv", probe(n_probe, seed + 4, all_words, held))
+    if n_nearmiss:
+        nearmiss = generate(n_nearmiss, seed + NEARMISS_SEED, all_words, held, "literal")
+        held |= write_tsv(out / "nearmiss.tsv", nearmiss)
     write_tsv(out / "train.tsv", generate(n_train, seed, train_words, held))
-    counts = {"numbers": n_numbers, "long": n_long, "copy": n_copy}
+    counts = {"numbers": n_numbers, "long": n_long, "copy": n_copy, "literal": n_literal}
     for name, offset in SUPPLEMENTS.items():
         if counts[name]:
             write_tsv(out / f"{name}.tsv", generate(counts[name], seed + offset, train_words, held, name))
@@ -335,13 +364,18 @@ def main() -> None:
     ap.add_argument("--numbers", type=int, default=0, help="pairs of the number-focused supplement")
     ap.add_argument("--long", type=int, default=0, help="pairs of the two-frame supplement")
     ap.add_argument("--copy", type=int, default=0, help="pairs of the copy supplement (made-up words)")
+    ap.add_argument("--literal", type=int, default=0,
+                    help="pairs of the literal supplement (near-misses, symbols)")
+    ap.add_argument("--nearmiss", type=int, default=0, help="pairs of the held-out near-miss split (0: none)")
     ap.add_argument("--seed", type=int, default=1234)
     a = ap.parse_args()
-    build(a.out, a.train, a.valid, a.test, a.seed, a.numbers, a.probe, a.long, a.copy)
+    build(a.out, a.train, a.valid, a.test, a.seed, a.numbers, a.probe, a.long, a.copy, a.literal, a.nearmiss)
     print(f"wrote {a.train}/{a.valid}/{a.test}/{a.probe} train/valid/test/probe pairs to {a.out}"
           + (f" and {a.numbers} to numbers.tsv" if a.numbers else "")
           + (f" and {a.long} to long.tsv" if a.long else "")
-          + (f" and {a.copy} to copy.tsv" if a.copy else ""))
+          + (f" and {a.copy} to copy.tsv" if a.copy else "")
+          + (f" and {a.literal} to literal.tsv" if a.literal else "")
+          + (f" and {a.nearmiss} to nearmiss.tsv" if a.nearmiss else ""))
 
 
 if __name__ == "__main__":

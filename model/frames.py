@@ -3,7 +3,8 @@
 Slots: `{cardinal}`, `{ordinal}`, `{percentage}`, `{decimal}`, `{money}`, `{year}` (the bare year:
 the frame holds its context word), `{date}`, `{time}`, `{phone}`, `{measure}` or one unit group
 (`{length}`, `{weight}`, `{volume}`, `{speed}`), `{things}` / `{thing}` (a plural / singular noun of
-`THINGS`), `{word}` (an open-vocabulary filler word) and `{Name}` (a capitalized filler word).
+`THINGS`), `{temperature}`, `{negative}`, `{decade}`, `{fraction}`, `{time24}`, `{isodate}`,
+`{roman}`, `{word}` (an open-vocabulary filler word) and `{Name}` (a capitalized filler word).
 """
 
 from __future__ import annotations
@@ -71,6 +72,39 @@ FRAMES: dict[str, tuple[str, ...]] = {
         "Call {phone} now.", "Her number is {phone}.", "Text {Name} at {phone}.",
         "For help, dial {phone}.", "The {word} office is at {phone}.",
     ),
+    "temperature": (
+        "It's {temperature} outside.", "The water boils at {temperature}.",
+        "Bake it at {temperature} for an hour.",
+        "It dropped to {temperature} last night in {Name}.", "Keep the {thing} below {temperature}.",
+        "The high today is {temperature}, the low {temperature}.",
+    ),
+    "negative": (
+        "The balance is {negative} now.", "Set the offset to {negative}.", "The score ended at {negative}.",
+        "Multiply it by {negative} first.", "The value went from {cardinal} to {negative}.",
+        "Growth was {negative} this quarter.",
+    ),
+    "decade": (
+        "The {decade} saw a lot of {things}.", "{Name} grew up in the {decade}.",
+        "It was built in the {decade}.",
+        "Music from the {decade} is back.", "She is in her {decade} now.", "Prices of the {decade} were low.",
+    ),
+    "fraction": (
+        "About {fraction} of cases were {word}.", "Add {fraction} cup of sugar.", "It took {fraction} hours.",
+        "Only {fraction} of the {things} were sold.", "Cut the {thing} into {fraction} pieces.",
+        "{Name} ate {fraction} of the cake.",
+    ),
+    "time24": (
+        "The train leaves at {time24}.", "The shop opens at {time24} and closes at {time24}.",
+        "Check-in is at {time24}.", "The flight lands at {time24} in {Name}.", "We start at {time24} sharp.",
+    ),
+    "isodate": (
+        "The release is dated {isodate}.", "Logged on {isodate} by {Name}.", "The deadline is {isodate}.",
+        "Version {cardinal} shipped on {isodate}.", "The file from {isodate} is missing.",
+    ),
+    "roman": (
+        "{roman} was a long story.", "We read about {roman} today.", "The film covers {roman}.",
+        "See {roman} for the {word} details.", "Nobody liked {roman} at first.",
+    ),
     "mixed": (
         "The meeting moved to {time} on {date}.", "On {date}, {Name} paid {money} for {cardinal} {things}.",
         "In {year}, about {percentage} of the {things} cost under {money}.",
@@ -79,6 +113,9 @@ FRAMES: dict[str, tuple[str, ...]] = {
         "Since {year}, the town has grown by {percentage} to {cardinal} people.",
         "{Name} ran {length} in {decimal} minutes on {date}.",
         "The {ordinal} {thing} costs {money} and weighs {weight}.",
+        "On {isodate} at {time24}, it was {temperature}.",
+        "In the {decade}, {fraction} of the {things} cost {money}.",
+        "Call {phone} before {time24} about {roman}.", "The balance fell to {negative} on {date}.",
     ),
 }
 THINGS = (

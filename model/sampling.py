@@ -184,18 +184,33 @@ def draw_measure(rng: random.Random, group: str | None = None) -> str:
     return f"{number} {unit}"
 
 
-def draw_phone(rng: random.Random) -> str:
-    """'555-0142', '(555) 123-4567', '555-123-4567'."""
-    def group(n: int) -> str:
-        if rng.random() < 0.15:
-            return str(rng.randint(0, 9)) * n
-        return "".join(str(rng.randint(0, 9)) for _ in range(n))
+def _digits(rng: random.Random, n: int) -> str:
+    """n random digits, sometimes one digit repeated."""
+    if rng.random() < 0.1:
+        return str(rng.randint(0, 9)) * n
+    return "".join(str(rng.randint(0, 9)) for _ in range(n))
 
-    area = "555" if rng.random() < 0.3 else str(rng.randint(2, 9)) + group(2)
+
+def draw_phone(rng: random.Random) -> str:
+    """'555-0142', '(046) 039-4752', '172-970-9006', '+44 20 7946 0958', '+1 (555) 123-4567'."""
     r = rng.random()
-    if r < 0.6:
-        return f"{area}-{group(4)}"
-    return f"({area}) {group(3)}-{group(4)}" if r < 0.85 else f"{area}-{group(3)}-{group(4)}"
+    if r < 0.3:
+        code = rng.choice(["1", "44", "33", "49", "61", "81", "91", "353", "1"]) if rng.random() < 0.6 \
+            else _digits(rng, rng.randint(1, 3)).lstrip("0") or "7"
+        sep = rng.choice([" ", " ", " ", "-"])
+        groups = [_digits(rng, rng.choice((2, 3, 3, 4, 4)) if i else rng.randint(1, 4))
+                  for i in range(rng.randint(2, 4))]
+        if rng.random() < 0.3:
+            groups[0] = f"({groups[0]})"
+        return f"+{code}{sep[0] if groups[0][0] != '(' else ' '}" + sep.join(groups)
+    area = "555" if rng.random() < 0.15 else _digits(rng, 3)
+    r = rng.random()
+    if r < 0.4:
+        return f"{area}-{_digits(rng, 4)}"
+    if r < 0.75:
+        return f"({area}) {_digits(rng, 3)}-{_digits(rng, 4)}"
+    return f"{area}-{_digits(rng, 3)}-{_digits(rng, 4)}"
+
 
 
 DRAW = {"cardinal": draw_cardinal, "ordinal": draw_ordinal, "percentage": draw_percentage,
