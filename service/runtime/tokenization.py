@@ -30,6 +30,7 @@ from tokenizers.decoders import DecodeStream
 
 from interface.generation import TokenizerSpec
 from service.domain.errors import BundleError
+from service.runtime.bytelevel import ByteLevelText, is_byte_level
 
 SPACE = "\u2581"  # SentencePiece's word-boundary mark
 INCOMPLETE = "\ufffd"  # what decoding gives for bytes of a character still incomplete
@@ -60,11 +61,13 @@ class TextTokenizer(Protocol):
 
 
 class JsonTokenizer:
-    """A Hugging Face tokenizers file (tokenizer.json), as our own models' bundles have."""
+    """A Hugging Face tokenizers file (tokenizer.json), as our own models' bundles have; a byte-level one
+    decodes through ByteLevelText (service/runtime/bytelevel.py): never a broken character."""
 
     def __init__(self, path: Path, skipped: Collection[int] = ()) -> None:
         self._tok = Tokenizer.from_file(str(path))
         self._skipped = frozenset(skipped)  # language ids, skipped even when the file does not mark them
+        self._bytes = ByteLevelText(self._tok, self._skipped) if is_byte_level(self._tok) else None
         vocab = self._tok.get_vocab()
         self.vocab_size = max(vocab.values(), default=-1) + 1
         self.longest_token = max((len(token) for token in vocab), default=1)
@@ -74,7 +77,9 @@ class JsonTokenizer:
         return [e.ids for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
 
     def decode(self, ids: Sequence[int]) -> str:
-        """Text of generated ids, special tokens skipped."""
+        """Text of generated ids, special tokens skipped (byte-level: invalid UTF-8 dropped)."""
+        if self._bytes:
+            return self._bytes.decode(ids)
         kept = [i for i in ids if i not in self._skipped] if self._skipped else list(ids)
         return self._tok.decode(kept, skip_special_tokens=True)
 
@@ -83,7 +88,9 @@ class JsonTokenizer:
         return self._tok.id_to_token(token_id) or ""
 
     def stream(self) -> Callable[[int], str]:
-        """The tokenizers library's DecodeStream of one output."""
+        """The tokenizers library's DecodeStream of one output (byte-level: ByteLevelText's stream)."""
+        if self._bytes:
+            return self._bytes.stream()
         stream, tok, skipped = DecodeStream(skip_special_tokens=True), self._tok, self._skipped
         return lambda token_id: "" if token_id in skipped else stream.step(tok, token_id) or ""
 
