@@ -35,6 +35,7 @@ from export.quantize import (
     quantization,
     write_int8,
 )
+from export.tied import tie_files
 from export.variants import OFFLINE_LEVEL_NAME, optimize_offline, to_fp16
 from export.verify import source_ids, verify_bundle
 from export.verify_fp16 import verify_fp16
@@ -207,16 +208,17 @@ def package(
         seconds.update({f"export_{k}": v for k, v in info.seconds.items()})
         variants, host_nodes = {}, {}
         fp32_files = {"encoder": names.ENCODER_FILE, "decoder": names.DECODER_FILE}
-        if opts.fp16:  # for the CUDA provider: every node checked against its CUDA kernels
-            for graph, file in FP16_FILES.items():
-                to_fp16(staging / fp32_files[graph], staging / file)
-                host_nodes[file] = integer_nodes(onnx.load(staging / file))
-            variants["fp16"] = dict(FP16_FILES)
         if opts.quantize == INT8_VARIANT:  # for the CPU provider: int8 weights, checked against fp32 below
             log("quantizing the int8 variant")
             write_int8(staging, fp32_files, model.cfg.d_model, reduce_range=opts.int8_reduce_range,
                        share_embedding=not opts.int8_embedding_rows)
             variants[INT8_VARIANT] = dict(INT8_FILES)
+        tied = tie_files(staging, fp32_files, model.cfg.d_model)  # export/tied.py: the matrix once
+        if opts.fp16:  # for the CUDA provider, from the tied graphs: every node checked against its kernels
+            for graph, file in FP16_FILES.items():
+                to_fp16(staging / fp32_files[graph], staging / file)
+                host_nodes[file] = integer_nodes(onnx.load(staging / file))
+            variants["fp16"] = dict(FP16_FILES)
         if opts.optimize:
             log(f"optimizing offline (onnxruntime level {OFFLINE_LEVEL_NAME})")
             for file in fp32_files.values():
@@ -235,6 +237,7 @@ def package(
         t = time.perf_counter()
         rules = parse_generation(source.manifest.get("generation"))  # format 1: none
         verification: dict[str, Any] = verify_bundle(staging, model, source.sources, rules=rules).as_dict()
+        verification["tied_embeddings"] = tied  # lookups that read the output projection (fp32, fp16)
         if opts.fp16:
             verification["fp16"] = verify_fp16(staging, model, source.sources, **FP16_FILES, rules=rules)
         if opts.quantize == INT8_VARIANT:

@@ -3,9 +3,9 @@
 Every Gather of a (vocabulary, d_model) table by the graph's `input_ids` is replaced. Its int8 form is
 the quantizer's form of a MatMul weight (export/quantize.py): Q (d_model, vocabulary) with a scale per
 column s, so that row t of the table is c * s[t] * Q[:, t]. Where the table is the output projection's
-matrix scaled by c (tied embeddings, c = sqrt(d_model) for a scaled embedding; `tie_factor`), Q and s
-are the projection's own; any other table gets its own, made by the same quantizer from its
-transpose (`own`). Two layouts (`shared`):
+matrix scaled by c (tied embeddings, c = sqrt(d_model) for a scaled embedding; `tie_factor` of
+export/tied.py), Q and s are the projection's own; any other table gets its own, made by the same
+quantizer from its transpose (`own`). Two layouts (`shared`):
 
 - shared (tied tables only): the Gather reads the projection's Q itself,
       Gather(Q, ids, axis=1) -> (d_model, *ids) int8, Transpose -> (*ids, d_model), Cast to float,
@@ -28,11 +28,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from export.tied import embedding_gathers, tie_factor
 from interface import names
-
-# the table is c * P^T where they agree within this fraction of the table's largest entry: float32
-# rounding of the exporter's scaling (one ulp), far below any two different matrices' difference
-TIE_RTOL = 1e-5
 
 
 @dataclass
@@ -42,20 +39,6 @@ class Projection:
     weight: np.ndarray  # float32 (d_model, vocabulary)
     quantized: TensorProto  # int8 (d_model, vocabulary), zero point 0
     scale: np.ndarray  # float32 (vocabulary,), or one value for the whole matrix
-
-
-def tie_factor(table: np.ndarray, projection: Projection | None) -> float | None:
-    """c such that table = c * projection.weight^T (within TIE_RTOL), else None."""
-    if projection is None or table.shape[::-1] != projection.weight.shape:
-        return None
-    weight = projection.weight.T
-    k = int(np.abs(weight).argmax())
-    if weight.flat[k] == 0:
-        return None
-    c = float(table.flat[k]) / float(weight.flat[k])
-    if np.abs(table - np.float32(c) * weight).max() > TIE_RTOL * np.abs(table).max():
-        return None
-    return c
 
 
 def _int8_gather(node: onnx.NodeProto, quantized: str, row_scale: str, rank: int, columns: bool
@@ -79,13 +62,6 @@ def _int8_gather(node: onnx.NodeProto, quantized: str, row_scale: str, rank: int
     ]
 
 
-def embedding_gathers(proto: onnx.ModelProto) -> list[onnx.NodeProto]:
-    """The Gathers of a rank-2 initializer by the graph input `input_ids`: the token embeddings."""
-    inits = {t.name: t for t in proto.graph.initializer}
-    return [n for n in proto.graph.node if n.op_type == "Gather" and n.input[1] == names.INPUT_IDS
-            and n.input[0] in inits and len(inits[n.input[0]].dims) == 2]
-
-
 def row_major(quantized: TensorProto) -> TensorProto:
     """Q^T (vocabulary, d_model) of an int8 Q (d_model, vocabulary), named after it."""
     return numpy_helper.from_array(np.ascontiguousarray(numpy_helper.to_array(quantized).T),
@@ -104,7 +80,7 @@ def quantize_embeddings(proto: onnx.ModelProto, projection: Projection | None,
     for node in embedding_gathers(proto):
         table_name = node.input[0]
         table = numpy_helper.to_array(inits[table_name])
-        c = tie_factor(table, projection)
+        c = tie_factor(table, projection.weight if projection is not None else None)
         source = projection if c is not None else own(table.T.copy(), table_name)
         counts["tied" if c is not None else "own"] += 1
         c = 1.0 if c is None else c

@@ -27,7 +27,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from export.export import ExportError, pin_ir_version
 from export.int8_embedding import Projection, quantize_embeddings
-from interface import names
+from export.tied import output_projection, untie_embeddings
 
 INT8_VARIANT = "int8"
 INT8_FILES = {"encoder": "encoder.int8.onnx", "decoder": "decoder.int8.onnx"}
@@ -60,24 +60,6 @@ def quantize_graph(proto: onnx.ModelProto, per_channel: bool = PER_CHANNEL,
                          reduce_range=reduce_range, weight_type=QuantType[WEIGHT_TYPE],
                          extra_options={"MatMulConstBOnly": True, "WeightSymmetric": True})
         return onnx.load(dst)
-
-
-def output_projection(decoder: onnx.ModelProto, d_model: int, output: str = names.LOGPROBS) -> str | None:
-    """Name of the decoder's output projection weight: the MatMul weight (d_model, vocabulary) nearest
-    to the log-probs."""
-    inits = {t.name: t for t in decoder.graph.initializer}
-    producer = {out: node for node in decoder.graph.node for out in node.output}
-    todo, seen = [output], set()
-    while todo:  # breadth first from the log-probs back to the nearest MatMul with a (d_model, V) weight
-        node = producer.get(todo.pop(0))
-        if node is None or node.name in seen:
-            continue
-        seen.add(node.name)
-        weight = inits.get(node.input[1]) if node.op_type == "MatMul" else None
-        if weight is not None and len(weight.dims) == 2 and weight.dims[0] == d_model:
-            return node.input[1]
-        todo.extend(node.input)
-    return None
 
 
 def projection_of(fp32_decoder: onnx.ModelProto, int8_decoder: onnx.ModelProto, d_model: int
@@ -146,6 +128,7 @@ def write_int8(bundle_dir: Path, fp32_files: Mapping[str, str], d_model: int,
     """Write the int8 variant's graphs beside the fp32 ones; how many embeddings read the projection's
     int8 matrix and how many have int8 rows of their own."""
     fp32_decoder = onnx.load(bundle_dir / fp32_files["decoder"])
+    untie_embeddings(fp32_decoder)  # tied lookups (export/tied.py) as tables again: quantized below
     decoder = quantize_graph(fp32_decoder, per_channel, reduce_range)
     projection = projection_of(fp32_decoder, decoder, d_model)
     del fp32_decoder
@@ -153,7 +136,10 @@ def write_int8(bundle_dir: Path, fp32_files: Mapping[str, str], d_model: int,
     counts = quantize_embeddings(decoder, projection, own, share_embedding)
     _save(decoder, bundle_dir / files["decoder"])
     del decoder
-    encoder = quantize_graph(onnx.load(bundle_dir / fp32_files["encoder"]), per_channel, reduce_range)
+    fp32_encoder = onnx.load(bundle_dir / fp32_files["encoder"])
+    untie_embeddings(fp32_encoder)
+    encoder = quantize_graph(fp32_encoder, per_channel, reduce_range)
+    del fp32_encoder
     more = quantize_embeddings(encoder, projection, own, share_embedding)
     _save(encoder, bundle_dir / files["encoder"])
     return {k: counts[k] + more[k] for k in counts}

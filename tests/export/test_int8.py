@@ -15,7 +15,8 @@ from onnx import numpy_helper
 
 import export.build
 from export.build import BuildOptions, BundleError, build_bundle, split_test_set
-from export.quantize import INT8_FILES, SCALE, output_projection
+from export.quantize import INT8_FILES, SCALE
+from export.tied import output_projection
 from export.verify import ParityError, greedy_onnx, open_session
 from export.verify_int8 import Int8Limits, translate_split, verify_int8
 from export.weights import initializers
