@@ -31,11 +31,10 @@ from export.quantize import (
     INT8_FILES,
     INT8_VARIANT,
     REDUCE_RANGE,
-    SHARE_TIED_EMBEDDING,
     quantization,
     write_int8,
 )
-from export.tied import tie_files
+from export.tied import SHARE_TIED_EMBEDDING, tie_files
 from export.variants import OFFLINE_LEVEL_NAME, optimize_offline, to_fp16
 from export.verify import source_ids, verify_bundle
 from export.verify_fp16 import verify_fp16
@@ -68,7 +67,9 @@ class BuildOptions:
     cpu_variant: str | None = None  # the variant bundle.json names for the CPU provider (None: base files)
     int8_limits: Int8Limits = field(default_factory=Int8Limits)  # below them the int8 variant is refused
     int8_reduce_range: bool = REDUCE_RANGE  # 7-bit weights, for CPUs without VNNI (export/quantize.py)
-    int8_embedding_rows: bool = not SHARE_TIED_EMBEDDING  # tied embeddings as int8 rows of their own
+    # tied embeddings as rows of their own in every variant (fp32 / fp16 tables, int8 rows): the matrix
+    # stored twice, less resident memory (export/tied.py, export/int8_embedding.py; docs/export.md)
+    embedding_rows: bool = not SHARE_TIED_EMBEDDING
     optimize: bool = False
     test_split: Path | None = None
     eval_size: int = 500
@@ -211,9 +212,10 @@ def package(
         if opts.quantize == INT8_VARIANT:  # for the CPU provider: int8 weights, checked against fp32 below
             log("quantizing the int8 variant")
             write_int8(staging, fp32_files, model.cfg.d_model, reduce_range=opts.int8_reduce_range,
-                       share_embedding=not opts.int8_embedding_rows)
+                       share_embedding=not opts.embedding_rows)
             variants[INT8_VARIANT] = dict(INT8_FILES)
-        tied = tie_files(staging, fp32_files, model.cfg.d_model)  # export/tied.py: the matrix once
+        # export/tied.py: the matrix once, the lookups reading the output projection's columns
+        tied = 0 if opts.embedding_rows else tie_files(staging, fp32_files, model.cfg.d_model)
         if opts.fp16:  # for the CUDA provider, from the tied graphs: every node checked against its kernels
             for graph, file in FP16_FILES.items():
                 to_fp16(staging / fp32_files[graph], staging / file)
@@ -244,7 +246,7 @@ def package(
             verification[INT8_VARIANT] = verify_int8(
                 staging, fp32_files, INT8_FILES, model.cfg, source.sources, rules, source.test_set(),
                 opts.int8_limits) | {"quantization": quantization(opts.int8_reduce_range,
-                                                                  shared=not opts.int8_embedding_rows)}
+                                                                  shared=not opts.embedding_rows)}
         if info.kv_cache == "inplace":  # every multi-step file runs (CPU) against its decoder's one step
             cfg, first = model.cfg, (source.manifest.get("generation") or {}).get("decoder_start_id")
             for variant, files in {None: fp32_files, **variants}.items():
@@ -280,7 +282,7 @@ def bundle_options(args: argparse.Namespace, **extra: Any) -> BuildOptions:
     """The BuildOptions of the options `add_bundle_options` declared, plus a CLI's own (`extra`)."""
     return BuildOptions(fp16=args.fp16, quantize=args.quantize, cpu_variant=args.cpu_variant,
                         int8_reduce_range=args.int8_reduce_range,
-                        int8_embedding_rows=args.int8_embedding_rows, optimize=args.optimize,
+                        embedding_rows=args.embedding_rows, optimize=args.optimize,
                         force=args.force, attention=args.attention, **extra)
 
 
@@ -296,8 +298,9 @@ def add_bundle_options(ap: argparse.ArgumentParser) -> None:
                     help="make that variant the CPU provider's default (bundle.json provider_variants)")
     ap.add_argument("--int8-reduce-range", action="store_true",
                     help="7-bit int8 weights: for serving on CPUs without VNNI (docs/export.md)")
-    ap.add_argument("--int8-embedding-rows", action="store_true",
-                    help="tied embeddings as int8 rows of their own: more disk, less resident memory")
+    ap.add_argument("--embedding-rows", action="store_true",
+                    help="tied embeddings as rows of their own (every variant): the matrix twice on disk, "
+                         "less resident memory")
     ap.add_argument("--optimize", action="store_true", help="onnxruntime offline graph optimization (basic)")
     ap.add_argument("--attention", choices=sorted(LOWERINGS), default="inplace", help="attention lowering")
     ap.add_argument("--force", action="store_true", help="replace an existing bundle at --out")

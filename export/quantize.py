@@ -27,7 +27,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from export.export import ExportError, pin_ir_version
 from export.int8_embedding import Projection, quantize_embeddings
-from export.tied import output_projection, untie_embeddings
+from export.tied import SHARE_TIED_EMBEDDING, output_projection, untie_embeddings
 
 INT8_VARIANT = "int8"
 INT8_FILES = {"encoder": "encoder.int8.onnx", "decoder": "decoder.int8.onnx"}
@@ -40,10 +40,6 @@ PER_CHANNEL = True
 REDUCE_RANGE = False
 # signed weights, unsigned activations (U8S8): the combination ONNX Runtime's x86 kernels run fastest
 WEIGHT_TYPE = "QInt8"
-# tied embeddings read the output projection's int8 matrix (stored once: opus-mt shape 1.01x CTranslate2's
-# bytes) rather than rows of their own (1.40x; but 98 instead of 149 MiB resident, the extra being
-# shareable page cache): the layouts of export/int8_embedding.py, --int8-embedding-rows (docs/export.md)
-SHARE_TIED_EMBEDDING = True
 OP_TYPES = ("MatMul", "Attention")  # Attention -> QAttention (the fused encoder's Q/K/V projection)
 SUFFIX, SCALE, ZERO_POINT = "_quantized", "_scale", "_zero_point"  # the quantizer's names for a weight W
 

@@ -219,7 +219,7 @@ def int8_tables(proto: onnx.ModelProto) -> set[str]:
 
 
 def test_tied_embeddings_as_rows_of_their_own_decode_alike(bundle, tmp_path):
-    """--int8-embedding-rows: a row-major copy of the projection's int8 matrix (Gather on axis 0), the
+    """--embedding-rows: a row-major copy of the projection's int8 matrix (Gather on axis 0), the
     same values as the shared layout: the same log-probs, bit for bit."""
     from export.quantize import write_int8
 

@@ -11,7 +11,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from export.build import FP16_FILES
+from export.build import FP16_FILES, BuildOptions, build_bundle
 from export.tied import share_tied_embeddings, tie_factor, untie_embeddings
 from export.verify import open_session
 from interface import names
@@ -125,3 +125,14 @@ def test_bundles_store_the_tied_matrix_once(tiny_bundle, files):
         assert len(lookups) == 1 and lookups[0].attribute[0].i == 1  # the columns of the projection
     verification = json.loads((tiny_bundle / names.BUNDLE_FILE).read_text())["verification"]
     assert verification["tied_embeddings"] == 2  # the encoder's and the decoder's lookups
+
+
+def test_embedding_rows_keeps_the_table_of_its_own(tiny_checkpoint, tmp_path):
+    """--embedding-rows: the fp32 graphs keep their row tables (the matrix twice), verified as before."""
+    build_bundle(tiny_checkpoint, tmp_path / "rows", BuildOptions(embedding_rows=True))
+    manifest = json.loads((tmp_path / "rows" / names.BUNDLE_FILE).read_text())
+    vocab, d_model = manifest["model"]["vocab_size"], manifest["model"]["d_model"]
+    files = [names.ENCODER_FILE, names.DECODER_FILE]
+    assert len(matrices(tmp_path / "rows", files, (vocab, d_model))) == 1  # the scaled table, shared
+    assert len(matrices(tmp_path / "rows", files, (d_model, vocab))) == 1  # the projection
+    assert manifest["verification"]["tied_embeddings"] == 0
