@@ -22,6 +22,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_BUNDLE = REPO_ROOT / "artifacts" / "default" / "bundle"
 BATCHING_MODES = tuple(mode.value for mode in BatchingMode)
 ENV_PREFIX = "TRANSLATOR_"
+CONTROL_MODES = ("none", "explicit", "on-demand")  # service/models/repository.py ControlMode
+UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "ki": 2**10, "mi": 2**20, "gi": 2**30}
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,10 @@ class ServerConfig:
     """Everything `service.server.serve` needs; field names match the flags (`--max-batch-size`)."""
 
     bundle: Path = DEFAULT_BUNDLE
+    model_repository: Path | None = None  # Triton's layout (service/models/layout.py); None = --bundle alone
+    model_control_mode: str = "none"
+    load_model: tuple[str, ...] = ()  # explicit / on-demand: the models loaded at start ("*": all)
+    memory_budget: int = 0  # bytes of resident model memory; 0 = no budget
     host: str = "127.0.0.1"
     port: int = 8001
     metrics_port: int = 8002  # 0 = any free port, -1 = no metrics endpoint
@@ -65,6 +71,12 @@ class ServerConfig:
         """Reject inconsistent values early, with the flag name in the message."""
         if self.batching not in BATCHING_MODES:
             raise ValueError(f"--batching must be one of {', '.join(BATCHING_MODES)}, got {self.batching!r}")
+        if self.model_control_mode not in CONTROL_MODES:
+            raise ValueError(f"--model-control-mode must be one of {', '.join(CONTROL_MODES)}, "
+                             f"got {self.model_control_mode!r}")
+        if self.load_model and self.model_control_mode == "none":
+            raise ValueError("--load-model needs --model-control-mode explicit or on-demand "
+                             "(under none every model loads)")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("--tls-cert and --tls-key must be given together")
         if self.tls_client_ca is not None and self.tls_cert is None:
@@ -90,6 +102,7 @@ class ServerConfig:
             "--multistep-rows": self.multistep_rows >= 0,
             "--multistep-weights": self.multistep_weights in MULTISTEP_WEIGHTS,
             "--providers": len(self.providers) >= 1,
+            "--memory-budget": self.memory_budget >= 0,
         }
         bad = [flag for flag, ok in checks.items() if not ok]
         if bad:
@@ -118,6 +131,21 @@ def _provider_options(text: str) -> dict[str, dict[str, Any]]:
     return value
 
 
+def _bytes(text: str) -> int:
+    """A byte count: 4294967296, 4GiB, 512MiB, 2G (decimal), 0 = none."""
+    import re
+
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([kmg]i?)?b?\s*", text.lower())
+    if match is None:
+        raise argparse.ArgumentTypeError(f"not a byte count: {text!r} (e.g. 4GiB, 512MiB, 2000000000)")
+    return int(float(match.group(1)) * UNITS[match.group(2) or ""])
+
+
+def _names(text: str) -> tuple[str, ...]:
+    """Comma-separated model names, blanks dropped."""
+    return tuple(n.strip() for n in text.split(",") if n.strip())
+
+
 def _optional_path(text: str) -> Path | None:
     """A path, or None for the empty string (so an env var can be set empty)."""
     return Path(text) if text else None
@@ -125,7 +153,16 @@ def _optional_path(text: str) -> Path | None:
 
 # flag, type, help; the default comes from ServerConfig, the env var from the flag name.
 _FLAGS: list[tuple[str, Any, str]] = [
-    ("--bundle", Path, "model bundle directory (shipped default: artifacts/default/bundle)"),
+    ("--bundle", Path, "model bundle directory (shipped default: artifacts/default/bundle); served as model "
+     "'translator' unless --model-repository is given"),
+    ("--model-repository", _optional_path, "model repository directory in Triton's layout, "
+     "DIR/<model>/<version>/ (docs/service.md); empty = --bundle alone"),
+    ("--model-control-mode", str, f"{' | '.join(CONTROL_MODES)}: load every model at start; load "
+     "--load-model at start, then through the repository API; besides, load a model on its first request"),
+    ("--load-model", _names, "explicit / on-demand: models to load at start, comma-separated or repeated "
+     "('*' = all)"),
+    ("--memory-budget", _bytes, "most resident memory of the loaded models (e.g. 4GiB); a load beyond it "
+     "first unloads the least recently used idle models; 0 = no budget"),
     ("--host", str, "address to bind (0.0.0.0 for every interface)"),
     ("--port", int, "gRPC port; 0 = any free port (see --port-file)"),
     ("--metrics-port", int, "Prometheus /metrics HTTP port; 0 = any free port, -1 = disabled"),
@@ -196,8 +233,11 @@ def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParse
         dest = flag.lstrip("-").replace("-", "_")
         # argparse applies `type` to string defaults, so env values are parsed like flag values
         default = env.get(env_name(flag), _default_text(getattr(defaults, dest)))
-        parser.add_argument(flag, dest=dest, type=kind, default=default,
-                            help=f"{text} [{env_name(flag)}; default: %(default)s]")
+        repeated = flag == "--load-model"  # each occurrence adds; the env var when none is given
+        parser.add_argument(flag, dest=dest, type=kind, default=None if repeated else default,
+                            action="append" if repeated else "store",
+                            help=f"{text} [{env_name(flag)}; default: {default or 'none'}]" if repeated
+                            else f"{text} [{env_name(flag)}; default: %(default)s]")
     return parser
 
 
@@ -208,6 +248,10 @@ def parse_config(argv: Sequence[str] | None = None, env: Mapping[str, str] | Non
     values = vars(args)
     values["batching"] = values["batching"].lower()
     values["log_level"] = values["log_level"].upper()
+    values["model_control_mode"] = values["model_control_mode"].lower()
+    given = values["load_model"]  # one tuple per --load-model, or None: the environment variable
+    env_loads = (os.environ if env is None else env).get(env_name("--load-model"), "")
+    values["load_model"] = tuple(n for names in (given or [_names(env_loads)]) for n in names)
     try:
         return ServerConfig(**values)
     except ValueError as exc:

@@ -30,20 +30,17 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2
 from protos.inference import grpc_service_pb2, grpc_service_pb2_grpc
 from protos.translator.v1 import translator_pb2, translator_pb2_grpc
 from service.api import tls
-from service.api.common import MODEL_NAME
 from service.api.interceptor import ErrorMappingInterceptor
 from service.api.kserve import InferenceServicer
 from service.api.translator import TranslatorServicer
+from service.assembly import build_repository
 from service.config import ServerConfig, parse_config
 from service.domain.errors import BundleError, ProviderUnavailable
-from service.domain.limits import RequestLimits
-from service.domain.types import DecodeOptions
+from service.models.repository import ModelRepository, ServedModel
 from service.ops import metrics
 from service.ops.malloc import tune_malloc
 from service.ops.readiness import Readiness
 from service.runtime.runner import Runner
-from service.runtime.stepping import StepPolicy
-from service.scheduling.policies import SchedulerSettings, make_policy
 from service.scheduling.scheduler import Scheduler
 
 log = logging.getLogger("service.server")
@@ -55,7 +52,6 @@ SERVICE_NAMES = (
 )
 HEALTH_POLL_S = 0.25
 DRAIN_MARGIN_S = 2.0
-WARMUP_TEXT = "Send 4,217 apples."
 _SERVING = health_pb2.HealthCheckResponse.SERVING
 _NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 T = TypeVar("T")
@@ -79,36 +75,6 @@ def reflection_pool(files: Iterable[FileDescriptor]) -> descriptor_pool.Descript
     for file in files:
         add(file)
     return pool
-
-
-def build_runner(config: ServerConfig) -> Runner:
-    """Load and verify the bundle and open its sessions (raises BundleError for a bad bundle)."""
-    try:
-        runner = Runner(config.bundle, providers=config.providers, intra_op_threads=config.intra_op_threads,
-                        provider_options=config.provider_options or None, max_beam=config.max_beam,
-                        variant=config.variant or None, require_provider=config.require_provider or None,
-                        step_policy=StepPolicy(config.steps_per_call, config.multistep_rows,
-                                               config.multistep_weights))
-    except (BundleError, ProviderUnavailable):
-        raise
-    except Exception as exc:  # ONNX Runtime or the tokenizer refused a file whose hash matched
-        what = f"{type(exc).__name__}: {exc}"
-        raise BundleError(f"cannot load the model of bundle {config.bundle}: {what}") from exc
-    log.info("model %s %s loaded from %s; execution providers in use: %s (primary: %s), variant %s",
-             runner.bundle.name, runner.bundle.version, config.bundle, ", ".join(runner.providers),
-             runner.provider, runner.variant_name)
-    return runner
-
-
-def build_scheduler(config: ServerConfig, runner: Runner) -> Scheduler:
-    """The scheduler of the configured batching mode, with its settings, policy and request limits."""
-    settings = SchedulerSettings(
-        max_batch_size=config.max_batch_size, max_batch_tokens=config.max_batch_tokens,
-        max_queue_delay_ms=config.max_queue_delay_ms, queue_size=config.queue_size,
-        watchdog_s=config.watchdog_s)
-    limits = RequestLimits.of(runner.max_len, runner.longest_token, config.max_beam, config.max_source_tokens,
-                              config.max_output_tokens, runner.languages)
-    return Scheduler(runner, make_policy(config.batching, settings), settings, limits)
 
 
 def grpc_options(config: ServerConfig) -> list[tuple[str, Any]]:
@@ -153,11 +119,26 @@ class RunningServer:
     server: aio.Server
     port: int
     metrics_port: int | None
-    runner: Runner
-    scheduler: Scheduler
+    models: ModelRepository
     health: health.aio.HealthServicer
     readiness: Readiness
     _poller: asyncio.Task | None = field(default=None, repr=False)
+
+    @property
+    def model(self) -> ServedModel:
+        """The one loaded model (tests and tools of a one-model server)."""
+        (model,) = self.models.loaded()
+        return model
+
+    @property
+    def runner(self) -> Runner:
+        """The one loaded model's runner."""
+        return self.model.runner
+
+    @property
+    def scheduler(self) -> Scheduler:
+        """The one loaded model's scheduler."""
+        return self.model.scheduler
 
     async def _set_health(self, status: int) -> None:
         """Set the overall and every per-service health status."""
@@ -169,7 +150,8 @@ class RunningServer:
         answer the callers of a stuck inference worker (UNAVAILABLE) instead of letting them hang."""
         while True:
             await asyncio.sleep(HEALTH_POLL_S)
-            self.scheduler.fail_if_stuck()
+            for model in self.models.loaded():
+                model.scheduler.fail_if_stuck()
             status = _SERVING if self.readiness.ready else _NOT_SERVING
             if status != current:
                 await self._set_health(status)
@@ -188,7 +170,7 @@ class RunningServer:
         # UNAVAILABLE ("shutting down") from the scheduler rather than a transport-level cancel; what
         # is still running at `grace` is answered UNAVAILABLE too, and the server then gives those
         # answers (and any other call) DRAIN_MARGIN_S to leave before it cancels what remains.
-        await self.scheduler.drain(grace)
+        await self.models.close(grace)
         await self.server.stop(DRAIN_MARGIN_S)
         if self.metrics_port is not None:
             metrics.stop_metrics_servers()
@@ -200,35 +182,28 @@ class RunningServer:
 
 
 async def serve(config: ServerConfig, runner: Runner | None = None) -> RunningServer:
-    """Load the model (unless `runner` is given), start every service in this event loop, warm up."""
-    if runner is None:
-        runner = await asyncio.to_thread(build_runner, config)
-    scheduler = build_scheduler(config, runner)
-    await scheduler.start()
-    readiness = Readiness(scheduler_healthy=lambda: scheduler.healthy)
+    """Load the models the control mode names (`runner`, when given, serves --bundle), start every
+    service in this event loop; each model translates a warm-up text before it serves."""
+    models = build_repository(config, runner)
+    readiness = Readiness(scheduler_healthy=lambda: all(m.scheduler.healthy for m in models.loaded()))
     server = aio.server(interceptors=[ErrorMappingInterceptor()], options=grpc_options(config))
     metrics.init_request_counts(counted_methods())  # all series from the start: rate() sees the first call
-    translator_pb2_grpc.add_TranslatorServicer_to_server(TranslatorServicer(runner, scheduler), server)
+    translator_pb2_grpc.add_TranslatorServicer_to_server(TranslatorServicer(models), server)
     grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
-        InferenceServicer(runner, scheduler, lambda: readiness.ready), server)
+        InferenceServicer(models, lambda: readiness.ready, config.queue_size), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     pool = reflection_pool([translator_pb2.DESCRIPTOR, grpc_service_pb2.DESCRIPTOR, health_pb2.DESCRIPTOR,
                             reflection_pb2.DESCRIPTOR])
     reflection.enable_server_reflection([*SERVICE_NAMES, reflection.SERVICE_NAME], server, pool=pool)
-    running = RunningServer(config, server, 0, None, runner, scheduler, health_servicer, readiness)
+    running = RunningServer(config, server, 0, None, models, health_servicer, readiness)
     try:
+        await models.start(list(config.load_model))
         running.port = _bind(server, config)
         await running._set_health(_NOT_SERVING)
         await server.start()
         if config.metrics_port >= 0:
             running.metrics_port = metrics.start_metrics_server(config.metrics_port, config.metrics_host)
-        metrics.set_model_info(model=MODEL_NAME, version=runner.bundle.version, provider=runner.provider,
-                               batching=scheduler.mode.value, variant=runner.variant_name)
-        source, target = runner.languages.example()  # a many-to-many model needs a pair
-        warmup = DecodeOptions(max_new_tokens=min(8, runner.max_len - 1), source_language=source,
-                               target_language=target)
-        await scheduler.submit([WARMUP_TEXT], warmup)  # a real translation before reporting SERVING
     except BaseException:
         await running.stop(0.0)
         raise
@@ -236,8 +211,9 @@ async def serve(config: ServerConfig, runner: Runner | None = None) -> RunningSe
     status = _SERVING if readiness.ready else _NOT_SERVING
     await running._set_health(status)  # SERVING before serve() returns: callers may probe at once
     running._poller = asyncio.create_task(running.watch_health(status))
-    log.info("serving %s on %s:%d (batching %s, metrics port %s)", MODEL_NAME, config.host, running.port,
-             scheduler.mode, running.metrics_port)
+    log.info("serving %s on %s:%d (control mode %s, metrics port %s)",
+             ", ".join(sorted(models.models)) or "no model yet", config.host, running.port,
+             config.model_control_mode, running.metrics_port)
     return running
 
 

@@ -1,6 +1,7 @@
 """The KServe v2 / Triton `inference.GRPCInferenceService` servicer of the translation model.
 
-One model, `translator` (version "1"; "" means the served version): input TEXT (BYTES, [-1]) ->
+Every call names a model of the repository (service/models/; "" is the one loaded model, a version
+"" its latest): input TEXT (BYTES, [-1]) ->
 output TRANSLATION (BYTES, same shape). Request parameters: `max_output_tokens` (or
 `max_tokens`), `beam_size` and, for a many-to-many model, `source_language` / `target_language`
 (strings), with the limits and checks of the native API, and on ModelStreamInfer
@@ -10,8 +11,9 @@ Tensors and parameters are decoded and encoded by service/api/kserve_codec.py; e
 exceptions mapped by service/api/interceptor.py with the table of service/api/status.py (inside
 ModelStreamInfer they travel as `error_message`, prefixed with the request id as Triton does,
 and the stream goes on). ModelConfig reports the server's real batching settings;
-ModelStatistics reports service/ops/statistics.py. Repository, shared-memory, trace and log RPCs
-answer UNIMPLEMENTED (from the generated base class).
+ModelStatistics reports service/ops/statistics.py (process-wide). The repository extension
+(RepositoryIndex, RepositoryModelLoad, RepositoryModelUnload) asks service/models/repository.py.
+Shared-memory, trace and log RPCs answer UNIMPLEMENTED (from the generated base class).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import importlib.metadata
+import json
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 
@@ -31,7 +34,6 @@ from protos.inference import model_config_pb2 as config_pb
 from service.api import kserve_codec
 from service.api.common import (
     MODEL_NAME,
-    MODEL_VERSION,
     check_max_output_tokens,
     check_text_count,
     deadline_of,
@@ -39,15 +41,16 @@ from service.api.common import (
 from service.api.status import status_of
 from service.domain.errors import InvalidInput, UnknownModel
 from service.domain.types import BatchingMode, DecodeOptions, TokenEvent
+from service.models.layout import ModelSettings
+from service.models.repository import ModelRepository, ServedModel
 from service.ops import statistics
-from service.runtime.runner import Runner
-from service.scheduling.scheduler import Scheduler
 
 log = logging.getLogger(__name__)
 
 PLATFORM = "onnxruntime_onnx"
 MAX_ECHOED_ID_CHARS = 256  # a request id quoted in an in-stream error message
-EXTENSIONS = ["parameters", "model_configuration", "statistics"]
+EXTENSIONS = ["parameters", "model_configuration", "statistics", "model_repository"]
+LOAD_CONFIG_KEY = "config"  # RepositoryModelLoad: JSON settings over the model's own (Triton's `config`)
 
 
 def server_version() -> str:
@@ -58,16 +61,11 @@ def server_version() -> str:
         return "unknown"
 
 
-def check_model(name: str, version: str) -> None:
-    """UnknownModel unless the request names the served model and version ("" or "1")."""
-    if name != MODEL_NAME:
-        shown = kserve_codec.shown(name)
-        raise UnknownModel(f"unknown model {shown}: this server serves only {MODEL_NAME!r}")
-    if version not in ("", MODEL_VERSION):
-        raise UnknownModel(
-            f"model {MODEL_NAME!r} has no version {kserve_codec.shown(version)}: "
-            f"the served version is {MODEL_VERSION!r}"
-        )
+def check_repository(name: str) -> None:
+    """UnknownModel unless `name` is "" (the server's one model repository)."""
+    if name:
+        raise UnknownModel(f"unknown model repository {kserve_codec.shown(name)}: this server has one, "
+                           "named by the empty string")
 
 
 def decode_options(options: kserve_codec.InferOptions, max_len: int) -> DecodeOptions:
@@ -87,8 +85,8 @@ def _tensor(name: str) -> pb.ModelMetadataResponse.TensorMetadata:
     return metadata(name=name, datatype=kserve_codec.BYTES_DATATYPE, shape=[-1])
 
 
-def model_config(runner: Runner, scheduler: Scheduler) -> config_pb.ModelConfig:
-    """The Triton model configuration of `translator`, with the server's real batching settings.
+def model_config(model: ServedModel) -> config_pb.ModelConfig:
+    """The Triton model configuration of a served model, with its real batching settings.
 
     max_batch_size is 0, Triton's "the model batches by itself": a request's TEXT shape [N] is
     its full shape (no implicit batch dimension), so Triton tools send shape [N] tensors. The
@@ -96,15 +94,16 @@ def model_config(runner: Runner, scheduler: Scheduler) -> config_pb.ModelConfig:
     delay 0 in continuous mode, where texts join before any decoder step), its bounded queue by
     `default_queue_policy.max_queue_size` (in texts), and everything else in `parameters`.
     """
+    runner, scheduler = model.runner, model.scheduler
     text = config_pb.TYPE_STRING
     gpu = runner.provider.startswith("CUDA")
     config = config_pb.ModelConfig(
-        name=MODEL_NAME, platform=PLATFORM, backend="onnxruntime", max_batch_size=0,
+        name=model.name, platform=PLATFORM, backend="onnxruntime", max_batch_size=0,
         version_policy=config_pb.ModelVersionPolicy(latest=config_pb.ModelVersionPolicy.Latest(num_versions=1)),
         input=[config_pb.ModelInput(name=kserve_codec.INPUT_NAME, data_type=text, dims=[-1])],
         output=[config_pb.ModelOutput(name=kserve_codec.OUTPUT_NAME, data_type=text, dims=[-1])],
         instance_group=[config_pb.ModelInstanceGroup(
-            name=MODEL_NAME, count=1,
+            name=model.name, count=1,
             kind=config_pb.ModelInstanceGroup.KIND_GPU if gpu else config_pb.ModelInstanceGroup.KIND_CPU)],
         model_transaction_policy=config_pb.ModelTransactionPolicy(decoupled=False),
     )
@@ -135,10 +134,10 @@ def _duration(value: statistics.Duration) -> pb.StatisticDuration:
     return pb.StatisticDuration(count=value.count, ns=value.ns)
 
 
-def model_statistics(snapshot: statistics.Snapshot) -> pb.ModelStatistics:
-    """The ModelStatistics message of `translator` (definitions in service/ops/statistics.py)."""
+def model_statistics(snapshot: statistics.Snapshot, name: str, version: str) -> pb.ModelStatistics:
+    """The ModelStatistics message of a model (definitions in service/ops/statistics.py)."""
     return pb.ModelStatistics(
-        name=MODEL_NAME, version=MODEL_VERSION, last_inference=snapshot.last_inference_ms,
+        name=name, version=version, last_inference=snapshot.last_inference_ms,
         inference_count=snapshot.inference_count, execution_count=snapshot.execution_count,
         inference_stats=pb.InferStatistics(
             success=_duration(snapshot.success), fail=_duration(snapshot.fail),
@@ -165,11 +164,12 @@ def stream_error(request: pb.ModelInferRequest, exc: BaseException) -> pb.ModelS
 
 
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
-    """inference.GRPCInferenceService on top of a Scheduler."""
+    """inference.GRPCInferenceService on top of the model repository (each model its own scheduler)."""
 
-    def __init__(self, runner: Runner, scheduler: Scheduler, ready: Callable[[], bool]) -> None:
-        """Serve with this runner and scheduler; `ready` reports readiness."""
-        self.runner, self.scheduler, self._ready = runner, scheduler, ready
+    def __init__(self, models: ModelRepository, ready: Callable[[], bool], stream_slots: int = 256) -> None:
+        """Serve the repository's models; `ready` reports the server's readiness; a stream runs at most
+        `stream_slots` requests at once."""
+        self.models, self._ready, self.stream_slots = models, ready, stream_slots
 
     async def ServerLive(  # noqa: N802 - gRPC method name
         self, request: pb.ServerLiveRequest, context: aio.ServicerContext
@@ -180,15 +180,14 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def ServerReady(  # noqa: N802 - gRPC method name
         self, request: pb.ServerReadyRequest, context: aio.ServicerContext
     ) -> pb.ServerReadyResponse:
-        """Ready once the model is loaded and warmed up, until draining starts."""
+        """Ready once the models to load at start are loaded and warmed up, until draining starts."""
         return pb.ServerReadyResponse(ready=self._ready())
 
     async def ModelReady(  # noqa: N802 - gRPC method name
         self, request: pb.ModelReadyRequest, context: aio.ServicerContext
     ) -> pb.ModelReadyResponse:
-        """Readiness of the one served model; NOT_FOUND for any other."""
-        check_model(request.name, request.version)
-        return pb.ModelReadyResponse(ready=self._ready())
+        """Whether that model (version) is loaded and ready; NOT_FOUND for a model the repository lacks."""
+        return pb.ModelReadyResponse(ready=self._ready() and self.models.ready(request.name, request.version))
 
     async def ServerMetadata(  # noqa: N802 - gRPC method name
         self, request: pb.ServerMetadataRequest, context: aio.ServicerContext
@@ -199,82 +198,129 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelMetadata(  # noqa: N802 - gRPC method name
         self, request: pb.ModelMetadataRequest, context: aio.ServicerContext
     ) -> pb.ModelMetadataResponse:
-        """The model's versions, platform and tensors."""
-        check_model(request.name, request.version)
-        return pb.ModelMetadataResponse(
-            name=MODEL_NAME, versions=[MODEL_VERSION], platform=PLATFORM,
-            inputs=[_tensor(kserve_codec.INPUT_NAME)], outputs=[_tensor(kserve_codec.OUTPUT_NAME)],
-        )
+        """The model's loaded versions, platform and tensors."""
+        async with self.models.use(request.name, request.version, deadline_of(context)) as model:
+            versions = sorted(self.models.models.get(model.name, {model.version: model}))
+            return pb.ModelMetadataResponse(
+                name=model.name, versions=[str(v) for v in versions], platform=PLATFORM,
+                inputs=[_tensor(kserve_codec.INPUT_NAME)], outputs=[_tensor(kserve_codec.OUTPUT_NAME)],
+            )
 
     async def ModelConfig(  # noqa: N802 - gRPC method name
         self, request: pb.ModelConfigRequest, context: aio.ServicerContext
     ) -> pb.ModelConfigResponse:
         """The Triton model configuration (see `model_config`)."""
-        check_model(request.name, request.version)
-        return pb.ModelConfigResponse(config=model_config(self.runner, self.scheduler))
+        async with self.models.use(request.name, request.version, deadline_of(context)) as model:
+            return pb.ModelConfigResponse(config=model_config(model))
 
     async def ModelStatistics(  # noqa: N802 - gRPC method name
         self, request: pb.ModelStatisticsRequest, context: aio.ServicerContext
     ) -> pb.ModelStatisticsResponse:
-        """Cumulative statistics of the model ("" = every model, i.e. ours)."""
-        if request.name or request.version:
-            check_model(request.name, request.version)
-        return pb.ModelStatisticsResponse(model_stats=[model_statistics(statistics.STATS.snapshot())])
+        """Cumulative statistics of the process's inferences, under the model named (or the one loaded)."""
+        name, number = self.models.known(request.name, request.version)
+        version = str(number) if number is not None else ""
+        if not version and (versions := self.models.models.get(name)):
+            version = str(max(versions))
+        return pb.ModelStatisticsResponse(model_stats=[model_statistics(statistics.STATS.snapshot(), name,
+                                                                        version)])
 
-    def _prepare(self, request: pb.ModelInferRequest) -> tuple[kserve_codec.DecodedRequest, DecodeOptions]:
-        """Validate a request: model, tensor, text count and decoding options."""
-        check_model(request.model_name, request.model_version)
+    async def RepositoryIndex(  # noqa: N802 - gRPC method name
+        self, request: pb.RepositoryIndexRequest, context: aio.ServicerContext
+    ) -> pb.RepositoryIndexResponse:
+        """Every model of the repository with its state (only the ready ones if asked)."""
+        check_repository(request.repository_name)
+        entry = pb.RepositoryIndexResponse.ModelIndex
+        return pb.RepositoryIndexResponse(models=[
+            entry(name=e.name, version=e.version, state=e.state.value, reason=e.reason)
+            for e in self.models.index(ready_only=request.ready)])
+
+    async def RepositoryModelLoad(  # noqa: N802 - gRPC method name
+        self, request: pb.RepositoryModelLoadRequest, context: aio.ServicerContext
+    ) -> pb.RepositoryModelLoadResponse:
+        """Load (or reload, with no gap) a model; parameter `config`: JSON settings over its own."""
+        check_repository(request.repository_name)
+        settings = None
+        for key, value in request.parameters.items():
+            if key != LOAD_CONFIG_KEY or value.WhichOneof("parameter_choice") != "string_param":
+                raise InvalidInput(f"unsupported load parameter {key!r}: only {LOAD_CONFIG_KEY!r} (a JSON "
+                                   "string of model settings) is accepted")
+            try:
+                data = json.loads(value.string_param)
+            except ValueError as exc:
+                raise InvalidInput(f"load parameter {LOAD_CONFIG_KEY!r} is not JSON: {exc}") from exc
+            settings = ModelSettings.from_json(data, f"load parameter {LOAD_CONFIG_KEY!r}")
+        await self.models.load(request.model_name, settings)
+        return pb.RepositoryModelLoadResponse()
+
+    async def RepositoryModelUnload(  # noqa: N802 - gRPC method name
+        self, request: pb.RepositoryModelUnloadRequest, context: aio.ServicerContext
+    ) -> pb.RepositoryModelUnloadResponse:
+        """Unload a model: new requests are refused, in-flight ones complete."""
+        check_repository(request.repository_name)
+        await self.models.unload(request.model_name)
+        return pb.RepositoryModelUnloadResponse()
+
+    def _prepare(self, request: pb.ModelInferRequest, model: ServedModel
+                 ) -> tuple[kserve_codec.DecodedRequest, DecodeOptions]:
+        """Validate a request: tensor, text count and decoding options."""
         decoded = kserve_codec.decode_request(request)
-        check_text_count(len(decoded.texts), self.scheduler.settings.max_batch_size)
-        return decoded, decode_options(decoded.options, self.runner.max_len)
+        check_text_count(len(decoded.texts), model.scheduler.settings.max_batch_size)
+        return decoded, decode_options(decoded.options, model.runner.max_len)
 
-    def _response(self, request_id: str, texts: Sequence[str] | None,
+    @staticmethod
+    def _response(model: ServedModel, request_id: str, texts: Sequence[str] | None,
                   final: bool | None = None) -> pb.ModelInferResponse:
         """A response with the TRANSLATION output (none if texts is None), flagged final or not if asked."""
-        response = pb.ModelInferResponse(model_name=MODEL_NAME, model_version=MODEL_VERSION, id=request_id)
+        response = pb.ModelInferResponse(model_name=model.name, model_version=str(model.version),
+                                         id=request_id)
         if texts is not None:
             kserve_codec.encode_translation_output(response, texts)
         if final is not None:
             kserve_codec.set_final(response, final)
         return response
 
-    async def _translate(self, decoded: kserve_codec.DecodedRequest, options: DecodeOptions,
+    @staticmethod
+    async def _translate(model: ServedModel, decoded: kserve_codec.DecodedRequest, options: DecodeOptions,
                          deadline: float | None) -> list[str]:
         """The best translation of every text of the request."""
-        results = await self.scheduler.submit(decoded.texts, options, deadline)
+        results = await model.scheduler.submit(decoded.texts, options, deadline)
         return [r.hypotheses[0].text for r in results]
 
     async def ModelInfer(  # noqa: N802 - gRPC method name
         self, request: pb.ModelInferRequest, context: aio.ServicerContext
     ) -> pb.ModelInferResponse:
-        """Translate the TEXT tensor."""
-        decoded, options = self._prepare(request)
-        if decoded.options.stream:
-            raise InvalidInput(f"parameter {kserve_codec.STREAM_KEY} needs the ModelStreamInfer RPC "
-                               "(a unary call has a single response)")
-        texts = await self._translate(decoded, options, deadline_of(context))
-        return self._response(decoded.request_id, texts)
+        """Translate the TEXT tensor with the model named."""
+        deadline = deadline_of(context)
+        async with self.models.use(request.model_name, request.model_version, deadline) as model:
+            decoded, options = self._prepare(request, model)
+            if decoded.options.stream:
+                raise InvalidInput(f"parameter {kserve_codec.STREAM_KEY} needs the ModelStreamInfer RPC "
+                                   "(a unary call has a single response)")
+            texts = await self._translate(model, decoded, options, deadline)
+            return self._response(model, decoded.request_id, texts)
 
     async def _stream_responses(self, request: pb.ModelInferRequest,
                                 deadline: float | None) -> AsyncIterator[pb.ModelInferResponse]:
         """The responses of one request of a stream; the last one (only one unless streaming) is final."""
-        decoded, options = self._prepare(request)
-        request_id = decoded.request_id
-        if not decoded.options.stream or options.beam_size > 1:  # a beam's best is only known at the end
-            yield self._response(request_id, await self._translate(decoded, options, deadline), final=True)
-            return
-        if len(decoded.texts) != 1:
-            raise InvalidInput(f"parameter {kserve_codec.STREAM_KEY} streams one text per request (input "
-                               f"{kserve_codec.INPUT_NAME} shape [1]), got {len(decoded.texts)}")
-        stream_options = dataclasses.replace(options, stream=True)
-        async for event in self.scheduler.stream(decoded.texts[0], stream_options, deadline):
-            if isinstance(event, TokenEvent):
-                if event.text:  # a token that completes no character adds no piece
-                    yield self._response(request_id, [event.text], final=False)
-            elif decoded.options.empty_final_response:
-                yield self._response(request_id, None, final=True)
-            else:
-                yield self._response(request_id, [event.hypotheses[0].text], final=True)
+        async with self.models.use(request.model_name, request.model_version, deadline) as model:
+            decoded, options = self._prepare(request, model)
+            request_id = decoded.request_id
+            if not decoded.options.stream or options.beam_size > 1:  # a beam's best is only known at the end
+                texts = await self._translate(model, decoded, options, deadline)
+                yield self._response(model, request_id, texts, final=True)
+                return
+            if len(decoded.texts) != 1:
+                raise InvalidInput(f"parameter {kserve_codec.STREAM_KEY} streams one text per request (input "
+                                   f"{kserve_codec.INPUT_NAME} shape [1]), got {len(decoded.texts)}")
+            stream_options = dataclasses.replace(options, stream=True)
+            async for event in model.scheduler.stream(decoded.texts[0], stream_options, deadline):
+                if isinstance(event, TokenEvent):
+                    if event.text:  # a token that completes no character adds no piece
+                        yield self._response(model, request_id, [event.text], final=False)
+                elif decoded.options.empty_final_response:
+                    yield self._response(model, request_id, None, final=True)
+                else:
+                    yield self._response(model, request_id, [event.hypotheses[0].text], final=True)
 
     async def ModelStreamInfer(  # noqa: N802 - gRPC method name
         self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: aio.ServicerContext
@@ -295,7 +341,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             """Start a task per request (at most queue_size at once), wait for all of them, mark the end."""
             tasks: set[asyncio.Task] = set()  # running ones only: a long-lived stream does not accumulate
             # a flood waits in HTTP/2 flow control
-            slots = asyncio.Semaphore(self.scheduler.settings.queue_size)
+            slots = asyncio.Semaphore(self.stream_slots)
 
             async def bounded(request: pb.ModelInferRequest) -> None:
                 """answer() within a slot."""

@@ -15,6 +15,8 @@ MAX_MESSAGE_CHARS = 1000  # longest status message sent (gRPC trailers are limit
 STATUS_CODES: dict[type[errors.ServiceError], grpc.StatusCode] = {
     errors.InvalidInput: grpc.StatusCode.INVALID_ARGUMENT,  # InvalidTensor included
     errors.UnknownModel: grpc.StatusCode.NOT_FOUND,
+    errors.RepositoryRefused: grpc.StatusCode.FAILED_PRECONDITION,
+    errors.MemoryBudgetExceeded: grpc.StatusCode.RESOURCE_EXHAUSTED,
     errors.BatchFull: grpc.StatusCode.RESOURCE_EXHAUSTED,
     errors.QueueFull: grpc.StatusCode.RESOURCE_EXHAUSTED,
     errors.ShuttingDown: grpc.StatusCode.UNAVAILABLE,

@@ -17,10 +17,10 @@ from grpc import aio
 
 from protos.translator.v1 import translator_pb2 as pb
 from protos.translator.v1 import translator_pb2_grpc as pb_grpc
-from service.api.common import MODEL_NAME, check_max_output_tokens, check_text_count, deadline_of
+from service.api.common import check_max_output_tokens, check_text_count, deadline_of
 from service.domain.types import BatchingMode, DecodeOptions, FinishReason, Hypothesis, Result, TokenEvent
+from service.models.repository import ModelRepository, ServedModel
 from service.runtime.runner import Runner
-from service.scheduling.scheduler import Scheduler
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +89,9 @@ def result_message(result: Result, options: pb.TranslateOptions, runner: Runner)
     return message
 
 
-def model_info(runner: Runner, scheduler: Scheduler) -> pb.GetModelInfoResponse:
+def model_info(model: ServedModel) -> pb.GetModelInfoResponse:
     """GetModelInfo answer: model config, bundle identity, providers, limits and defaults."""
+    runner, scheduler = model.runner, model.scheduler
     bundle = runner.bundle
     config: dict[str, Any] = {k: v for k, v in runner.config.items() if k in _CONFIG_FIELDS}
     files = bundle.manifest.get("files", {})
@@ -98,7 +99,7 @@ def model_info(runner: Runner, scheduler: Scheduler) -> pb.GetModelInfoResponse:
     defaults = scheduler.limits.resolve(DecodeOptions(source_language=source, target_language=target))
     settings = scheduler.settings
     return pb.GetModelInfoResponse(
-        model_name=MODEL_NAME,
+        model_name=model.name,
         config=pb.ModelConfig(**config),
         bundle=pb.BundleInfo(
             version=bundle.version, format_version=bundle.format_version,
@@ -122,53 +123,57 @@ def model_info(runner: Runner, scheduler: Scheduler) -> pb.GetModelInfoResponse:
 
 
 class TranslatorServicer(pb_grpc.TranslatorServicer):
-    """translator.v1.Translator on top of a Scheduler."""
+    """translator.v1.Translator on top of the model repository (each model its own scheduler)."""
 
-    def __init__(self, runner: Runner, scheduler: Scheduler) -> None:
-        """Serve with this runner and scheduler."""
-        self.runner, self.scheduler = runner, scheduler
-        self._info = model_info(runner, scheduler)
+    def __init__(self, models: ModelRepository) -> None:
+        """Serve the repository's models."""
+        self.models = models
 
     async def Translate(  # noqa: N802 - gRPC method name
         self, request: pb.TranslateRequest, context: aio.ServicerContext
     ) -> pb.TranslateResponse:
         """Translate every text of the request with the same options; results in request order."""
         request_id = request.request_id or uuid.uuid4().hex
-        texts = list(request.texts)
-        check_text_count(len(texts), self.scheduler.settings.max_batch_size)
-        options = decode_options(request.options, self.runner.max_len)
-        log.debug("Translate %s: %d text(s)", request_id, len(texts))
-        results = await self.scheduler.submit(texts, options, deadline_of(context))
-        return pb.TranslateResponse(
-            results=[result_message(r, request.options, self.runner) for r in results], request_id=request_id
-        )
+        deadline = deadline_of(context)
+        async with self.models.use(request.model, request.model_version, deadline) as model:
+            texts = list(request.texts)
+            check_text_count(len(texts), model.scheduler.settings.max_batch_size)
+            options = decode_options(request.options, model.runner.max_len)
+            log.debug("Translate %s: %d text(s) with %s", request_id, len(texts), model.name)
+            results = await model.scheduler.submit(texts, options, deadline)
+            return pb.TranslateResponse(
+                results=[result_message(r, request.options, model.runner) for r in results],
+                request_id=request_id)
 
     async def TranslateStream(  # noqa: N802 - gRPC method name
         self, request: pb.TranslateStreamRequest, context: aio.ServicerContext
     ) -> AsyncIterator[pb.TranslateStreamResponse]:
         """Pieces as they are generated (greedy), then the complete result."""
         request_id = request.request_id or uuid.uuid4().hex
-        options = decode_options(request.options, self.runner.max_len)
         deadline = deadline_of(context)
-        log.debug("TranslateStream %s", request_id)
-        if options.beam_size > 1:  # the best beam is only known at the end
-            (result,) = await self.scheduler.submit([request.text], options, deadline)
-            yield pb.TranslateStreamResponse(
-                result=result_message(result, request.options, self.runner), request_id=request_id)
-            return
-        index = 0
-        async for event in self.scheduler.stream(request.text, replace(options, stream=True), deadline):
-            if isinstance(event, TokenEvent):
-                token = self.runner.tokenizer.token(event.token)
-                piece = pb.TokenPiece(index=index, token_id=event.token, token=token, text=event.text)
-                index += 1
-                yield pb.TranslateStreamResponse(piece=piece, request_id=request_id)
-            else:
+        async with self.models.use(request.model, request.model_version, deadline) as model:
+            runner, scheduler = model.runner, model.scheduler
+            options = decode_options(request.options, runner.max_len)
+            log.debug("TranslateStream %s with %s", request_id, model.name)
+            if options.beam_size > 1:  # the best beam is only known at the end
+                (result,) = await scheduler.submit([request.text], options, deadline)
                 yield pb.TranslateStreamResponse(
-                    result=result_message(event, request.options, self.runner), request_id=request_id)
+                    result=result_message(result, request.options, runner), request_id=request_id)
+                return
+            index = 0
+            async for event in scheduler.stream(request.text, replace(options, stream=True), deadline):
+                if isinstance(event, TokenEvent):
+                    token = runner.tokenizer.token(event.token)
+                    piece = pb.TokenPiece(index=index, token_id=event.token, token=token, text=event.text)
+                    index += 1
+                    yield pb.TranslateStreamResponse(piece=piece, request_id=request_id)
+                else:
+                    yield pb.TranslateStreamResponse(
+                        result=result_message(event, request.options, runner), request_id=request_id)
 
     async def GetModelInfo(  # noqa: N802 - gRPC method name
         self, request: pb.GetModelInfoRequest, context: aio.ServicerContext
     ) -> pb.GetModelInfoResponse:
-        """The loaded model, bundle, providers and limits."""
-        return self._info
+        """The model's config, bundle, providers and limits (the one loaded model when none is named)."""
+        async with self.models.use(request.model, request.model_version, deadline_of(context)) as model:
+            return model_info(model)

@@ -22,7 +22,15 @@ class InvalidTensor(InvalidInput):
 
 
 class UnknownModel(ServiceError):
-    """A KServe v2 request named a model (or version) that this server does not serve."""
+    """A request named a model (or version) that the server's model repository does not have."""
+
+
+class RepositoryRefused(ServiceError):
+    """A model load or unload that the server's model control mode does not allow."""
+
+
+class MemoryBudgetExceeded(ServiceError):
+    """A model load that does not fit the memory budget beside the models in use."""
 
 
 class BatchFull(ServiceError):

@@ -43,7 +43,7 @@ def test_steps_per_call_reaches_the_runner(tiny_bundle):
     """--steps-per-call and --multistep-rows (or their variables) become the runner's step policy; the
     default is one step per run."""
     from service.runtime.stepping import SINGLE_STEP, StepPolicy
-    from service.server import build_runner
+    from service.assembly import build_runner
 
     assert parse_config([], {}).steps_per_call == 1
     config = parse_config(["--bundle", str(tiny_bundle), "--steps-per-call", "8",

@@ -48,8 +48,13 @@ def test_tritonclient_health_and_metadata(triton_client):
     with pytest.raises(triton.InferenceServerException, match="NOT_FOUND|unknown model"):
         triton_client.get_model_metadata("nope")
     assert triton_client.get_inference_statistics("translator").model_stats[0].name == "translator"
+    index = triton_client.get_model_repository_index().models  # a --bundle server: a repository of one
+    assert [(m.name, m.version, m.state) for m in index] == [("translator", "1", "READY")]
+    with pytest.raises(triton.InferenceServerException, match="FAILED_PRECONDITION|control mode"):
+        triton_client.unload_model("translator")  # control mode none (the default)
+    assert "model_repository" in server.extensions
     with pytest.raises(triton.InferenceServerException, match="UNIMPLEMENTED|Unimplemented"):
-        triton_client.get_model_repository_index()
+        triton_client.get_system_shared_memory_status()
 
 
 def test_tritonclient_infer_matches_runner(triton_client, runner):
@@ -69,7 +74,7 @@ def test_tritonclient_errors_and_streaming(triton_client, runner):
     with pytest.raises(triton.InferenceServerException, match="unknown model 'other'") as err:
         triton_client.infer("other", [text_input(["we"])])
     assert err.value.status() == "StatusCode.NOT_FOUND"
-    with pytest.raises(triton.InferenceServerException, match="no version '2'") as err:
+    with pytest.raises(triton.InferenceServerException, match="no loaded version '2'") as err:
         triton_client.infer("translator", [text_input(["we"])], model_version="2")
     assert err.value.status() == "StatusCode.NOT_FOUND"
     bad_beam = f"beam_size must be between 1 and {DEFAULT_MAX_BEAM}"

@@ -120,6 +120,7 @@ def test_expected_subset_is_defined() -> None:
     assert sorted(service.methods_by_name) == sorted([
         "ServerLive", "ServerReady", "ModelReady", "ServerMetadata", "ModelMetadata", "ModelInfer",
         "ModelStreamInfer", "ModelConfig", "ModelStatistics",
+        "RepositoryIndex", "RepositoryModelLoad", "RepositoryModelUnload",  # the repository extension
     ])
     for name in ("InferParameter", "InferTensorContents", "ModelStreamInferResponse", "ModelStatistics",
                  "InferStatistics", "InferBatchStatistics", "StatisticDuration"):

@@ -1,0 +1,107 @@
+"""How the server builds what it serves from its configuration: a model version's runner, scheduler
+and warm-up (the repository's loader), and the model repository of the flags."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from service.api.common import MODEL_NAME
+from service.config import ServerConfig
+from service.domain.errors import BundleError, ProviderUnavailable
+from service.domain.limits import RequestLimits
+from service.domain.types import DecodeOptions
+from service.models.layout import ModelSettings, RepositoryLayout
+from service.models.repository import ControlMode, Loader, ModelRepository, ServedModel
+from service.ops import metrics
+from service.ops.memory import resident_bytes
+from service.runtime.runner import Runner
+from service.runtime.stepping import StepPolicy
+from service.scheduling.policies import SchedulerSettings, make_policy
+from service.scheduling.scheduler import Scheduler
+
+log = logging.getLogger("service.server")
+
+WARMUP_TEXT = "Send 4,217 apples."
+
+
+def build_runner(config: ServerConfig) -> Runner:
+    """Load and verify the bundle and open its sessions (raises BundleError for a bad bundle)."""
+    try:
+        runner = Runner(config.bundle, providers=config.providers, intra_op_threads=config.intra_op_threads,
+                        provider_options=config.provider_options or None, max_beam=config.max_beam,
+                        variant=config.variant or None, require_provider=config.require_provider or None,
+                        step_policy=StepPolicy(config.steps_per_call, config.multistep_rows,
+                                               config.multistep_weights))
+    except (BundleError, ProviderUnavailable):
+        raise
+    except Exception as exc:  # ONNX Runtime or the tokenizer refused a file whose hash matched
+        what = f"{type(exc).__name__}: {exc}"
+        raise BundleError(f"cannot load the model of bundle {config.bundle}: {what}") from exc
+    log.info("model %s %s loaded from %s; execution providers in use: %s (primary: %s), variant %s",
+             runner.bundle.name, runner.bundle.version, config.bundle, ", ".join(runner.providers),
+             runner.provider, runner.variant_name)
+    return runner
+
+
+def build_scheduler(config: ServerConfig, runner: Runner, model: ModelSettings | None = None) -> Scheduler:
+    """The scheduler of the batching mode, with its settings, policy and request limits: the server's
+    flags, overridden by a model's own settings where it has them."""
+    model = model or ModelSettings()
+
+    def pick(name: str) -> Any:
+        """The model's setting `name`, else the server's flag."""
+        value = getattr(model, name)
+        return getattr(config, name) if value is None else value
+
+    settings = SchedulerSettings(
+        max_batch_size=pick("max_batch_size"), max_batch_tokens=pick("max_batch_tokens"),
+        max_queue_delay_ms=pick("max_queue_delay_ms"), queue_size=pick("queue_size"),
+        watchdog_s=config.watchdog_s)
+    limits = RequestLimits.of(runner.max_len, runner.longest_token, config.max_beam, config.max_source_tokens,
+                              config.max_output_tokens, runner.languages)
+    return Scheduler(runner, make_policy(pick("batching"), settings), settings, limits)
+
+
+def model_loader(config: ServerConfig, shared: Runner | None = None) -> Loader:
+    """How the repository loads a model version: runner, scheduler, warm-up, and the memory it added.
+    `shared` (tests) serves as the runner of --bundle."""
+
+    async def load(name: str, version: int, path: Path, settings: ModelSettings) -> ServedModel:
+        """Open the bundle at `path`, start its scheduler, translate a warm-up text."""
+        before = resident_bytes()
+        if shared is not None and Path(path) == Path(config.bundle):
+            runner = shared
+        else:
+            model_config = replace(config, bundle=Path(path), variant=settings.variant or config.variant)
+            runner = await asyncio.to_thread(build_runner, model_config)
+        scheduler = build_scheduler(config, runner, settings)
+        await scheduler.start()
+        try:
+            source, target = runner.languages.example()  # a many-to-many model needs a pair
+            warmup = DecodeOptions(max_new_tokens=min(8, runner.max_len - 1), source_language=source,
+                                   target_language=target)
+            await scheduler.submit([WARMUP_TEXT], warmup)  # a real translation before it serves
+        except BaseException:
+            await scheduler.drain(0.0)
+            raise
+        metrics.set_model_info(model=name, version=str(version), provider=runner.provider,
+                               batching=scheduler.mode.value, variant=runner.variant_name)
+        return ServedModel(name, version, runner, scheduler, max(0, resident_bytes() - before))
+
+    return load
+
+
+def build_repository(config: ServerConfig, shared: Runner | None = None) -> ModelRepository:
+    """The model repository of the configuration: --model-repository, else --bundle as `translator`."""
+    if config.model_repository is not None:
+        if not config.model_repository.is_dir():
+            raise BundleError(f"model repository {config.model_repository} is not a directory")
+        layout = RepositoryLayout(root=config.model_repository)
+    else:
+        layout = RepositoryLayout(bundle=config.bundle, bundle_name=MODEL_NAME)
+    return ModelRepository(layout, model_loader(config, shared), ControlMode(config.model_control_mode),
+                           config.memory_budget or None)

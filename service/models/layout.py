@@ -1,0 +1,169 @@
+"""The repository on disk, in Triton's layout: DIR/<model>/<version>/ is a bundle directory.
+
+    DIR/
+      opus-en-de/
+        model.json        optional settings of the model (below)
+        1/  bundle.json, encoder.onnx, ...
+        2/  ...
+      default/
+        1/  ...
+
+A version is a folder named by a positive integer holding a `bundle.json`; other entries are ignored.
+The settings file (`SETTINGS_FILE`, JSON) may set, for this model, what the server's flags set for
+all: `batching` (none | dynamic | continuous), `max_batch_size`, `max_batch_tokens`, `queue_size`,
+`max_queue_delay_ms`, `variant`, and `version_policy` as Triton's ModelVersionPolicy:
+`{"latest": {"num_versions": N}}` (the default, N = 1), `{"all": {}}` or
+`{"specific": {"versions": [1, 3]}}`. `--bundle DIR` is a repository of one model, `MODEL_NAME`,
+version 1.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from service.domain.errors import InvalidInput, UnknownModel
+from service.models.naming import NAME, check_name, inside, shown
+
+SETTINGS_FILE = "model.json"
+MANIFEST = "bundle.json"
+BATCHING_MODES = ("none", "dynamic", "continuous")
+
+
+@dataclass(frozen=True)
+class VersionPolicy:
+    """Which versions of a model are served (Triton's ModelVersionPolicy)."""
+
+    kind: str = "latest"  # latest | all | specific
+    num_versions: int = 1
+    versions: tuple[int, ...] = ()
+
+    @classmethod
+    def from_json(cls, value: Any) -> VersionPolicy:
+        """The policy of a settings file's `version_policy` (InvalidInput when malformed)."""
+        if not isinstance(value, dict) or len(value) != 1:
+            raise InvalidInput("version_policy must be one of latest / all / specific, "
+                               f"got {shown(str(value))}")
+        ((kind, body),) = value.items()
+        body = body or {}
+        latest = body.get("num_versions", 1)
+        if kind == "latest" and isinstance(latest, int) and not isinstance(latest, bool) and latest >= 1:
+            return cls("latest", num_versions=latest)
+        if kind == "all":
+            return cls("all")
+        versions = body.get("versions") if kind == "specific" else None
+        if isinstance(versions, list) and versions and all(isinstance(v, int) and v >= 1 for v in versions):
+            return cls("specific", versions=tuple(sorted(set(versions))))
+        raise InvalidInput(f"invalid version_policy {shown(json.dumps(value))}")
+
+    def select(self, available: list[int]) -> list[int]:
+        """The served versions among `available`, ascending."""
+        ordered = sorted(available)
+        if self.kind == "all":
+            return ordered
+        if self.kind == "specific":
+            return [v for v in ordered if v in self.versions]
+        return ordered[-self.num_versions:]
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """A model's own settings; None leaves the server's flag in force."""
+
+    batching: str | None = None
+    max_batch_size: int | None = None
+    max_batch_tokens: int | None = None
+    queue_size: int | None = None
+    max_queue_delay_ms: float | None = None
+    variant: str | None = None
+    version_policy: VersionPolicy = VersionPolicy()
+
+    @classmethod
+    def from_json(cls, data: Any, origin: str = SETTINGS_FILE) -> ModelSettings:
+        """Settings from a JSON object (InvalidInput naming `origin` for unknown keys or bad values)."""
+        if not isinstance(data, dict):
+            raise InvalidInput(f"{origin}: settings must be a JSON object")
+        known = {f.name for f in fields(cls)}
+        if unknown := sorted(set(data) - known):
+            raise InvalidInput(f"{origin}: unknown settings {unknown}; known: {sorted(known)}")
+        values: dict[str, Any] = {}
+        for key, value in data.items():
+            if key == "version_policy":
+                values[key] = VersionPolicy.from_json(value)
+            elif key == "batching":
+                if value not in BATCHING_MODES:
+                    raise InvalidInput(f"{origin}: batching must be one of {list(BATCHING_MODES)}")
+                values[key] = value
+            elif key == "variant":
+                if not isinstance(value, str) or not NAME.fullmatch(value):
+                    raise InvalidInput(f"{origin}: variant must be a variant name")
+                values[key] = value
+            else:
+                least = 0 if "delay" in key else 1
+                if isinstance(value, bool) or not isinstance(value, int | float) or value < least:
+                    raise InvalidInput(f"{origin}: {key} must be a positive number, got {shown(str(value))}")
+                values[key] = value if "delay" in key else int(value)
+        return cls(**values)
+
+    def over(self, base: ModelSettings) -> ModelSettings:
+        """These settings where set, base's elsewhere (a load's `config` over the settings file)."""
+        return replace(base, **{f.name: getattr(self, f.name) for f in fields(self)
+                                if getattr(self, f.name) is not None and f.name != "version_policy"},
+                       **({"version_policy": self.version_policy}
+                          if self.version_policy != VersionPolicy() else {}))
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """A model of the repository: its folder, the versions on disk and its settings."""
+
+    name: str
+    versions: dict[int, Path]  # every version folder with a bundle.json
+    settings: ModelSettings
+
+    def served(self) -> list[int]:
+        """The versions its policy serves."""
+        return self.settings.version_policy.select(list(self.versions))
+
+
+class RepositoryLayout:
+    """Reads the repository folder (or one bundle) on every call: what a load sees is what is on disk."""
+
+    def __init__(self, root: Path | None = None, bundle: Path | None = None, bundle_name: str = "") -> None:
+        """A repository folder `root`, or a single `bundle` served as model `bundle_name`, version 1."""
+        if (root is None) == (bundle is None):
+            raise ValueError("give a repository folder or a bundle, not both")
+        self.root, self.bundle, self.bundle_name = root, bundle, bundle_name
+
+    def names(self) -> list[str]:
+        """The models of the repository, sorted."""
+        if self.bundle is not None:
+            return [self.bundle_name]
+        assert self.root is not None
+        return sorted(p.name for p in self.root.iterdir() if p.is_dir() and NAME.fullmatch(p.name)
+                      and ".." not in p.name)
+
+    def entry(self, name: str) -> ModelEntry:
+        """The model `name` as it is on disk now (UnknownModel when absent, InvalidInput when invalid)."""
+        check_name(name)
+        if self.bundle is not None:
+            if name != self.bundle_name:
+                raise UnknownModel(f"unknown model {shown(name)}; this server has {[self.bundle_name]}")
+            return ModelEntry(name, {1: self.bundle}, ModelSettings())
+        assert self.root is not None
+        folder = inside(self.root, name)
+        if not folder.is_dir():
+            raise UnknownModel(f"unknown model {shown(name)}; the repository has {self.names()}")
+        versions = {int(p.name): p for p in folder.iterdir()
+                    if p.is_dir() and p.name.isdigit() and int(p.name) >= 1 and (p / MANIFEST).is_file()}
+        settings_file = folder / SETTINGS_FILE
+        settings = ModelSettings()
+        if settings_file.is_file():
+            try:
+                data = json.loads(settings_file.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                raise InvalidInput(f"{name}/{SETTINGS_FILE}: not readable JSON: {exc}") from exc
+            settings = ModelSettings.from_json(data, f"{name}/{SETTINGS_FILE}")
+        return ModelEntry(name, versions, settings)

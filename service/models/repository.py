@@ -1,0 +1,348 @@
+"""The models of this process and their lifecycle: one component owns it, the protocols ask it.
+
+Each served model version is a `ServedModel` (its runner and its own scheduler and worker) in a state
+(`ModelState`). How models come in is the control mode (`ControlMode`, as Triton's
+`--model-control-mode`):
+
+- none: every model of the repository loads at start; loads and unloads through the API are refused;
+- explicit: the models named at start (`*`: all), then what the API loads and unloads;
+- on-demand: besides, a request for a model that is not loaded loads it. Concurrent first requests
+  wait for one load. Under a memory budget (bytes), a load that would exceed it first unloads the
+  least recently used models with no request in flight; a model in use is never evicted.
+
+A load of a loaded model loads the new version(s) beside the old and switches with no gap; a failed
+load keeps the old serving. An unload takes the model out at once (new requests: NotReady) and lets
+its in-flight requests complete. Requests hold a lease (`use`) for as long as they run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from service.domain.errors import (
+    DeadlineExceeded,
+    InvalidInput,
+    MemoryBudgetExceeded,
+    NotReady,
+    RepositoryRefused,
+    ShuttingDown,
+    UnknownModel,
+)
+from service.models.layout import ModelSettings, RepositoryLayout
+from service.models.naming import check_name, check_version, shown
+
+log = logging.getLogger("service.models")
+UNLOAD_GRACE_S = 30.0  # how long an unloaded model's in-flight requests may still run
+
+
+class ModelState(StrEnum):
+    """Lifecycle of a model version (the states Triton's RepositoryIndex reports)."""
+
+    LOADING = "LOADING"
+    READY = "READY"
+    UNLOADING = "UNLOADING"
+    UNAVAILABLE = "UNAVAILABLE"
+
+
+class ControlMode(StrEnum):
+    """How models are loaded and unloaded (module docstring)."""
+
+    NONE = "none"
+    EXPLICIT = "explicit"
+    ON_DEMAND = "on-demand"
+
+
+@dataclass
+class ServedModel:
+    """A loaded model version: what the loader built (runner, scheduler) and what it costs."""
+
+    name: str
+    version: int
+    runner: Any  # service.runtime.runner.Runner
+    scheduler: Any  # service.scheduling.scheduler.Scheduler
+    resident_bytes: int = 0  # the process's resident memory that its load added
+    in_flight: int = 0
+    last_used: float = field(default_factory=time.monotonic)
+    state: ModelState = ModelState.READY
+    idle: asyncio.Event = field(default_factory=asyncio.Event)  # set whenever no lease is held
+
+    def acquire(self) -> None:
+        """A request starts using it."""
+        self.in_flight += 1
+        self.idle.clear()
+        self.last_used = time.monotonic()
+
+    def release(self) -> None:
+        """A request is done with it."""
+        self.in_flight -= 1
+        self.last_used = time.monotonic()
+        if self.in_flight == 0:
+            self.idle.set()
+
+    async def close(self, grace_s: float) -> None:
+        """Wait up to grace_s for its leases, then drain and stop its worker; its memory goes with the
+        last reference."""
+        end = time.monotonic() + grace_s
+        if self.in_flight:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.idle.wait(), grace_s)
+        await self.scheduler.drain(max(0.0, end - time.monotonic()))
+        self.state = ModelState.UNAVAILABLE
+
+
+# (name, version, path, settings) -> a started ServedModel; raises for a model that cannot be served
+Loader = Callable[[str, int, Any, ModelSettings], Awaitable[ServedModel]]
+
+
+@dataclass(frozen=True)
+class IndexEntry:
+    """One line of the repository index."""
+
+    name: str
+    version: str
+    state: ModelState
+    reason: str = ""
+
+
+class ModelRepository:
+    """The served models: load, unload, index, and leases for requests (module docstring)."""
+
+    def __init__(self, layout: RepositoryLayout, loader: Loader, mode: ControlMode = ControlMode.NONE,
+                 memory_budget: int | None = None, unload_grace_s: float = UNLOAD_GRACE_S) -> None:
+        """Nothing loaded yet: `start` loads what the mode says."""
+        self.layout, self.loader, self.mode = layout, loader, mode
+        self.memory_budget, self.unload_grace_s = memory_budget, unload_grace_s
+        self.models: dict[str, dict[int, ServedModel]] = {}  # name -> version -> the ready model
+        self.failures: dict[str, str] = {}  # name -> why its last load failed, or why it was evicted
+        self._loading: dict[str, asyncio.Future[None]] = {}  # name -> the load in progress
+        self._lock = asyncio.Lock()  # one load or unload at a time: memory is measured per load
+        self._closing: set[asyncio.Task] = set()
+        self.events: list[tuple[str, str, str]] = []  # (event, model, reason): load / unload / evict
+        self.closing = False  # the server is stopping: no new request gets a model
+
+    async def start(self, names: list[str] | None = None) -> None:
+        """Load every model (mode none), or `names` (`*`: every model) in the other modes."""
+        wanted = self.layout.names() if self.mode is ControlMode.NONE or names == ["*"] else (names or [])
+        for name in wanted:
+            await self._load(name, None)
+
+    # -- what the protocols ask ---------------------------------------------------------------------
+
+    def resolve(self, name: str, version: str = "") -> tuple[str, int | None]:
+        """(name, version or None = the latest) a request addresses; "" is the one loaded model."""
+        if not name:
+            loaded = sorted(self.models)
+            if len(loaded) != 1:
+                known = loaded or self.layout.names()
+                raise InvalidInput(f"name a model: this server has {len(loaded)} loaded ({known})")
+            name = loaded[0]
+        check_name(name)
+        return name, check_version(version) if version else None
+
+    def known(self, name: str, version: str = "") -> tuple[str, int | None]:
+        """resolve(name, version), and UnknownModel unless the repository has that model (version)."""
+        name, number = self.resolve(name, version)
+        if name in self.models and (number is None or number in self.models[name]):
+            return name, number
+        entry = self.layout.entry(name)  # UnknownModel for a model the repository lacks
+        if number is not None and number not in entry.versions:
+            raise UnknownModel(f"model {shown(name)} has no version '{number}'; the repository has "
+                               f"{sorted(entry.versions)}")
+        return name, number
+
+    def ready(self, name: str, version: str = "") -> bool:
+        """Whether that model (version) is loaded and ready (UnknownModel for one the repository lacks)."""
+        name, number = self.known(name, version)
+        versions = self.models.get(name, {})
+        if number is None and versions:
+            number = max(versions)
+        model = versions.get(number) if number is not None else None
+        return model is not None and model.state is ModelState.READY and model.scheduler.healthy
+
+    def loaded(self) -> list[ServedModel]:
+        """Every loaded model version."""
+        return [m for versions in self.models.values() for m in versions.values()]
+
+    def index(self, ready_only: bool = False) -> list[IndexEntry]:
+        """Every model of the repository (and every loaded version) with its state and reason."""
+        out = []
+        for name in sorted(set(self.layout.names()) | set(self.models)):
+            versions = self.models.get(name, {})
+            if versions:
+                out += [IndexEntry(name, str(v), m.state) for v, m in sorted(versions.items())]
+            elif not ready_only:
+                state = ModelState.LOADING if name in self._loading else ModelState.UNAVAILABLE
+                out.append(IndexEntry(name, "", state, self.failures.get(name, "")))
+        return [e for e in out if not ready_only or e.state is ModelState.READY]
+
+    @contextlib.asynccontextmanager
+    async def use(self, name: str, version: str = "", deadline: float | None = None
+                  ) -> AsyncIterator[ServedModel]:
+        """A lease on the model a request addresses, loading it first in on-demand mode."""
+        if self.closing:
+            raise ShuttingDown("the server is shutting down; retry on another replica")
+        name, number = self.resolve(name, version)
+        if name not in self.models and self.mode is ControlMode.ON_DEMAND:
+            await self._wait(self._load(name, None), deadline)
+        model = self._pick(name, number)
+        model.acquire()
+        try:
+            yield model
+        finally:
+            model.release()
+
+    async def load(self, name: str, settings: ModelSettings | None = None) -> None:
+        """The repository API's load: (re)load the model, switching with no gap."""
+        if self.mode is ControlMode.NONE:
+            raise RepositoryRefused("model control mode is 'none': models cannot be loaded through the API "
+                                    "(start the server with --model-control-mode explicit or on-demand)")
+        check_name(name)
+        await self._load(name, settings, reload=True)
+
+    async def unload(self, name: str) -> None:
+        """The repository API's unload: new requests are refused, in-flight ones complete."""
+        if self.mode is ControlMode.NONE:
+            raise RepositoryRefused("model control mode is 'none': models cannot be unloaded through the API")
+        check_name(name)
+        async with self._lock:
+            if name not in self.models:
+                self.layout.entry(name)  # UnknownModel for a model the repository lacks
+                return
+            self._retire(name, "unloaded through the API")
+
+    async def close(self, grace_s: float = 0.0) -> None:
+        """Unload everything (server shutdown): new requests are refused, in-flight ones get grace_s."""
+        self.closing = True
+        for name in list(self.models):
+            self._retire(name, "server stopping", grace_s)
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+
+    def _pick(self, name: str, number: int | None) -> ServedModel:
+        """The ready model version a request gets (NotReady / UnknownModel otherwise)."""
+        versions = self.models.get(name)
+        if not versions:
+            if name not in self.layout.names():
+                raise UnknownModel(f"unknown model {shown(name)}; the repository has {self.layout.names()}")
+            reason = self.failures.get(name)
+            hint = "" if self.mode is ControlMode.ON_DEMAND else "; load it through the repository API"
+            raise NotReady(f"model {shown(name)} is not loaded" + (f" ({reason})" if reason else "") + hint)
+        if number is not None and number not in versions:
+            raise UnknownModel(f"model {shown(name)} has no loaded version '{number}'; "
+                               f"loaded: {sorted(versions)}")
+        return versions[number if number is not None else max(versions)]
+
+    async def _wait(self, job: Awaitable[None], deadline: float | None) -> None:
+        """Wait for a load within a request's deadline (the load goes on for the others)."""
+        task = asyncio.ensure_future(job)
+        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+        try:
+            await asyncio.wait_for(asyncio.shield(task), timeout)
+        except TimeoutError as exc:
+            raise DeadlineExceeded("the deadline passed while the model was loading") from exc
+
+    async def _load(self, name: str, settings: ModelSettings | None, reload: bool = False) -> None:
+        """Load `name` once however many callers ask at the same time (reload: even when loaded)."""
+        if (running := self._loading.get(name)) is not None:
+            return await asyncio.shield(running)
+        if name in self.models and not reload:
+            return None
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._loading[name] = future
+        try:
+            async with self._lock:
+                await self._load_locked(name, settings)
+            future.set_result(None)
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: callers that did not wait leave no warning
+            raise
+        finally:
+            del self._loading[name]
+        return None
+
+    async def _load_locked(self, name: str, settings: ModelSettings | None) -> None:
+        """Read the model's entry, make room, load its served versions, then switch to them."""
+        entry = self.layout.entry(name)
+        merged = settings.over(entry.settings) if settings is not None else entry.settings
+        versions = merged.version_policy.select(list(entry.versions))
+        if not versions:
+            raise UnknownModel(f"model {shown(name)} has no version to serve (folders 1, 2, ... holding a "
+                               f"bundle.json; its policy selects from {sorted(entry.versions)})")
+        if self.memory_budget is not None:
+            self._make_room(name, sum(self._estimate(name, entry.versions[v]) for v in versions))
+        new: dict[int, ServedModel] = {}
+        try:
+            for version in versions:
+                start = time.perf_counter()
+                new[version] = await self.loader(name, version, entry.versions[version], merged)
+                log.info("model %s version %d loaded in %.2f s (%.1f MiB)", name, version,
+                         time.perf_counter() - start, new[version].resident_bytes / 2**20)
+        except BaseException as exc:
+            for model in new.values():
+                self._schedule_close(model, 0.0)
+            self.failures[name] = f"load failed: {exc}"
+            self.events.append(("load_failed", name, str(exc)))
+            raise
+        old = self.models.get(name, {})
+        self.models[name] = new  # the switch: requests from now on get the new versions
+        self.failures.pop(name, None)
+        self.events.append(("load", name, "reload" if old else "load"))
+        for model in old.values():
+            self._schedule_close(model, self.unload_grace_s)
+
+    def _estimate(self, name: str, path: Any) -> int:
+        """Bytes a load of `path` will add: the last measured load of the model, else its files' size."""
+        measured = [m.resident_bytes for m in self.models.get(name, {}).values() if m.resident_bytes]
+        if measured:
+            return max(measured)
+        try:
+            return sum(p.stat().st_size for p in path.iterdir() if p.is_file())
+        except OSError:
+            return 0  # the load itself says what is wrong with the folder
+
+    def resident_bytes(self) -> int:
+        """Resident bytes of every loaded model, each as measured after its load."""
+        return sum(m.resident_bytes for m in self.loaded())
+
+    def _make_room(self, name: str, needed: int) -> None:
+        """Unload least recently used idle models until `needed` more bytes fit the budget."""
+        assert self.memory_budget is not None
+        others = sorted((m for m in self.loaded() if m.name != name), key=lambda m: m.last_used)
+        used = sum(m.resident_bytes for m in others)
+        for model in others:
+            if used + needed <= self.memory_budget:
+                break
+            if model.in_flight == 0 and all(v.in_flight == 0 for v in self.models[model.name].values()):
+                used -= sum(v.resident_bytes for v in self.models[model.name].values())
+                self._retire(model.name, f"evicted: least recently used under the memory budget, for {name}")
+        if used + needed > self.memory_budget:
+            raise MemoryBudgetExceeded(
+                f"loading {shown(name)} needs about {needed / 2**20:.0f} MiB, and the models in use hold "
+                f"{used / 2**20:.0f} MiB of the {self.memory_budget / 2**20:.0f} MiB memory budget")
+
+    def _retire(self, name: str, reason: str, grace_s: float | None = None) -> None:
+        """Take `name` out of service now; its versions finish their requests in the background."""
+        versions = self.models.pop(name, {})
+        self.failures[name] = reason
+        self.events.append(("evict" if reason.startswith("evicted") else "unload", name, reason))
+        log.info("model %s: %s", name, reason)
+        for model in versions.values():
+            self._schedule_close(model, self.unload_grace_s if grace_s is None else grace_s)
+
+    def _schedule_close(self, model: ServedModel, grace_s: float) -> None:
+        """Close a retired model version in the background once its requests are done."""
+        model.state = ModelState.UNLOADING
+
+        task = asyncio.get_running_loop().create_task(model.close(grace_s))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
