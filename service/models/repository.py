@@ -126,6 +126,7 @@ class ModelRepository:
         self._closing: set[asyncio.Task] = set()
         self.events: list[tuple[str, str, str]] = []  # (event, model, reason): load / unload / evict
         self.closing = False  # the server is stopping: no new request gets a model
+        self.sizes: dict[tuple[str, int], int] = {}  # (name, version) -> resident bytes of its last load
 
     async def start(self, names: list[str] | None = None) -> None:
         """Load every model (mode none), or `names` (`*`: every model) in the other modes."""
@@ -278,8 +279,8 @@ class ModelRepository:
         if not versions:
             raise UnknownModel(f"model {shown(name)} has no version to serve (folders 1, 2, ... holding a "
                                f"bundle.json; its policy selects from {sorted(entry.versions)})")
-        if self.memory_budget is not None:
-            self._make_room(name, sum(self._estimate(name, entry.versions[v]) for v in versions))
+        if self.memory_budget is not None:  # room for what the load is expected to add
+            self._make_room(name, sum(self._estimate(name, v, entry.versions[v]) for v in versions))
         new: dict[int, ServedModel] = {}
         try:
             for version in versions:
@@ -293,6 +294,16 @@ class ModelRepository:
             self.failures[name] = f"load failed: {exc}"
             self.events.append(("load_failed", name, str(exc)))
             raise
+        for version, model in new.items():
+            self.sizes[name, version] = model.resident_bytes
+        if self.memory_budget is not None:  # what it really added: others make room, or it goes
+            try:
+                self._make_room(name, sum(m.resident_bytes for m in new.values()))
+            except MemoryBudgetExceeded:
+                for model in new.values():
+                    self._schedule_close(model, 0.0)
+                self.failures[name] = "unloaded after its load: it does not fit the memory budget"
+                raise
         old = self.models.get(name, {})
         self.models[name] = new  # the switch: requests from now on get the new versions
         self.failures.pop(name, None)
@@ -300,11 +311,10 @@ class ModelRepository:
         for model in old.values():
             self._schedule_close(model, self.unload_grace_s)
 
-    def _estimate(self, name: str, path: Any) -> int:
-        """Bytes a load of `path` will add: the last measured load of the model, else its files' size."""
-        measured = [m.resident_bytes for m in self.models.get(name, {}).values() if m.resident_bytes]
-        if measured:
-            return max(measured)
+    def _estimate(self, name: str, version: int, path: Any) -> int:
+        """Bytes a load of that version will add: as measured at its last load, else its files' size."""
+        if (name, version) in self.sizes:
+            return self.sizes[name, version]
         try:
             return sum(p.stat().st_size for p in path.iterdir() if p.is_file())
         except OSError:
@@ -317,14 +327,16 @@ class ModelRepository:
     def _make_room(self, name: str, needed: int) -> None:
         """Unload least recently used idle models until `needed` more bytes fit the budget."""
         assert self.memory_budget is not None
-        others = sorted((m for m in self.loaded() if m.name != name), key=lambda m: m.last_used)
-        used = sum(m.resident_bytes for m in others)
-        for model in others:
+        others = sorted((n for n in self.models if n != name),
+                        key=lambda n: max(m.last_used for m in self.models[n].values()))
+        used = sum(m.resident_bytes for n in others for m in self.models[n].values())
+        for other in others:
             if used + needed <= self.memory_budget:
                 break
-            if model.in_flight == 0 and all(v.in_flight == 0 for v in self.models[model.name].values()):
-                used -= sum(v.resident_bytes for v in self.models[model.name].values())
-                self._retire(model.name, f"evicted: least recently used under the memory budget, for {name}")
+            versions = self.models[other].values()
+            if all(v.in_flight == 0 for v in versions):  # a model in use is never evicted
+                used -= sum(v.resident_bytes for v in versions)
+                self._retire(other, f"evicted: least recently used under the memory budget, for {name}")
         if used + needed > self.memory_budget:
             raise MemoryBudgetExceeded(
                 f"loading {shown(name)} needs about {needed / 2**20:.0f} MiB, and the models in use hold "

@@ -1,0 +1,219 @@
+"""The model repository's lifecycle (service/models/repository.py) with a stand-in loader: one load for
+concurrent first requests, LRU eviction under the budget with the in-flight guard, a failed reload
+keeping the old model, unloads that let leases finish, and the control modes' refusals."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from service.domain.errors import (
+    InvalidInput,
+    MemoryBudgetExceeded,
+    NotReady,
+    RepositoryRefused,
+    ShuttingDown,
+    UnknownModel,
+)
+from service.models.layout import ModelSettings, RepositoryLayout
+from service.models.repository import ControlMode, ModelRepository, ModelState, ServedModel
+
+MIB = 2**20
+
+
+class StubScheduler:
+    """What the repository asks of a scheduler: health, and a drain that records its grace."""
+
+    def __init__(self) -> None:
+        """Healthy, not drained."""
+        self.healthy, self.drained = True, None
+
+    async def drain(self, grace_s: float) -> None:
+        """Record that the worker was stopped."""
+        self.drained = grace_s
+
+
+class StubLoader:
+    """Counts loads per model; each load waits for `gate` (when set) and may be told to fail."""
+
+    def __init__(self, sizes: dict[str, int] | None = None) -> None:
+        """Each model's resident bytes (default 10 MiB)."""
+        self.sizes = sizes or {}
+        self.loads: list[tuple[str, int]] = []
+        self.gate: asyncio.Event | None = None
+        self.fail: set[str] = set()
+
+    async def __call__(self, name: str, version: int, path: Path, settings: ModelSettings) -> ServedModel:
+        """A ServedModel with a stub scheduler, after the gate opens."""
+        self.loads.append((name, version))
+        if self.gate is not None:
+            await self.gate.wait()
+        if name in self.fail:
+            raise RuntimeError(f"{name}: broken bundle")
+        return ServedModel(name, version, runner=None, scheduler=StubScheduler(),
+                           resident_bytes=self.sizes.get(name, 10 * MIB))
+
+
+def repository_dir(tmp_path: Path, models: dict[str, list[int]]) -> Path:
+    """DIR/<model>/<version>/bundle.json for each model and version (the stub loader reads nothing)."""
+    for name, versions in models.items():
+        for version in versions:
+            folder = tmp_path / "repo" / name / str(version)
+            folder.mkdir(parents=True)
+            (folder / "bundle.json").write_text("{}")
+            (folder / "weights.data").write_bytes(b"\0" * 1000)
+    return tmp_path / "repo"
+
+
+def make(tmp_path: Path, models: dict[str, list[int]], mode: ControlMode, budget: int | None = None,
+         sizes: dict[str, int] | None = None) -> tuple[ModelRepository, StubLoader]:
+    """A repository of stub models."""
+    loader = StubLoader(sizes)
+    layout = RepositoryLayout(root=repository_dir(tmp_path, models))
+    return ModelRepository(layout, loader, mode, budget, unload_grace_s=5.0), loader
+
+
+def test_mode_none_loads_everything_and_refuses_the_api(tmp_path):
+    async def main():
+        repo, loader = make(tmp_path, {"a": [1], "b": [1, 2]}, ControlMode.NONE)
+        await repo.start()
+        assert sorted(loader.loads) == [("a", 1), ("b", 2)]  # latest version only (default policy)
+        with pytest.raises(RepositoryRefused, match="control mode is 'none'"):
+            await repo.load("a")
+        with pytest.raises(RepositoryRefused):
+            await repo.unload("a")
+        assert [(e.name, e.version, e.state) for e in repo.index()] == [
+            ("a", "1", ModelState.READY), ("b", "2", ModelState.READY)]
+    asyncio.run(main())
+
+
+def test_concurrent_first_requests_cause_exactly_one_load(tmp_path):
+    async def main():
+        repo, loader = make(tmp_path, {"a": [1], "b": [1]}, ControlMode.ON_DEMAND)
+        await repo.start()
+        assert loader.loads == []
+        loader.gate = asyncio.Event()
+        served: list[str] = []
+
+        async def request() -> None:
+            async with repo.use("a") as model:
+                served.append(model.name)
+
+        tasks = [asyncio.create_task(request()) for _ in range(8)]
+        for _ in range(100):  # the first request starts the load; the others wait for it
+            if loader.loads:
+                break
+            await asyncio.sleep(0)
+        assert [e.state for e in repo.index() if e.name == "a"] == [ModelState.LOADING]
+        loader.gate.set()
+        await asyncio.gather(*tasks)
+        assert loader.loads == [("a", 1)] and served == ["a"] * 8
+    asyncio.run(main())
+
+
+def test_lru_eviction_under_the_budget_spares_models_in_use(tmp_path):
+    async def main():
+        repo, loader = make(tmp_path, {"a": [1], "b": [1], "c": [1], "d": [1]}, ControlMode.ON_DEMAND,
+                            budget=25 * MIB)
+        for name in ("a", "b"):
+            async with repo.use(name):
+                pass
+        async with repo.use("a"):  # a is now more recently used than b
+            pass
+        async with repo.use("c"):  # 30 MiB would not fit: b, the least recently used, goes
+            assert sorted(repo.models) == ["a", "c"]
+            assert repo.failures["b"].startswith("evicted")
+            async with repo.use("a"):
+                # both loaded models hold a lease: d cannot be made room for
+                with pytest.raises(MemoryBudgetExceeded, match="memory budget"):
+                    async with repo.use("d"):
+                        pass
+        assert sorted(repo.models) == ["a", "c"]
+        async with repo.use("d"):  # now idle: a (least recently used of the two) goes
+            assert sorted(repo.models) == ["c", "d"]
+        assert [e for e in repo.events if e[0] == "evict"] == [
+            ("evict", "b", repo.failures["b"]), ("evict", "a", repo.failures["a"])]
+    asyncio.run(main())
+
+
+def test_a_failed_reload_keeps_the_old_model_serving(tmp_path):
+    async def main():
+        repo, loader = make(tmp_path, {"a": [1]}, ControlMode.EXPLICIT)
+        await repo.start(["a"])
+        old = repo.models["a"][1]
+        loader.fail.add("a")
+        with pytest.raises(RuntimeError, match="broken bundle"):
+            await repo.load("a")
+        async with repo.use("a") as model:
+            assert model is old and model.state is ModelState.READY
+        loader.fail.clear()
+        await repo.load("a")  # a good reload switches to the new model and retires the old one
+        async with repo.use("a") as model:
+            assert model is not old
+        await asyncio.gather(*repo._closing)
+        assert old.state is ModelState.UNAVAILABLE and old.scheduler.drained is not None
+    asyncio.run(main())
+
+
+def test_unload_refuses_new_requests_and_lets_leases_finish(tmp_path):
+    async def main():
+        repo, loader = make(tmp_path, {"a": [1]}, ControlMode.EXPLICIT)
+        await repo.start(["*"])
+        release = asyncio.Event()
+        inside = asyncio.Event()
+
+        async def long_request() -> str:
+            async with repo.use("a") as model:
+                inside.set()
+                await release.wait()
+                return model.state.value
+
+        task = asyncio.create_task(long_request())
+        await inside.wait()
+        await repo.unload("a")
+        with pytest.raises(NotReady, match="not loaded.*unloaded through the API"):
+            async with repo.use("a"):
+                pass
+        assert not task.done()  # the in-flight request still runs
+        release.set()
+        assert await task == "UNLOADING"
+        await asyncio.gather(*repo._closing)
+        assert [e.state for e in repo.index()] == [ModelState.UNAVAILABLE]
+    asyncio.run(main())
+
+
+def test_names_that_leave_the_repository_are_refused(tmp_path):
+    async def main():
+        repo, _ = make(tmp_path, {"a": [1]}, ControlMode.ON_DEMAND)
+        (tmp_path / "outside").mkdir()
+        (tmp_path / "outside" / "1").mkdir()
+        (tmp_path / "outside" / "1" / "bundle.json").write_text("{}")
+        for name in ("..", "../outside", "/etc", "a/../../outside", "a\\b", ".", "", "a\0b"):
+            with pytest.raises((InvalidInput, UnknownModel)):
+                await repo.load(name) if name else repo.known(name)
+        (repository_dir_root := tmp_path / "repo" / "link").symlink_to(tmp_path / "outside")
+        with pytest.raises(InvalidInput, match="outside the model repository"):
+            await repo.load(repository_dir_root.name)
+        with pytest.raises(InvalidInput, match="versions are positive integers"):
+            repo.resolve("a", "../1")
+        with pytest.raises(UnknownModel, match="unknown model 'nope'"):
+            await repo.load("nope")
+    asyncio.run(main())
+
+
+def test_the_empty_name_is_the_one_loaded_model(tmp_path):
+    async def main():
+        repo, _ = make(tmp_path, {"a": [1], "b": [1]}, ControlMode.EXPLICIT)
+        await repo.start(["a"])
+        async with repo.use("") as model:
+            assert model.name == "a"
+        await repo.load("b")
+        with pytest.raises(InvalidInput, match=r"name a model: this server has 2 loaded \(\['a', 'b'\]\)"):
+            repo.resolve("")
+        await repo.close()
+        with pytest.raises(ShuttingDown):
+            async with repo.use("a"):
+                pass
+    asyncio.run(main())
