@@ -78,7 +78,12 @@ class ModelSettings:
     queue_size: int | None = None
     max_queue_delay_ms: float | None = None
     variant: str | None = None
-    version_policy: VersionPolicy = VersionPolicy()
+    version_policy: VersionPolicy | None = None
+
+    @property
+    def policy(self) -> VersionPolicy:
+        """The version policy in force (Triton's default: the latest version)."""
+        return self.version_policy or VersionPolicy()
 
     @classmethod
     def from_json(cls, data: Any, origin: str = SETTINGS_FILE) -> ModelSettings:
@@ -110,9 +115,7 @@ class ModelSettings:
     def over(self, base: ModelSettings) -> ModelSettings:
         """These settings where set, base's elsewhere (a load's `config` over the settings file)."""
         return replace(base, **{f.name: getattr(self, f.name) for f in fields(self)
-                                if getattr(self, f.name) is not None and f.name != "version_policy"},
-                       **({"version_policy": self.version_policy}
-                          if self.version_policy != VersionPolicy() else {}))
+                                if getattr(self, f.name) is not None})
 
 
 @dataclass(frozen=True)
@@ -125,7 +128,7 @@ class ModelEntry:
 
     def served(self) -> list[int]:
         """The versions its policy serves."""
-        return self.settings.version_policy.select(list(self.versions))
+        return self.settings.policy.select(list(self.versions))
 
 
 class RepositoryLayout:

@@ -275,7 +275,7 @@ class ModelRepository:
         """Read the model's entry, make room, load its served versions, then switch to them."""
         entry = self.layout.entry(name)
         merged = settings.over(entry.settings) if settings is not None else entry.settings
-        versions = merged.version_policy.select(list(entry.versions))
+        versions = merged.policy.select(list(entry.versions))
         if not versions:
             raise UnknownModel(f"model {shown(name)} has no version to serve (folders 1, 2, ... holding a "
                                f"bundle.json; its policy selects from {sorted(entry.versions)})")

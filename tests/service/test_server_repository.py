@@ -1,0 +1,150 @@
+"""A server of a model repository (two tiny models), through Triton's own client and translator.v1:
+the repository extension, models addressed by name and version, a reload, and an unload while a
+stream runs."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+import tritonclient.grpc as triton
+
+from protos.inference import grpc_service_pb2 as v2
+from protos.inference import grpc_service_pb2_grpc as v2_grpc
+from protos.translator.v1 import translator_pb2 as pb
+from protos.translator.v1 import translator_pb2_grpc as pb_grpc
+from service.domain.types import DecodeOptions
+from service.runtime.runner import Runner
+from service.server import BackgroundServer
+from tests.support.decoding import best_tokens
+from tests.support.kserve import text_input, triton_client
+from tests.support.server import server_config
+
+TEXT = "we 5"
+
+
+@pytest.fixture(scope="module")
+def repository(tmp_path_factory, tiny_bundle: Path) -> Path:
+    """DIR/a/1, DIR/b/1 and DIR/b/2: the tiny bundle under three versions of two models."""
+    root = tmp_path_factory.mktemp("repository")
+    for name, version in (("a", 1), ("b", 1), ("b", 2)):
+        (root / name).mkdir(exist_ok=True)
+        (root / name / str(version)).symlink_to(tiny_bundle, target_is_directory=True)
+    (root / "b" / "model.json").write_text(json.dumps({"version_policy": {"all": {}}, "max_batch_size": 3}))
+    return root
+
+
+@pytest.fixture(scope="module")
+def server(repository: Path, tiny_bundle: Path) -> Iterator[BackgroundServer]:
+    """Control mode explicit, model `a` loaded at start."""
+    config = server_config(tiny_bundle, model_repository=repository, model_control_mode="explicit",
+                           load_model=("a",))
+    with BackgroundServer(config) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def client(server: BackgroundServer) -> Iterator[triton.InferenceServerClient]:
+    """tritonclient.grpc, unchanged."""
+    with triton_client(server.address) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def translator(server: BackgroundServer) -> Iterator[pb_grpc.TranslatorStub]:
+    """A translator.v1 stub."""
+    with grpc.insecure_channel(server.address) as channel:
+        yield pb_grpc.TranslatorStub(channel)
+
+
+def index(client: triton.InferenceServerClient) -> list[tuple[str, str, str]]:
+    """(name, version, state) of every entry of the repository index."""
+    return [(m.name, m.version, m.state) for m in client.get_model_repository_index().models]
+
+
+def test_the_repository_api_through_tritonclient(client, translator, runner: Runner):
+    assert index(client) == [("a", "1", "READY"), ("b", "", "UNAVAILABLE")]
+    assert client.is_model_ready("a") and client.is_model_ready("a", "1")
+    assert not client.is_model_ready("b")
+    with pytest.raises(triton.InferenceServerException, match="not loaded"):
+        client.infer("b", [text_input([TEXT])])
+    client.load_model("b")
+    assert index(client) == [("a", "1", "READY"), ("b", "1", "READY"), ("b", "2", "READY")]
+    assert client.is_model_ready("b", "1") and client.is_model_ready("b", "2")
+    expected = runner.tokenizer.decode(best_tokens(runner, TEXT, DecodeOptions()))
+    for name, version in (("a", ""), ("b", "1"), ("b", "2"), ("b", "")):
+        result = client.infer(name, [text_input([TEXT])], model_version=version)
+        assert result.as_numpy("TRANSLATION").tolist() == [expected.encode()]
+        response = result.get_response()
+        latest = "1" if name == "a" else "2"
+        assert (response.model_name, response.model_version) == (name, version or latest)
+    config = client.get_model_config("b").config
+    assert config.name == "b" and config.parameters["max_batch_size"].string_value == "3"  # its model.json
+    assert list(client.get_model_metadata("b").versions) == ["1", "2"]
+    with pytest.raises(grpc.RpcError) as err:  # two loaded: a call must name one
+        translator.Translate(pb.TranslateRequest(texts=[TEXT]))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "['a', 'b']" in err.value.details()
+    reply = translator.Translate(pb.TranslateRequest(texts=[TEXT], model="b", model_version="1"))
+    assert reply.results[0].hypotheses[0].text == expected
+    info = translator.GetModelInfo(pb.GetModelInfoRequest(model="b"))
+    assert info.model_name == "b" and info.limits.max_batch_size == 3
+    client.unload_model("b")
+    assert index(client)[1][1:] == ("", "UNAVAILABLE")
+    reply = translator.Translate(pb.TranslateRequest(texts=[TEXT]))  # one model again: the empty name
+    assert reply.results[0].hypotheses[0].text == expected
+
+
+def test_load_config_overrides_the_models_settings(client):
+    client.load_model("b", config=json.dumps({"max_batch_size": 2, "version_policy": {"latest": {}}}))
+    try:
+        assert [v for n, v, s in index(client) if n == "b"] == ["2"]
+        assert client.get_model_config("b").config.parameters["max_batch_size"].string_value == "2"
+        with pytest.raises(triton.InferenceServerException, match="unknown settings"):
+            client.load_model("b", config=json.dumps({"max_batch": 2}))
+        assert client.is_model_ready("b")  # the refused load changed nothing
+    finally:
+        client.unload_model("b")
+
+
+@pytest.mark.parametrize("name", ["..", "../a", "a/../a", "/etc", "b/1"])
+def test_names_outside_the_repository_are_refused(client, name):
+    with pytest.raises(triton.InferenceServerException) as err:
+        client.load_model(name)
+    assert err.value.status() == "StatusCode.INVALID_ARGUMENT" and "invalid model name" in err.value.message()
+    with pytest.raises(triton.InferenceServerException, match="INVALID_ARGUMENT|invalid model name"):
+        client.infer(name, [text_input([TEXT])])
+
+
+def test_unknown_models_and_repositories_are_not_found(client, server):
+    for call in (lambda: client.load_model("nope"), lambda: client.infer("nope", [text_input([TEXT])])):
+        with pytest.raises(triton.InferenceServerException) as err:
+            call()
+        assert err.value.status() == "StatusCode.NOT_FOUND"
+    with grpc.insecure_channel(server.address) as channel, pytest.raises(grpc.RpcError) as err:
+        v2_grpc.GRPCInferenceServiceStub(channel).RepositoryIndex(v2.RepositoryIndexRequest(repository_name="x"))
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+    assert "unknown model repository 'x'" in err.value.details()
+
+
+def test_an_unload_lets_a_running_stream_finish(client, translator, runner: Runner):
+    client.load_model("b")
+    options = pb.TranslateOptions(max_output_tokens=40)
+    stream = translator.TranslateStream(pb.TranslateStreamRequest(text=TEXT * 6, options=options, model="b"))
+    first = next(stream)
+    assert first.HasField("piece")
+    unloaded = threading.Thread(target=client.unload_model, args=("b",))
+    unloaded.start()
+    rest = list(stream)  # the stream in flight completes with its result
+    unloaded.join(timeout=60)
+    assert not unloaded.is_alive() and rest[-1].HasField("result")
+    final = rest[-1].result.hypotheses[0]
+    assert "".join(m.piece.text for m in [first, *rest[:-1]]) == final.text
+    assert list(final.token_ids) == best_tokens(runner, TEXT * 6, DecodeOptions(max_new_tokens=40))
+    with pytest.raises(grpc.RpcError) as err:
+        translator.Translate(pb.TranslateRequest(texts=[TEXT], model="b"))
+    assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert "unloaded through the API" in err.value.details()
