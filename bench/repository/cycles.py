@@ -1,0 +1,154 @@
+"""Load/unload cycles of one model under load, through tritonclient.grpc's load_model and unload_model.
+
+One explicit-mode server of two copies of a bundle: `steady` loaded at start, `cycled` not. The cycled
+model is sized first (the RSS its first load adds, before any load runs; then unloaded). Then, while
+`steady` gets closed-loop requests throughout and `cycled` gets requests throughout whether it is loaded
+or not (the probe), each cycle loads `cycled`, sends it `cycle_requests` requests, unloads it and samples
+the process's RSS once its memory has had `settle_s` to go. The growth is from after the first cycle to
+after the last, against the model's size.
+
+Every request is accounted for: `steady`'s and the cycle's own must all be answered OK; a probe request
+may be refused (UNAVAILABLE or NOT_FOUND) only when it overlapped a window in which `cycled` was not
+loaded (from the start of an unload call to the return of the next load call); anything else is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import tritonclient.grpc as triton
+
+from bench.loadgen import open_channel
+from bench.repository.models import bundle_bytes, make_repository, repository_server
+from bench.repository.plan import Plan
+from bench.repository.traffic import Target, Timed, loop_until, model_client
+from bench.serverproc import ServerProcess
+
+STEADY, CYCLED = "steady", "cycled"
+REFUSED = ("UNAVAILABLE", "NOT_FOUND")  # what a request for a model that is not loaded may get
+API_TIMEOUT_S = 120.0  # one load_model / unload_model call
+Window = tuple[float, float]  # (from, to) s on the run's clock: the cycled model not loaded
+
+
+async def _cycled_requests(target: Target, texts: Sequence[str], n: int, t0: float) -> list[Timed]:
+    """n requests to the freshly loaded model, four at a time."""
+    async with open_channel(target.address) as channel:
+        client = model_client(channel, texts, target, t0)
+        pending = iter(range(n))
+        out: list[Timed] = []
+
+        async def user() -> None:
+            for i in pending:
+                record = await client.call(i)
+                out.append((record, time.perf_counter() - t0))
+        await asyncio.gather(*(user() for _ in range(min(4, n))))
+    return out
+
+
+def _size(server: ServerProcess, client: triton.InferenceServerClient) -> float:
+    """MiB of RSS the first load of the cycled model adds (the server then unloads it)."""
+    before = server.rss_kib()
+    client.load_model(CYCLED, client_timeout=API_TIMEOUT_S)
+    added = (server.rss_kib() - before) / 1024
+    client.unload_model(CYCLED, client_timeout=API_TIMEOUT_S)
+    return added
+
+
+async def _cycles(server: ServerProcess, client: triton.InferenceServerClient, texts: Sequence[str],
+                  plan: Plan, max_output_tokens: int, log: Callable[[str], None]) -> dict[str, Any]:
+    """The cycles under load: the requests of each kind, the windows, the RSS samples and their times."""
+    t0, stop = time.perf_counter(), asyncio.Event()
+    steady, cycled = (Target(server.address, name, max_output_tokens) for name in (STEADY, CYCLED))
+    background = [asyncio.create_task(loop_until(stop, steady, texts, plan.steady_concurrency, t0)),
+                  asyncio.create_task(loop_until(stop, cycled, texts, plan.probe_concurrency, t0))]
+    windows: list[Window] = []
+    samples: list[tuple[float, float]] = []  # (s on the clock, RSS MiB) after each unload
+    own: list[Timed] = []
+    load_s: list[float] = []
+    unloaded_since = 0.0  # the cycled model is not loaded from the start
+    try:
+        for k in range(plan.cycles):
+            start = time.perf_counter()
+            await asyncio.to_thread(client.load_model, CYCLED, client_timeout=API_TIMEOUT_S)
+            loaded = time.perf_counter()
+            windows.append((unloaded_since, loaded - t0))
+            load_s.append(loaded - start)
+            own += await _cycled_requests(cycled, texts, plan.cycle_requests, t0)
+            unloaded_since = time.perf_counter() - t0
+            await asyncio.to_thread(client.unload_model, CYCLED, client_timeout=API_TIMEOUT_S)
+            await asyncio.sleep(plan.settle_s)
+            samples.append((time.perf_counter() - t0, server.rss_kib() / 1024))
+            log(f"  cycle {k + 1}/{plan.cycles}: loaded in {load_s[-1]:.2f} s, RSS after the unload "
+                f"{samples[-1][1]:.1f} MiB")
+    finally:
+        stop.set()
+        steady_timed, probe_timed = await asyncio.gather(*background)
+    windows.append((unloaded_since, float("inf")))
+    return {"steady": steady_timed, "probe": probe_timed, "own": own, "windows": windows,
+            "samples": samples, "load_s": load_s}
+
+
+def expected_refusal(timed: Timed, windows: Sequence[Window]) -> bool:
+    """A refusal of a request that overlapped a window in which the cycled model was not loaded."""
+    record, end = timed
+    return record.code in REFUSED and any(record.start <= hi and end >= lo for lo, hi in windows)
+
+
+def account(kinds: dict[str, list[Timed]], windows: Sequence[Window], may_refuse: Sequence[str]
+            ) -> dict[str, dict[str, Any]]:
+    """Per kind of request: sent, answered OK, refused while unloaded (kinds in may_refuse only), lost
+    (every other failure)."""
+    out = {}
+    for kind, timed in kinds.items():
+        ok = sum(r.code == "OK" for r, _ in timed)
+        refused = sum(expected_refusal(t, windows) for t in timed) if kind in may_refuse else 0
+        out[kind] = {"sent": len(timed), "answered": ok, "refused_while_unloaded": refused,
+                     "lost": len(timed) - ok - refused,
+                     "errors": dict(Counter(r.code for r, _ in timed if r.code != "OK"))}
+    return out
+
+
+def run(bundle: Path, work: Path, texts: Sequence[str], plan: Plan, max_output_tokens: int = 0,
+        log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Size the cycled model, run the cycles under load; the figures and the RSS chart's data."""
+    folders = make_repository(work, bundle, (STEADY, CYCLED))
+    with repository_server(work, "explicit", [STEADY]) as server:
+        client = _triton(server)
+        try:
+            model_mib = _size(server, client)
+            started = server.rss_kib() / 1024
+            log(f"  the cycled model adds {model_mib:.1f} MiB when it loads; RSS {started:.1f} MiB")
+            got = asyncio.run(_cycles(server, client, texts, plan, max_output_tokens, log))
+            index = {m.name: m.state for m in client.get_model_repository_index().models}
+        finally:
+            client.close()
+        peak = server.peak_rss_kib() / 1024
+    kinds = {"steady": got["steady"], "cycled": got["own"], "probe": got["probe"]}
+    counts = account(kinds, got["windows"], ("probe",))
+    rss = [v for _, v in got["samples"]]
+    growth = rss[-1] - rss[0]
+    ends = sorted(end for timed in kinds.values() for _, end in timed)
+    sent_by = [sum(end <= at for end in ends) for at, _ in got["samples"]]
+    chart = {"title": f"{plan.cycles} load/unload cycles of one model under load: server RSS",
+             "label": "RSS after each unload (the first cycle shaded)", "warmup_requests": sent_by[0],
+             "started_mib": round(started, 1), "peak_mib": round(peak, 1),
+             "samples": [[n, round(v, 1)] for n, v in zip(sent_by, rss, strict=True)]}
+    return {"bundle": str(bundle), "cycles": plan.cycles, "model_mib": model_mib,
+            "model_bytes_on_disk": bundle_bytes(folders[CYCLED]), "rss_started_mib": started,
+            "rss_after_first_mib": rss[0], "rss_after_last_mib": rss[-1], "rss_peak_mib": peak,
+            "rss_growth_mib": growth, "rss_growth_pct_of_model": 100 * growth / model_mib if model_mib > 0
+            else float("nan"), "rss_samples_mib": rss, "load_s": got["load_s"], "final_index": index,
+            "requests": counts, "requests_sent": sum(c["sent"] for c in counts.values()),
+            "requests_answered": sum(c["answered"] for c in counts.values()),
+            "requests_refused_while_unloaded": sum(c["refused_while_unloaded"] for c in counts.values()),
+            "requests_lost": sum(c["lost"] for c in counts.values()), "chart": chart}
+
+
+def _triton(server: ServerProcess) -> triton.InferenceServerClient:
+    """tritonclient.grpc's client of the server."""
+    return triton.InferenceServerClient(server.address)
