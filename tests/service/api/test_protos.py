@@ -321,7 +321,9 @@ def test_codegen_is_idempotent_and_outputs_are_complete() -> None:
     assert produced == {
         "protos/inference/grpc_service_pb2.py", "protos/inference/grpc_service_pb2.pyi",
         "protos/inference/grpc_service_pb2_grpc.py", "protos/inference/model_config_pb2.py",
-        "protos/inference/model_config_pb2.pyi", "protos/translator/v1/translator_pb2.py",
+        "protos/inference/model_config_pb2.pyi", "protos/modelmesh/model_runtime_pb2.py",
+        "protos/modelmesh/model_runtime_pb2.pyi", "protos/modelmesh/model_runtime_pb2_grpc.py",
+        "protos/translator/v1/translator_pb2.py",
         "protos/translator/v1/translator_pb2.pyi", "protos/translator/v1/translator_pb2_grpc.py",
     }
 

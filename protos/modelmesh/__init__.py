@@ -1,0 +1,1 @@
+"""KServe ModelMesh model-runtime protos (package mmesh)."""
