@@ -61,7 +61,7 @@ def measure(plan: Plan, bundle: Path, texts: Sequence[str], large: Path | None,
         else:
             log("  the opus-mt-shaped bundle and CTranslate2's load: skipped (no bundle under "
                 "runs/bench-marian/*/bundle, or not asked for)")
-        results["cold"] = cold.run(work / "cold", models, texts[0], log)
+        results["cold"] = cold.run(work / "cold", models, texts[0], log, plan.server_args())
         phases.update(1, "cold load done")
         time.sleep(PAUSE_S)
         log(f"## {plan.cycles} load/unload cycles under load")
@@ -70,7 +70,7 @@ def measure(plan: Plan, bundle: Path, texts: Sequence[str], large: Path | None,
         time.sleep(PAUSE_S)
         log("## perf_analyzer against one named model of several")
         results["perf_analyzer"] = perf.run(bundle, work / "perf", texts, plan.perf_concurrency,
-                                            plan.perf_requests, log)
+                                            plan.perf_requests, log, plan.server_args())
         phases.update(1, "perf_analyzer done")
     phases.close()
     results["requests_lost"] = (sum(c["requests_lost"] for c in results["colocate"].values())
@@ -143,8 +143,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="the opus-mt-shaped bundle (default: runs/bench-marian/*/bundle)")
     ap.add_argument("--no-large", action="store_true", help="leave the opus-mt-shaped bundle out")
     ap.add_argument("--cycles", type=int, help="load/unload cycles (default: the plan's)")
+    ap.add_argument("--intra-op-threads", type=int, default=0,
+                    help="every server's ONNX Runtime threads (default 0: the server's default, the cores)")
     a = ap.parse_args(argv)
-    plan = QUICK if a.quick else Plan()
+    plan = replace(QUICK if a.quick else Plan(), intra_op_threads=a.intra_op_threads)
     plan = replace(plan, cycles=a.cycles) if a.cycles else plan
     out = a.out or Path("runs/bench-repository-quick" if a.quick else "runs/bench-repository")
     large = None if a.no_large else (a.large or large_bundle())

@@ -14,7 +14,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,12 +61,12 @@ def ct2_load(folder: Path, new_tokens: int, threads: int | None = None) -> dict[
 
 
 def run(root: Path, models: dict[str, tuple[Path, int, Path | None]], text: str,
-        log: Callable[[str], None] = print) -> dict[str, Any]:
+        log: Callable[[str], None] = print, extra: Sequence[str] = ()) -> dict[str, Any]:
     """First and second request latency of each model of the repository at root ({name: (version folder,
     max_output_tokens, CTranslate2 folder or None)}) on one on-demand server, in order; CTranslate2's load
     where a folder is given."""
     out: dict[str, Any] = {}
-    with repository_server(root, "on-demand") as server:
+    with repository_server(root, "on-demand", (), extra) as server:
         before = server.rss_kib() / 1024
         for name, (folder, new_tokens, _) in models.items():
             read_through(folder)

@@ -57,7 +57,7 @@ def two_processes(folders: Sequence[Path], texts: Sequence[str], plan: Plan, req
                   max_output_tokens: int) -> dict[str, Any]:
     """Two `--bundle` servers, one per folder, loaded at once."""
     with contextlib.ExitStack() as stack:
-        servers = [stack.enter_context(bundle_server(folder)) for folder in folders]
+        servers = [stack.enter_context(bundle_server(folder, plan.server_args())) for folder in folders]
         targets = [Target(s.address, "", max_output_tokens) for s in servers]
         return _side(_load(targets, texts, plan, requests), servers)
 
@@ -65,14 +65,14 @@ def two_processes(folders: Sequence[Path], texts: Sequence[str], plan: Plan, req
 def one_process(root: Path, names: Sequence[str], texts: Sequence[str], plan: Plan, requests: int,
                 max_output_tokens: int) -> dict[str, Any]:
     """One repository server with every model loaded at start, each model loaded at once."""
-    with repository_server(root, "explicit", ["*"]) as server:
+    with repository_server(root, "explicit", ["*"], plan.server_args()) as server:
         targets = [Target(server.address, name, max_output_tokens) for name in names]
         return _side(_load(targets, texts, plan, requests), [server])
 
 
-def fixed_cost_mib(root: Path) -> float:
+def fixed_cost_mib(root: Path, extra: Sequence[str] = ()) -> float:
     """RSS of a repository server before any model loads (explicit mode, nothing named), MiB."""
-    with repository_server(root, "explicit") as server:
+    with repository_server(root, "explicit", (), extra) as server:
         return server.rss_kib() / 1024
 
 
@@ -80,7 +80,7 @@ def run(bundle: Path, work: Path, texts: Sequence[str], plan: Plan, requests: in
         log: Callable[[str], None] = print) -> dict[str, Any]:
     """Both configurations, interleaved over plan.rounds; the figures and their ratios."""
     folders = make_repository(work, bundle, NAMES)
-    fixed = fixed_cost_mib(work)
+    fixed = fixed_cost_mib(work, plan.server_args())
     log(f"  fixed cost (a server with no model loaded): {fixed:.0f} MiB")
     rounds = []
     for k in range(plan.rounds):

@@ -117,7 +117,7 @@ def run(bundle: Path, work: Path, texts: Sequence[str], plan: Plan, max_output_t
         log: Callable[[str], None] = print) -> dict[str, Any]:
     """Size the cycled model, run the cycles under load; the figures and the RSS chart's data."""
     folders = make_repository(work, bundle, (STEADY, CYCLED))
-    with repository_server(work, "explicit", [STEADY]) as server:
+    with repository_server(work, "explicit", [STEADY], plan.server_args()) as server:
         client = _triton(server)
         try:
             model_mib = _size(server, client)
@@ -141,7 +141,8 @@ def run(bundle: Path, work: Path, texts: Sequence[str], plan: Plan, max_output_t
     return {"bundle": str(bundle), "cycles": plan.cycles, "model_mib": model_mib,
             "model_bytes_on_disk": bundle_bytes(folders[CYCLED]), "rss_started_mib": started,
             "rss_after_first_mib": rss[0], "rss_after_last_mib": rss[-1], "rss_peak_mib": peak,
-            "rss_growth_mib": growth, "rss_growth_pct_of_model": 100 * growth / model_mib if model_mib > 0
+            "rss_growth_mib": growth, "rss_growth_last_half_mib": rss[-1] - rss[len(rss) // 2],
+            "rss_growth_pct_of_model": 100 * growth / model_mib if model_mib > 0
             else float("nan"), "rss_samples_mib": rss, "load_s": got["load_s"], "final_index": index,
             "requests": counts, "requests_sent": sum(c["sent"] for c in counts.values()),
             "requests_answered": sum(c["answered"] for c in counts.values()),

@@ -52,7 +52,7 @@ def inference_counts(address: str, names: Sequence[str]) -> dict[str, int]:
 
 
 def run(bundle: Path, work: Path, texts: Sequence[str], levels: Sequence[int], requests: int,
-        log: Callable[[str], None] = print) -> dict[str, Any]:
+        log: Callable[[str], None] = print, extra: Sequence[str] = ()) -> dict[str, Any]:
     """perf_analyzer at each level against the first of three loaded models; None-valued figures and the
     reason when perf_analyzer is not installed."""
     if not perf_analyzer.binary().exists():
@@ -61,7 +61,7 @@ def run(bundle: Path, work: Path, texts: Sequence[str], levels: Sequence[int], r
         return {"skipped": reason, "rows": [], "inference_counts": {}}
     make_repository(work, bundle, NAMES)
     data = perf_analyzer.write_input_data(texts, work / "input_data.json")
-    with repository_server(work, "explicit", ["*"]) as server:
+    with repository_server(work, "explicit", ["*"], extra) as server:
         before = inference_counts(server.address, NAMES)
         rows = []
         for c in levels:

@@ -26,6 +26,11 @@ class Plan:
     max_output_tokens: int = 0  # of the default-sized models; 0 = the model's own limit
     large: bool = True  # co-location of the opus-mt-shaped bundle under runs/bench-marian too, when present
     large_cold: bool = True  # its cold load beside CTranslate2's (one load each: in quick runs too)
+    intra_op_threads: int = 0  # every server's --intra-op-threads; 0 = the server's default (the cores)
+
+    def server_args(self) -> list[str]:
+        """Flags every server of the run gets besides its models (none: the defaults a user gets)."""
+        return ["--intra-op-threads", str(self.intra_op_threads)] if self.intra_op_threads else []
 
 
 QUICK = Plan(requests=320, warmup=32, rounds=1, cycle_requests=8, perf_concurrency=(1, 4),
