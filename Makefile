@@ -46,6 +46,16 @@ bench: $(STAMP) protos perf-analyzer-tools
 bench-quick: $(STAMP) protos perf-analyzer-tools
 	$(PY) -m bench --quick
 
+# Many models in one server (bench/repository, docs/performance.md): two models in one process against two
+# single-model processes, the cold on-demand load beside CTranslate2's, 20 load/unload cycles under load,
+# perf_analyzer against one named model of several; the opus-mt-shaped bundle of `python -m bench.marian`
+# too where it exists. The last line printed is a JSON object of ratios and counts; the results and the
+# cycles' RSS chart go to runs/bench-repository (REPOSITORY_ARGS=--quick: runs/bench-repository-quick).
+REPOSITORY_ARGS ?=
+.PHONY: bench-repository
+bench-repository: $(STAMP) protos perf-analyzer-tools
+	$(PY) -m bench.repository $(REPOSITORY_ARGS)
+
 # The docs' charts (docs/charts/*.svg) redrawn from their records (docs/charts/records/*.json: what the
 # last runs measured, with the command, machine and date), measuring nothing. A run's record
 # (runs/bench/server.json, runs/soak/soak-rss.json, ...) copied there replaces the one it updates.
