@@ -1,10 +1,11 @@
 """The gRPC server: `python -m service.server [flags]` (see service/config.py for flags and env vars).
 
-Serves translator.v1.Translator, inference.GRPCInferenceService (KServe v2), grpc.health.v1 and
-server reflection on one grpc.aio server, plus Prometheus /metrics on its own HTTP port. Health is
-SERVING only once the model is loaded and has translated a warm-up text, and NOT_SERVING while
-draining or while the scheduler reports itself unhealthy. On SIGTERM / SIGINT the server drains:
-health NOT_SERVING, no new calls, in-flight calls get `--drain-grace-s` seconds, exit code 0.
+Serves translator.v1.Translator, inference.GRPCInferenceService (KServe v2), KServe ModelMesh's
+mmesh.ModelRuntime, grpc.health.v1 and server reflection on one grpc.aio server, plus Prometheus
+/metrics on its own HTTP port. Health is SERVING only once the model is loaded and has translated a
+warm-up text, and NOT_SERVING while draining or while the scheduler reports itself unhealthy. On
+SIGTERM / SIGINT the server drains: health NOT_SERVING, no new calls, in-flight calls get
+`--drain-grace-s` seconds, exit code 0.
 `serve(config)` starts everything in the running event loop (tests use it in-process through
 `BackgroundServer`).
 """
@@ -28,14 +29,17 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from protos.inference import grpc_service_pb2, grpc_service_pb2_grpc
+from protos.modelmesh import model_runtime_pb2, model_runtime_pb2_grpc
 from protos.translator.v1 import translator_pb2, translator_pb2_grpc
 from service.api import tls
 from service.api.interceptor import ErrorMappingInterceptor
 from service.api.kserve import InferenceServicer
+from service.api.modelmesh import ModelRuntimeServicer
 from service.api.translator import TranslatorServicer
 from service.assembly import build_repository
 from service.config import ServerConfig, parse_config
 from service.domain.errors import BundleError, ProviderUnavailable
+from service.models.mesh import MeshModels
 from service.models.repository import ModelRepository, ServedModel
 from service.ops import metrics
 from service.ops.malloc import tune_malloc
@@ -48,6 +52,7 @@ log = logging.getLogger("service.server")
 SERVICE_NAMES = (
     translator_pb2.DESCRIPTOR.services_by_name["Translator"].full_name,
     grpc_service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name,
+    model_runtime_pb2.DESCRIPTOR.services_by_name["ModelRuntime"].full_name,
     health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
 )
 HEALTH_POLL_S = 0.25
@@ -94,6 +99,7 @@ def counted_methods() -> list[str]:
     """Metric labels of the RPCs the server implements ("translator.v1.Translator/Translate", ...)."""
     implemented = [(translator_pb2.DESCRIPTOR.services_by_name["Translator"], TranslatorServicer),
                    (grpc_service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"], InferenceServicer),
+                   (model_runtime_pb2.DESCRIPTOR.services_by_name["ModelRuntime"], ModelRuntimeServicer),
                    (health_pb2.DESCRIPTOR.services_by_name["Health"], health.aio.HealthServicer)]
     return [f"{service.full_name}/{method.name}" for service, servicer in implemented
             for method in service.methods if method.name in vars(servicer)]
@@ -191,10 +197,12 @@ async def serve(config: ServerConfig, runner: Runner | None = None) -> RunningSe
     translator_pb2_grpc.add_TranslatorServicer_to_server(TranslatorServicer(models), server)
     grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
         InferenceServicer(models, lambda: readiness.ready, config.queue_size), server)
+    model_runtime_pb2_grpc.add_ModelRuntimeServicer_to_server(
+        ModelRuntimeServicer(MeshModels(models), lambda: readiness.ready), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    pool = reflection_pool([translator_pb2.DESCRIPTOR, grpc_service_pb2.DESCRIPTOR, health_pb2.DESCRIPTOR,
-                            reflection_pb2.DESCRIPTOR])
+    pool = reflection_pool([translator_pb2.DESCRIPTOR, grpc_service_pb2.DESCRIPTOR,
+                            model_runtime_pb2.DESCRIPTOR, health_pb2.DESCRIPTOR, reflection_pb2.DESCRIPTOR])
     reflection.enable_server_reflection([*SERVICE_NAMES, reflection.SERVICE_NAME], server, pool=pool)
     running = RunningServer(config, server, 0, None, models, health_servicer, readiness)
     try:

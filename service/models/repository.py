@@ -126,6 +126,7 @@ class ModelRepository:
         self._closing: set[asyncio.Task] = set()
         self.events: list[tuple[str, str, str]] = []  # (event, model, reason): load / unload / evict
         self.closing = False  # the server is stopping: no new request gets a model
+        self.aliases: dict[str, str] = {}  # another name a model answers to -> the model (ModelMesh's ids)
         self.sizes: dict[tuple[str, int], int] = {}  # (name, version) -> resident bytes of its last load
 
     async def start(self, names: list[str] | None = None) -> None:
@@ -144,6 +145,7 @@ class ModelRepository:
                 known = loaded or self.layout.names()
                 raise InvalidInput(f"name a model: this server has {len(loaded)} loaded ({known})")
             name = loaded[0]
+        name = self.aliases.get(name, name)
         check_name(name)
         return name, check_version(version) if version else None
 
@@ -319,6 +321,12 @@ class ModelRepository:
             return sum(p.stat().st_size for p in path.iterdir() if p.is_file())
         except OSError:
             return 0  # the load itself says what is wrong with the folder
+
+    def estimate(self, name: str) -> int:
+        """Bytes a load of `name` adds as the memory budget counts them: measured if it was loaded, else
+        the files of the versions its policy serves."""
+        entry = self.layout.entry(name)
+        return sum(self._estimate(name, v, entry.versions[v]) for v in entry.served())
 
     def resident_bytes(self) -> int:
         """Resident bytes of every loaded model, each as measured after its load."""

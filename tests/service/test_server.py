@@ -207,8 +207,8 @@ def test_reflection_lists_and_describes_every_service(channel):
     """The reflection stub lists all services and resolves their descriptors from one pool."""
     database = ProtoReflectionDescriptorDatabase(channel)
     assert set(database.get_services()) == {
-        "translator.v1.Translator", "inference.GRPCInferenceService", "grpc.health.v1.Health",
-        "grpc.reflection.v1alpha.ServerReflection",
+        "translator.v1.Translator", "inference.GRPCInferenceService", "mmesh.ModelRuntime",
+        "grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection",
     }
     pool = descriptor_pool.DescriptorPool(database)
     translator = pool.FindServiceByName("translator.v1.Translator")

@@ -1,0 +1,118 @@
+"""KServe ModelMesh's models in this process: each ModelMesh model id is an alias of a repository model.
+
+ModelMesh loads a model as (modelId, modelPath). The path names a model folder of the repository,
+`<model>` relative to the repository folder or absolute inside it (with ModelMesh Serving: the
+InferenceService's `storage.path`, or the folder its storage helper wrote under the repository); the
+model's own settings and version policy apply, as for any other load. The id becomes an alias of
+that model (`ModelRepository.aliases`), so inference that names the id (ModelMesh writes it into the
+request's model name) reaches the model. Several ids may share one model: it is loaded once and
+unloaded with its last id. Sizes are the repository's: resident bytes measured after the load, and
+before it the estimate the memory budget uses (the bundle files' bytes). Under control mode none
+ModelMesh cannot load or unload: every model is loaded at start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from pathlib import PurePosixPath
+
+from service.domain.errors import InvalidInput, NotReady, RepositoryRefused, UnknownModel
+from service.models.naming import check_name, inside, shown
+from service.models.repository import ControlMode, ModelRepository, ModelState
+
+log = logging.getLogger("service.models")
+DEFAULT_CAPACITY_BYTES = 2 * 2**30  # reported without --memory-budget
+DEFAULT_MODEL_SIZE_BYTES = 512 * 2**20  # a conservative size for a model not yet sized (opus-mt: ~300 MB)
+LOADING_TIMEOUT_MS = 240_000  # a load includes opening the sessions and a warm-up translation
+CLOSE_MARGIN_S = 5.0  # beyond the unload grace: how long an unload waits for the versions to close
+CLOSE_POLL_S = 0.02
+
+
+class MeshModels:
+    """ModelMesh's view of the repository: load, unload and size models by ModelMesh's model ids."""
+
+    def __init__(self, repository: ModelRepository) -> None:
+        """ModelMesh's ids live in the repository's aliases; this keeps which ids it loaded."""
+        self.repository = repository
+        self.ids: dict[str, str] = {}  # ModelMesh model id -> repository model
+        self._lock = asyncio.Lock()  # a load and an unload of one model never interleave
+
+    def target(self, model_path: str) -> str:
+        """The repository model a modelPath names (InvalidInput for any path outside the repository)."""
+        root = self.repository.layout.root
+        if root is None:
+            raise RepositoryRefused("ModelMesh loads models from a model repository: start the server with "
+                                    "--model-repository")
+        path = PurePosixPath(model_path)
+        if path.is_absolute():
+            base = next((b for b in (root.absolute(), root.resolve()) if path.is_relative_to(b)), None)
+            if base is None:
+                raise InvalidInput(f"modelPath {shown(model_path)} is outside the model repository")
+            path = path.relative_to(base)
+        if len(path.parts) != 1 or path.parts[0] == "..":
+            raise InvalidInput(f"modelPath {shown(model_path)} must name a model folder of the model "
+                               "repository (<model>, relative to it or absolute inside it)")
+        name = check_name(path.parts[0])
+        inside(root, name)  # a model folder that is a link must stay inside the repository
+        return name
+
+    def model_of(self, model_id: str) -> str:
+        """The repository model of a ModelMesh id (UnknownModel for an id ModelMesh did not load)."""
+        if model_id not in self.ids:
+            raise UnknownModel(f"ModelMesh has loaded no model {shown(model_id)} here")
+        return self.ids[model_id]
+
+    async def load(self, model_id: str, model_path: str) -> int:
+        """Load the model at model_path under model_id (once for every id of it); its size in bytes."""
+        if self.repository.mode is ControlMode.NONE:
+            raise RepositoryRefused("model control mode is 'none': ModelMesh cannot load models (start the "
+                                    "server with --model-control-mode explicit)")
+        if not model_id:
+            raise InvalidInput("modelId is empty")
+        name = self.target(model_path)
+        self.repository.layout.entry(name)  # UnknownModel before anything changes
+        async with self._lock:
+            self.ids[model_id] = name
+            self.repository.aliases[model_id] = name  # kept if the load fails: ModelMesh unloads the id
+            if name not in self.repository.models:
+                await self.repository.load(name)
+        log.info("ModelMesh model %s is model %s", shown(model_id), name)
+        return self.size(model_id)
+
+    def size(self, model_id: str) -> int:
+        """Bytes the model of model_id holds: resident bytes measured after its load (ModelMesh's default
+        size where that measured nothing); NotReady when it is not loaded."""
+        name = self.model_of(model_id)
+        versions = self.repository.models.get(name)
+        if not versions:
+            raise NotReady(f"model {shown(name)} of ModelMesh model {shown(model_id)} is not loaded")
+        return sum(m.resident_bytes for m in versions.values()) or DEFAULT_MODEL_SIZE_BYTES
+
+    def predict(self, model_path: str) -> int:
+        """Bytes a load of the model at model_path will add, as the memory budget estimates them."""
+        return self.repository.estimate(self.target(model_path))
+
+    async def unload(self, model_id: str) -> None:
+        """Forget model_id; unload its model when no other id uses it and wait until it has closed.
+        An unknown id is no error (ModelMesh unloads failed loads too)."""
+        async with self._lock:
+            name = self.ids.pop(model_id, None)
+            self.repository.aliases.pop(model_id, None)
+            if name is None or name in self.ids.values():
+                return
+            retired = list(self.repository.models.get(name, {}).values())
+            await self.repository.unload(name)
+        end = time.monotonic() + self.repository.unload_grace_s + CLOSE_MARGIN_S
+        while any(m.state is not ModelState.UNAVAILABLE for m in retired) and time.monotonic() < end:
+            await asyncio.sleep(CLOSE_POLL_S)
+
+    async def purge(self) -> None:
+        """Unload every model ModelMesh loaded (its runtimeStatus after a restart of ModelMesh)."""
+        for model_id in list(self.ids):
+            await self.unload(model_id)
+
+    def capacity(self) -> int:
+        """Bytes ModelMesh may fill with models: the memory budget, else DEFAULT_CAPACITY_BYTES."""
+        return self.repository.memory_budget or DEFAULT_CAPACITY_BYTES
