@@ -25,6 +25,8 @@ from bench.workload import DEFAULT_BUNDLE, PAUSE_S, held_out_sources
 
 RESULTS = "repository.json"
 CHART = "repository-cycles-rss"
+NO_LARGE = ("no opus-mt-shaped bundle (--no-large, or none under runs/bench-marian/*/bundle: "
+            "python -m bench.marian makes one)")
 
 
 def _log(message: str) -> None:
@@ -35,8 +37,10 @@ def _log(message: str) -> None:
 def measure(plan: Plan, bundle: Path, texts: Sequence[str], large: Path | None,
             log: Callable[[str], None] = _log) -> dict[str, Any]:
     """Every part in turn (never two at once: they would share the cores); their figures by part."""
-    results: dict[str, Any] = {"plan": {k: v for k, v in vars(plan).items()}, "bundle": str(bundle),
+    results: dict[str, Any] = {"plan": dict(vars(plan)), "bundle": str(bundle),
                                "large_bundle": str(large) if large else None}
+    skipped: list[str] = []
+    results["skipped"] = skipped  # what was left out, and why
     phases = Progress(4, "bench.repository parts", lines=4)
     with tempfile.TemporaryDirectory(prefix="bench-repository-") as tmp:
         work = Path(tmp)
@@ -48,8 +52,8 @@ def measure(plan: Plan, bundle: Path, texts: Sequence[str], large: Path | None,
             results["colocate"]["opus-mt"] = colocate.run(large, work / "colocate-large", texts, plan,
                                                           plan.large_requests, plan.large_output_tokens, log)
         else:
-            log("  the opus-mt-shaped bundle: skipped (" + ("--quick" if large else "none under "
-                "runs/bench-marian/*/bundle: python -m bench.marian builds it") + ")")
+            skipped.append("co-location of the opus-mt-shaped bundle: " + ("--quick" if large else NO_LARGE))
+            log(f"  skipped: {skipped[-1]}")
         phases.update(1, "co-location done")
         time.sleep(PAUSE_S)
         log("## The cold on-demand load")
@@ -59,9 +63,12 @@ def measure(plan: Plan, bundle: Path, texts: Sequence[str], large: Path | None,
             folder = make_repository(work / "cold", large, ["opus-mt"])["opus-mt"]
             models["opus-mt"] = (folder, plan.large_output_tokens, ct2_dir(large))
         else:
-            log("  the opus-mt-shaped bundle and CTranslate2's load: skipped (no bundle under "
-                "runs/bench-marian/*/bundle, or not asked for)")
+            skipped.append("cold load of the opus-mt-shaped bundle and CTranslate2's: "
+                           + ("not asked for" if large else NO_LARGE))
+            log(f"  skipped: {skipped[-1]}")
         results["cold"] = cold.run(work / "cold", models, texts[0], log, plan.server_args())
+        skipped += [f"CTranslate2's load of {name}: no conversion of its weights" for name, (_, _, ct2)
+                    in models.items() if ct2 is None]
         phases.update(1, "cold load done")
         time.sleep(PAUSE_S)
         log(f"## {plan.cycles} load/unload cycles under load")
@@ -71,6 +78,8 @@ def measure(plan: Plan, bundle: Path, texts: Sequence[str], large: Path | None,
         log("## perf_analyzer against one named model of several")
         results["perf_analyzer"] = perf.run(bundle, work / "perf", texts, plan.perf_concurrency,
                                             plan.perf_requests, log, plan.server_args())
+        if results["perf_analyzer"]["skipped"]:
+            skipped.append(f"perf_analyzer: {results['perf_analyzer']['skipped']}")
         phases.update(1, "perf_analyzer done")
     phases.close()
     results["requests_lost"] = (sum(c["requests_lost"] for c in results["colocate"].values())

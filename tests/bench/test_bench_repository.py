@@ -113,6 +113,8 @@ def test_headline_and_files(results: dict, tmp_path: Path) -> None:
     assert [p.name for p in paths] == ["repository.json", "repository-cycles-rss.json",
                                        "repository-cycles-rss.svg"]
     written = json.loads(paths[0].read_text(encoding="utf-8"))
-    assert {"source", "plan", "colocate", "cold", "cycles", "perf_analyzer", "requests_lost"} <= set(written)
+    parts = {"source", "plan", "skipped", "colocate", "cold", "cycles", "perf_analyzer", "requests_lost"}
+    assert parts <= set(written)
+    assert any("opus-mt-shaped" in why for why in written["skipped"])
     chart = json.loads(paths[1].read_text(encoding="utf-8"))
     assert chart["kind"] == "rss" and len(chart["samples"]) == PLAN.cycles and paths[2].stat().st_size > 0
