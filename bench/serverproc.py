@@ -115,12 +115,17 @@ class ServerProcess:
         return proc_status_kib(self.pid, "VmHWM")
 
     def scrape(self) -> dict[str, float]:
-        """The server's unlabelled Prometheus samples now ("translator_batch_size_sum": ...)."""
+        """The server's Prometheus samples now, each summed over its models ("translator_batch_size_sum":
+        ...); samples with other labels (method, code, le, ...) are left out."""
         url = f"http://127.0.0.1:{self.metrics_port}/metrics"
         with urllib.request.urlopen(url, timeout=10) as response:
             text = response.read().decode("utf-8")
-        return {s.name: s.value for family in text_string_to_metric_families(text)
-                for s in family.samples if not s.labels}
+        out: dict[str, float] = {}
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                if set(s.labels) <= {"model", "version"}:
+                    out[s.name] = out.get(s.name, 0.0) + s.value
+        return out
 
     def stop(self) -> int | None:
         """SIGTERM (drain), wait, kill if needed; the exit code."""

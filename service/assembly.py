@@ -18,6 +18,7 @@ from service.models.layout import ModelSettings, RepositoryLayout
 from service.models.repository import ControlMode, Loader, ModelRepository, ServedModel
 from service.ops import metrics
 from service.ops.memory import resident_bytes
+from service.ops.model_metrics import ModelMetrics
 from service.runtime.runner import Runner
 from service.runtime.stepping import StepPolicy
 from service.scheduling.policies import SchedulerSettings, make_policy
@@ -47,7 +48,8 @@ def build_runner(config: ServerConfig) -> Runner:
     return runner
 
 
-def build_scheduler(config: ServerConfig, runner: Runner, model: ModelSettings | None = None) -> Scheduler:
+def build_scheduler(config: ServerConfig, runner: Runner, model: ModelSettings | None = None,
+                    recorder: ModelMetrics | None = None) -> Scheduler:
     """The scheduler of the batching mode, with its settings, policy and request limits: the server's
     flags, overridden by a model's own settings where it has them."""
     model = model or ModelSettings()
@@ -63,7 +65,7 @@ def build_scheduler(config: ServerConfig, runner: Runner, model: ModelSettings |
         watchdog_s=config.watchdog_s)
     limits = RequestLimits.of(runner.max_len, runner.longest_token, config.max_beam, config.max_source_tokens,
                               config.max_output_tokens, runner.languages)
-    return Scheduler(runner, make_policy(pick("batching"), settings), settings, limits)
+    return Scheduler(runner, make_policy(pick("batching"), settings), settings, limits, recorder)
 
 
 def model_loader(config: ServerConfig, shared: Runner | None = None) -> Loader:
@@ -78,7 +80,7 @@ def model_loader(config: ServerConfig, shared: Runner | None = None) -> Loader:
         else:
             model_config = replace(config, bundle=Path(path), variant=settings.variant or config.variant)
             runner = await asyncio.to_thread(build_runner, model_config)
-        scheduler = build_scheduler(config, runner, settings)
+        scheduler = build_scheduler(config, runner, settings, ModelMetrics(name, str(version)))
         await scheduler.start()
         try:
             source, target = runner.languages.example()  # a many-to-many model needs a pair

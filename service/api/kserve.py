@@ -216,13 +216,15 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelStatistics(  # noqa: N802 - gRPC method name
         self, request: pb.ModelStatisticsRequest, context: aio.ServicerContext
     ) -> pb.ModelStatisticsResponse:
-        """Cumulative statistics of the process's inferences, under the model named (or the one loaded)."""
-        name, number = self.models.known(request.name, request.version)
-        version = str(number) if number is not None else ""
-        if not version and (versions := self.models.models.get(name)):
-            version = str(max(versions))
-        return pb.ModelStatisticsResponse(model_stats=[model_statistics(statistics.STATS.snapshot(), name,
-                                                                        version)])
+        """Cumulative statistics of every loaded version of the model named ("" = of every model)."""
+        if request.name:
+            name, number = self.models.known(request.name, request.version)
+            chosen = [m for m in self.models.models.get(name, {}).values() if number in (None, m.version)]
+        else:
+            chosen = self.models.loaded()
+        return pb.ModelStatisticsResponse(model_stats=[
+            model_statistics(m.scheduler.recorder.stats.snapshot(), m.name, str(m.version))
+            for m in sorted(chosen, key=lambda m: (m.name, m.version))])
 
     async def RepositoryIndex(  # noqa: N802 - gRPC method name
         self, request: pb.RepositoryIndexRequest, context: aio.ServicerContext

@@ -37,6 +37,7 @@ from service.domain.errors import (
 )
 from service.models.layout import ModelSettings, RepositoryLayout
 from service.models.naming import check_name, check_version, shown
+from service.ops import metrics
 
 log = logging.getLogger("service.models")
 UNLOAD_GRACE_S = 30.0  # how long an unloaded model's in-flight requests may still run
@@ -218,13 +219,13 @@ class ModelRepository:
             if name not in self.models:
                 self.layout.entry(name)  # UnknownModel for a model the repository lacks
                 return
-            self._retire(name, "unloaded through the API")
+            self._retire(name, "unloaded through the API", "api")
 
     async def close(self, grace_s: float = 0.0) -> None:
         """Unload everything (server shutdown): new requests are refused, in-flight ones get grace_s."""
         self.closing = True
         for name in list(self.models):
-            self._retire(name, "server stopping", grace_s)
+            self._retire(name, "server stopping", "shutdown", grace_s)
         if self._closing:
             await asyncio.gather(*self._closing, return_exceptions=True)
 
@@ -284,6 +285,7 @@ class ModelRepository:
         if self.memory_budget is not None:  # room for what the load is expected to add
             self._make_room(name, sum(self._estimate(name, v, entry.versions[v]) for v in versions))
         new: dict[int, ServedModel] = {}
+        started = time.perf_counter()
         try:
             for version in versions:
                 start = time.perf_counter()
@@ -294,7 +296,7 @@ class ModelRepository:
             for model in new.values():
                 self._schedule_close(model, 0.0)
             self.failures[name] = f"load failed: {exc}"
-            self.events.append(("load_failed", name, str(exc)))
+            self._record("load_failed", name, str(exc))
             raise
         for version, model in new.items():
             self.sizes[name, version] = model.resident_bytes
@@ -305,11 +307,17 @@ class ModelRepository:
                 for model in new.values():
                     self._schedule_close(model, 0.0)
                 self.failures[name] = "unloaded after its load: it does not fit the memory budget"
+                self._record("unload", name, self.failures[name], "budget")
                 raise
         old = self.models.get(name, {})
         self.models[name] = new  # the switch: requests from now on get the new versions
         self.failures.pop(name, None)
-        self.events.append(("load", name, "reload" if old else "load"))
+        metrics.MODEL_LOAD_SECONDS.labels(model=name).observe(time.perf_counter() - started)
+        self._record("load", name, "reload" if old else "load")
+        for version, model in new.items():
+            metrics.MODEL_RESIDENT_BYTES.labels(model=name, version=str(version)).set(model.resident_bytes)
+        if old:
+            self._record("unload", name, "replaced by a reload", "reload")
         for model in old.values():
             self._schedule_close(model, self.unload_grace_s)
 
@@ -344,17 +352,28 @@ class ModelRepository:
             versions = self.models[other].values()
             if all(v.in_flight == 0 for v in versions):  # a model in use is never evicted
                 used -= sum(v.resident_bytes for v in versions)
-                self._retire(other, f"evicted: least recently used under the memory budget, for {name}")
+                self._retire(other, f"evicted: least recently used under the memory budget, for {name}",
+                             "evicted")
         if used + needed > self.memory_budget:
             raise MemoryBudgetExceeded(
                 f"loading {shown(name)} needs about {needed / 2**20:.0f} MiB, and the models in use hold "
                 f"{used / 2**20:.0f} MiB of the {self.memory_budget / 2**20:.0f} MiB memory budget")
 
-    def _retire(self, name: str, reason: str, grace_s: float | None = None) -> None:
+    def _record(self, event: str, name: str, detail: str, cause: str = "") -> None:
+        """Note a lifecycle event (`events`, the metrics): load, load_failed, unload (cause: api, evicted,
+        reload, shutdown, budget)."""
+        self.events.append(("evict" if cause == "evicted" else event, name, detail))
+        if event == "unload":
+            metrics.MODEL_UNLOADS.labels(model=name, reason=cause).inc()
+        else:
+            metrics.MODEL_LOADS.labels(model=name, result="ok" if event == "load" else "failed").inc()
+        metrics.MODELS_LOADED.set(len(self.loaded()))
+
+    def _retire(self, name: str, reason: str, cause: str, grace_s: float | None = None) -> None:
         """Take `name` out of service now; its versions finish their requests in the background."""
         versions = self.models.pop(name, {})
         self.failures[name] = reason
-        self.events.append(("evict" if reason.startswith("evicted") else "unload", name, reason))
+        self._record("unload", name, reason, cause)
         log.info("model %s: %s", name, reason)
         for model in versions.values():
             self._schedule_close(model, self.unload_grace_s if grace_s is None else grace_s)
@@ -363,6 +382,14 @@ class ModelRepository:
         """Close a retired model version in the background once its requests are done."""
         model.state = ModelState.UNLOADING
 
-        task = asyncio.get_running_loop().create_task(model.close(grace_s))
+        async def close() -> None:
+            """Close it, then drop its series from the metrics."""
+            await model.close(grace_s)
+            with contextlib.suppress(KeyError):
+                metrics.MODEL_RESIDENT_BYTES.remove(model.name, str(model.version))
+            if (recorder := getattr(model.scheduler, "recorder", None)) is not None:
+                recorder.remove()
+
+        task = asyncio.get_running_loop().create_task(close())
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)

@@ -10,7 +10,12 @@ Names (all prefixed `translator_`):
 - `queue_time_seconds`, `time_to_first_token_seconds`, `time_per_output_token_seconds`: per text.
 - `encoder_compute_seconds` per encoder call, `decoder_step_seconds` per decoder step.
 - `batch_size` (active rows per decoder step), `input_tokens` / `output_tokens` per text.
-- `queue_depth`, `active_sequences` gauges; `model_info` (model, version, provider, batching mode).
+- `queue_depth`, `active_sequences` gauges; `model_info` (provider, batching mode, variant).
+  These carry `model` and `version` labels: each loaded model version records its own series
+  (service/ops/model_metrics.py).
+- The repository: `models_loaded`, `model_resident_bytes{model, version}`,
+  `model_loads_total{model, result}`, `model_unloads_total{model, reason}`,
+  `model_load_seconds{model}`.
 Time histograms use millisecond-suited buckets from 0.5 ms to 10 s.
 """
 
@@ -29,27 +34,40 @@ REQUESTS = Counter("translator_requests_total", "RPCs answered, by method and gR
                    ["method", "code"])
 REQUEST_LATENCY = Histogram("translator_request_latency_seconds", "End-to-end RPC latency.", ["method"],
                             buckets=TIME_BUCKETS)
+MODEL_LABELS = ("model", "version")  # the per-model series (service/ops/model_metrics.py)
 QUEUE_TIME = Histogram("translator_queue_time_seconds", "Time a text waited in the queue before decoding.",
-                       buckets=TIME_BUCKETS)
+                       MODEL_LABELS, buckets=TIME_BUCKETS)
 TIME_TO_FIRST_TOKEN = Histogram("translator_time_to_first_token_seconds",
                                 "From submission to the first generated token, per text.",
-                                buckets=TIME_BUCKETS)
+                                MODEL_LABELS, buckets=TIME_BUCKETS)
 TIME_PER_OUTPUT_TOKEN = Histogram("translator_time_per_output_token_seconds",
                                   "Mean time between generated tokens after the first, per text.",
-                                  buckets=TIME_BUCKETS)
+                                  MODEL_LABELS, buckets=TIME_BUCKETS)
 ENCODER_COMPUTE = Histogram("translator_encoder_compute_seconds", "One encoder run (all newcomers at once).",
-                            buckets=TIME_BUCKETS)
+                            MODEL_LABELS, buckets=TIME_BUCKETS)
 DECODER_STEP = Histogram("translator_decoder_step_seconds", "One decoder step of the whole batch.",
-                         buckets=TIME_BUCKETS)
+                         MODEL_LABELS, buckets=TIME_BUCKETS)
 BATCH_SIZE = Histogram("translator_batch_size", "Active rows per decoder step (a beam-k text has k rows).",
-                       buckets=BATCH_BUCKETS)
+                       MODEL_LABELS, buckets=BATCH_BUCKETS)
 INPUT_TOKENS = Histogram("translator_input_tokens", "Source tokens per text (incl. eos).",
-                         buckets=TOKEN_BUCKETS)
+                         MODEL_LABELS, buckets=TOKEN_BUCKETS)
 OUTPUT_TOKENS = Histogram("translator_output_tokens", "Generated tokens of the best hypothesis per text.",
-                          buckets=TOKEN_BUCKETS)
-QUEUE_DEPTH = Gauge("translator_queue_depth", "Texts waiting in the scheduler queue.")
-ACTIVE_SEQUENCES = Gauge("translator_active_sequences", "Texts being decoded.")
-MODEL = Info("translator_model", "The served model: name, bundle version, provider, batching mode.")
+                          MODEL_LABELS, buckets=TOKEN_BUCKETS)
+QUEUE_DEPTH = Gauge("translator_queue_depth", "Texts waiting in the scheduler queue.", MODEL_LABELS)
+ACTIVE_SEQUENCES = Gauge("translator_active_sequences", "Texts being decoded.", MODEL_LABELS)
+MODEL = Info("translator_model", "A loaded model version: provider, batching mode, variant.", MODEL_LABELS)
+# the model repository (service/models/repository.py)
+MODELS_LOADED = Gauge("translator_models_loaded", "Model versions loaded.")
+MODEL_RESIDENT_BYTES = Gauge("translator_model_resident_bytes",
+                             "Resident memory a model version's load added, measured after the load.",
+                             MODEL_LABELS)
+MODEL_LOADS = Counter("translator_model_loads_total", "Model loads, by model and result (ok, failed).",
+                      ["model", "result"])
+MODEL_UNLOADS = Counter("translator_model_unloads_total",
+                        "Model unloads, by model and reason (api, evicted, reload, shutdown, budget).",
+                        ["model", "reason"])
+MODEL_LOAD_SECONDS = Histogram("translator_model_load_seconds", "Time to load a model (all its versions).",
+                               ["model"], buckets=(0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 60.0, 120.0))
 
 # Status codes whose request series exist from start-up for every method (init_request_counts).
 COMMON_CODES = ("OK", "CANCELLED", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "RESOURCE_EXHAUSTED",
@@ -75,9 +93,9 @@ def init_request_counts(methods: Iterable[str], codes: Iterable[str] = COMMON_CO
 
 
 def set_model_info(model: str, version: str, provider: str, batching: str, variant: str) -> None:
-    """Set the `translator_model_info` labels."""
-    MODEL.info({"model": model, "version": version, "provider": provider, "batching": batching,
-                "variant": variant})
+    """Set the `translator_model_info` series of a loaded model version."""
+    MODEL.labels(model=model, version=version).info({"provider": provider, "batching": batching,
+                                                     "variant": variant})
 
 
 def start_metrics_server(port: int, host: str = "0.0.0.0") -> int:

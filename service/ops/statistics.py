@@ -104,5 +104,3 @@ class ModelStatistics:
         with self._lock:
             return copy.deepcopy(self._data)
 
-
-STATS = ModelStatistics()

@@ -47,6 +47,7 @@ from typing import Any
 from service.domain.errors import DeadlineExceeded, InvalidInput, NotReady, ShuttingDown
 from service.domain.limits import RequestLimits
 from service.domain.types import BatchingMode, DecodeOptions, Request, Result, TokenEvent
+from service.ops.model_metrics import ModelMetrics
 from service.runtime.runner import Runner
 from service.scheduling.jobs import Job, RequestStatus
 from service.scheduling.policies import AdmissionPolicy, SchedulerSettings, make_policy
@@ -70,12 +71,14 @@ class Scheduler:
     """Bounded queue + one inference worker thread, admitting texts by its policy."""
 
     def __init__(self, runner: Runner, policy: AdmissionPolicy, settings: SchedulerSettings | None = None,
-                 limits: RequestLimits | None = None) -> None:
+                 limits: RequestLimits | None = None, recorder: ModelMetrics | None = None) -> None:
         self.settings = settings or SchedulerSettings()
+        self.recorder = recorder or ModelMetrics()  # the model version's metrics and statistics
         self.policy, self.runner = policy, runner
         self.limits = limits or RequestLimits.of(runner.max_len, runner.longest_token, runner.max_beam,
                                                  languages=runner.languages)
-        self._worker = Worker(runner.new_batch(self.settings.max_batch_size), policy, self.settings)
+        self._worker = Worker(runner.new_batch(self.settings.max_batch_size), policy, self.settings,
+                              self.recorder)
         self._drain_task: asyncio.Future | None = None
 
     # ----- state ----------------------------------------------------------------------------
@@ -181,7 +184,7 @@ class Scheduler:
     async def submit(self, texts: Sequence[str], options: DecodeOptions,
                      deadline: float | None = None) -> list[Result]:
         """Decode texts; one Result per text, in order (see the module docstring for errors)."""
-        with RequestTimer() as timer:
+        with RequestTimer(self.recorder.stats) as timer:
             jobs = self._jobs(texts, options, deadline, stream=False)
             if not jobs:
                 return []
@@ -210,7 +213,7 @@ class Scheduler:
         """Greedy-decode one text: a TokenEvent per generated token, then the Result."""
         if not isinstance(options, DecodeOptions):
             raise InvalidInput(f"options must be DecodeOptions, got {type(options).__name__}")
-        with RequestTimer() as timer:
+        with RequestTimer(self.recorder.stats) as timer:
             (job,) = self._jobs([text], dataclasses.replace(options, stream=True), deadline, stream=True)
             self._worker.enqueue([job])
             events: asyncio.Queue = job.sink

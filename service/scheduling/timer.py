@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from types import TracebackType
 
 from service.domain.types import Result
-from service.ops.statistics import STATS, ModelStatistics
+from service.ops.statistics import ModelStatistics
 from service.scheduling.jobs import Job
 
 
@@ -20,7 +20,8 @@ class RequestTimer:
     without results (nothing to do) counts nothing.
     """
 
-    def __init__(self, stats: ModelStatistics = STATS) -> None:
+    def __init__(self, stats: ModelStatistics) -> None:
+        """Time into `stats`, the model version's statistics."""
         self.stats = stats
         self.started = time.monotonic()
         self._done = False

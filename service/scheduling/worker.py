@@ -28,7 +28,7 @@ import time
 
 from service.domain.errors import BatchFailed, DeadlineExceeded, NotReady, ShuttingDown, error_id
 from service.domain.types import FinishReason, Hypothesis, Result, Timings, TokenEvent
-from service.ops import metrics, statistics
+from service.ops.model_metrics import ModelMetrics
 from service.runtime.batch import DecodeBatch
 from service.scheduling.jobqueue import JobQueue
 from service.scheduling.jobs import Delivery, Job, Mailbox, Outbox, RequestStatus, Waiters
@@ -42,11 +42,12 @@ IDLE_WAIT_S = 0.5  # longest sleep of an idle worker between checks of its flags
 class Worker:
     """The thread that owns a DecodeBatch and drives it with jobs taken from a bounded queue."""
 
-    def __init__(self, batch: DecodeBatch, policy: AdmissionPolicy, settings: SchedulerSettings) -> None:
+    def __init__(self, batch: DecodeBatch, policy: AdmissionPolicy, settings: SchedulerSettings,
+                 recorder: ModelMetrics) -> None:
         if batch.max_rows != settings.max_batch_size:
             raise ValueError(f"a batch of {batch.max_rows} rows for max_batch_size {settings.max_batch_size}")
         self._queue = JobQueue(settings.queue_size, policy.encoder_padding)  # guarded by _cond
-        self.batch, self.policy = batch, policy
+        self.batch, self.policy, self.recorder = batch, policy, recorder
         self.watchdog_s, self.max_tokens = settings.watchdog_s, settings.token_budget
         self._cond = threading.Condition()
         self._dropped: list[Job] = []  # active jobs whose caller gave up (cancelled, timed out)
@@ -110,7 +111,7 @@ class Worker:
                 raise NotReady(f"the inference worker is stuck (one model run has taken over "
                                f"{self.watchdog_s:g} s); retry later or elsewhere")
             self._queue.put(jobs, time.monotonic())  # QueueFull when they do not fit
-            metrics.QUEUE_DEPTH.set(len(self._queue))
+            self.recorder.gauges(len(self._queue), len(self.batch))
             self._cond.notify()
 
     def abandon(self, jobs: list[Job]) -> None:
@@ -270,8 +271,7 @@ class Worker:
         now = time.monotonic()
         for j in jobs:
             j.admitted = now
-            metrics.QUEUE_TIME.observe(now - j.enqueued)
-            metrics.INPUT_TOKENS.observe(len(j.request.source))
+            self.recorder.admitted(now - j.enqueued, len(j.request.source))
         before = len(self.batch)
         self._busy_since = now
         t0 = time.perf_counter()
@@ -287,9 +287,7 @@ class Worker:
             return
         finally:
             self._busy_since = None
-        encoder_s = time.perf_counter() - t0
-        metrics.ENCODER_COMPUTE.observe(encoder_s)
-        statistics.STATS.record_execution(len(jobs), encoder_s)
+        self.recorder.encoded(len(jobs), time.perf_counter() - t0)
         for j in jobs:
             j.admit_step = self._steps
             if j.deadline is not None:
@@ -310,16 +308,14 @@ class Worker:
         finally:
             self._busy_since = None
         steps = self.batch.last_steps  # a run may take several steps (service/runtime/stepping.py)
-        for _ in range(steps):
-            metrics.DECODER_STEP.observe((time.perf_counter() - t0) / steps)
-            metrics.BATCH_SIZE.observe(rows)
+        self.recorder.stepped(time.perf_counter() - t0, rows, steps)
         self._steps += steps
         now = time.monotonic()
         if self._fresh:
             for j in self._fresh:
                 if j.state == RequestStatus.ACTIVE:
                     j.first_token, j.first_token_step = now, self._steps
-                    metrics.TIME_TO_FIRST_TOKEN.observe(now - j.submitted)
+                    self.recorder.first_token(now - j.submitted)
             self._fresh.clear()
         for ev in events:
             job = ev.request.tag
@@ -333,10 +329,8 @@ class Worker:
         job.state = RequestStatus.DONE
         self._timed.discard(job)
         after_first = self._steps - job.first_token_step  # steps after the run that gave the first token
-        if hyps:
-            metrics.OUTPUT_TOKENS.observe(len(hyps[0].tokens))
-        if after_first > 0 and job.first_token is not None:
-            metrics.TIME_PER_OUTPUT_TOKEN.observe((now - job.first_token) / after_first)
+        per_token = (now - job.first_token) / after_first if after_first > 0 and job.first_token else None
+        self.recorder.finished(len(hyps[0].tokens) if hyps else None, per_token)
         timings = Timings((job.admitted - job.enqueued) * 1e3, (now - job.admitted) * 1e3,
                           (now - job.submitted) * 1e3)
         reason = hyps[0].finish_reason if hyps else FinishReason.CANCELLED
@@ -356,8 +350,7 @@ class Worker:
         gauges = (len(self._queue), len(self.batch))
         if gauges != self._gauges:
             self._gauges = gauges
-            metrics.QUEUE_DEPTH.set(gauges[0])
-            metrics.ACTIVE_SEQUENCES.set(gauges[1])
+            self.recorder.gauges(*gauges)
         self._outbox.send()
 
     def _shutdown(self) -> None:

@@ -42,8 +42,8 @@ def test_config_rejects_bad_values(argv, env):
 def test_steps_per_call_reaches_the_runner(tiny_bundle):
     """--steps-per-call and --multistep-rows (or their variables) become the runner's step policy; the
     default is one step per run."""
-    from service.runtime.stepping import SINGLE_STEP, StepPolicy
     from service.assembly import build_runner
+    from service.runtime.stepping import SINGLE_STEP, StepPolicy
 
     assert parse_config([], {}).steps_per_call == 1
     config = parse_config(["--bundle", str(tiny_bundle), "--steps-per-call", "8",

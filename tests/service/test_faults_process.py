@@ -72,7 +72,8 @@ async def load_then_signal(port: int, metrics_port: int, server: ServerProcess,
             """Every call is queued, decoding or answered (the server's gauges and our own count)."""
             gauges = scrape(metrics_port)
             answered = sum(c.done() for c in calls)
-            held = gauges[key("translator_queue_depth")] + gauges[key("translator_active_sequences")]
+            model = {"model": "translator", "version": "1"}  # the --bundle server's one model
+            held = sum(gauges[key(f"translator_{g}", **model)] for g in ("queue_depth", "active_sequences"))
             return held + answered >= CALLS
 
         await asyncio.to_thread(wait_until, all_in, "every call to reach the server", 60, 0.1)

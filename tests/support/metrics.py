@@ -11,8 +11,10 @@ Key = tuple[str, tuple[tuple[str, str], ...]]
 
 
 def sample(name: str, **labels: str) -> float:
-    """Current value of a sample of the default registry (0 if absent)."""
-    return REGISTRY.get_sample_value(name, labels) or 0.0
+    """Current value of a sample of the default registry, summed over the label sets that include
+    `labels` (every model's series when no model is named); 0 if absent."""
+    return sum(s.value for family in REGISTRY.collect() for s in family.samples
+               if s.name == name and labels.items() <= s.labels.items())
 
 
 def counts() -> dict[str, float]:

@@ -43,11 +43,13 @@ class StubLoader:
         self.sizes = sizes or {}
         self.loads: list[tuple[str, int]] = []
         self.gate: asyncio.Event | None = None
+        self.started = asyncio.Event()  # set by the first load
         self.fail: set[str] = set()
 
     async def __call__(self, name: str, version: int, path: Path, settings: ModelSettings) -> ServedModel:
         """A ServedModel with a stub scheduler, after the gate opens."""
         self.loads.append((name, version))
+        self.started.set()
         if self.gate is not None:
             await self.gate.wait()
         if name in self.fail:
@@ -102,10 +104,7 @@ def test_concurrent_first_requests_cause_exactly_one_load(tmp_path):
                 served.append(model.name)
 
         tasks = [asyncio.create_task(request()) for _ in range(8)]
-        for _ in range(100):  # the first request starts the load; the others wait for it
-            if loader.loads:
-                break
-            await asyncio.sleep(0)
+        await asyncio.wait_for(loader.started.wait(), 10)  # the first request started the load
         assert [e.state for e in repo.index() if e.name == "a"] == [ModelState.LOADING]
         loader.gate.set()
         await asyncio.gather(*tasks)

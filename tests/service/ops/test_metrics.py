@@ -7,6 +7,7 @@ import urllib.request
 import pytest
 
 from service.ops import metrics
+from service.ops.model_metrics import ModelMetrics
 from tests.support.metrics import sample
 
 
@@ -43,11 +44,12 @@ def test_bucket_layouts():
     assert metrics.TIME_BUCKETS[0] == 0.0005 and metrics.TIME_BUCKETS[-1] == 10.0
     assert list(metrics.TIME_BUCKETS) == sorted(metrics.TIME_BUCKETS)
     assert metrics.BATCH_BUCKETS == (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0)
-    le4 = sample("translator_batch_size_bucket", le="4.0")
-    le2 = sample("translator_batch_size_bucket", le="2.0")
-    metrics.BATCH_SIZE.observe(3)
-    assert sample("translator_batch_size_bucket", le="4.0") == le4 + 1
-    assert sample("translator_batch_size_bucket", le="2.0") == le2
+    labels = {"model": "buckets", "version": "1"}
+    le4 = sample("translator_batch_size_bucket", le="4.0", **labels)
+    le2 = sample("translator_batch_size_bucket", le="2.0", **labels)
+    metrics.BATCH_SIZE.labels(**labels).observe(3)
+    assert sample("translator_batch_size_bucket", le="4.0", **labels) == le4 + 1
+    assert sample("translator_batch_size_bucket", le="2.0", **labels) == le2
 
 
 def test_endpoint_serves_every_metric_and_model_info(metrics_port):
@@ -63,8 +65,40 @@ def test_endpoint_serves_every_metric_and_model_info(metrics_port):
         assert f"# TYPE translator_{name} histogram" in body
     assert "# TYPE translator_queue_depth gauge" in body
     assert "# TYPE translator_active_sequences gauge" in body
-    info = next(line for line in body.splitlines() if line.startswith("translator_model_info{"))
+    info = next(line for line in body.splitlines()
+                if line.startswith("translator_model_info{") and 'model="tiny"' in line)
     for part in ('model="tiny"', 'version="v9"', 'provider="CPUExecutionProvider"', 'batching="continuous"',
                  'variant="fp16"'):
         assert part in info
     assert info.endswith(" 1.0")
+
+
+def test_each_model_version_records_its_own_series():
+    """Two recorders: each observation lands in its model's series only; `remove` drops them."""
+    a, b = ModelMetrics("a", "1"), ModelMetrics("b", "2")
+    before = {m: sample("translator_decoder_step_seconds_count", model=m.model, version=m.version)
+              for m in (a, b)}
+    a.stepped(0.03, rows=4, steps=3)  # three steps of 10 ms in one run
+    b.stepped(0.01, rows=1, steps=1)
+    assert sample("translator_decoder_step_seconds_count", model="a", version="1") == before[a] + 3
+    assert sample("translator_decoder_step_seconds_count", model="b", version="2") == before[b] + 1
+    assert sample("translator_batch_size_sum", model="a", version="1") >= 12
+    a.gauges(queue_depth=5, active=2)
+    assert sample("translator_queue_depth", model="a", version="1") == 5
+    a.encoded(texts=3, seconds=0.02)
+    assert a.stats.snapshot().execution_count == 1 and b.stats.snapshot().execution_count == 0
+    a.remove()
+    assert sample("translator_queue_depth", model="a", version="1") == 0  # the series is gone
+    b.remove()
+
+
+def test_a_reloaded_version_keeps_its_series_until_the_last_recorder_goes():
+    """A reload loads the same version beside the old one: removing the old keeps the new one's series."""
+    old, new = ModelMetrics("reloaded", "1"), ModelMetrics("reloaded", "1")
+    old.remove()
+    new.gauges(queue_depth=3, active=1)
+    assert sample("translator_queue_depth", model="reloaded", version="1") == 3
+    old.remove()  # a second remove of the same recorder changes nothing
+    assert sample("translator_queue_depth", model="reloaded", version="1") == 3
+    new.remove()
+    assert sample("translator_queue_depth", model="reloaded", version="1") == 0

@@ -1,0 +1,84 @@
+"""What one model version's worker records: its series of the per-model metrics (labels `model`,
+`version` bound once) and its Triton statistics (service/ops/statistics.py)."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+from service.ops import metrics
+from service.ops.statistics import ModelStatistics
+
+# live recorders per (model, version): two of one version (a reload's new beside the old) share the
+# same series, which go only when the last of them is removed
+_live: Counter[tuple[str, str]] = Counter()
+_live_lock = threading.Lock()
+
+PER_MODEL = (metrics.QUEUE_TIME, metrics.TIME_TO_FIRST_TOKEN, metrics.TIME_PER_OUTPUT_TOKEN,
+             metrics.ENCODER_COMPUTE, metrics.DECODER_STEP, metrics.BATCH_SIZE, metrics.INPUT_TOKENS,
+             metrics.OUTPUT_TOKENS, metrics.QUEUE_DEPTH, metrics.ACTIVE_SEQUENCES)
+
+
+class ModelMetrics:
+    """The recorder a model version's worker and scheduler report to."""
+
+    def __init__(self, model: str = "translator", version: str = "1") -> None:
+        """Bind the per-model series of `model` / `version` and start empty statistics."""
+        self.model, self.version = model, version
+        self._removed = False
+        with _live_lock:
+            _live[model, version] += 1
+        labels = {"model": model, "version": version}
+        self.stats = ModelStatistics()
+        self._queue_time, self._ttft, self._tpot = (m.labels(**labels) for m in PER_MODEL[:3])
+        self._encoder, self._step, self._rows = (m.labels(**labels) for m in PER_MODEL[3:6])
+        self._input_tokens, self._output_tokens = (m.labels(**labels) for m in PER_MODEL[6:8])
+        self._queue_depth, self._active = (m.labels(**labels) for m in PER_MODEL[8:])
+
+    def admitted(self, waited_s: float, source_tokens: int) -> None:
+        """A text left the queue for the batch."""
+        self._queue_time.observe(waited_s)
+        self._input_tokens.observe(source_tokens)
+
+    def encoded(self, texts: int, seconds: float) -> None:
+        """One encoder run of `texts` newcomers."""
+        self._encoder.observe(seconds)
+        self.stats.record_execution(texts, seconds)
+
+    def stepped(self, seconds: float, rows: int, steps: int) -> None:
+        """One decoder run of `steps` steps over `rows` rows, in `seconds`."""
+        for _ in range(steps):
+            self._step.observe(seconds / steps)
+            self._rows.observe(rows)
+
+    def first_token(self, seconds: float) -> None:
+        """A text's first token, `seconds` after its submission."""
+        self._ttft.observe(seconds)
+
+    def finished(self, output_tokens: int | None, per_token_s: float | None) -> None:
+        """A text finished: its best hypothesis' length and its mean time per token after the first."""
+        if output_tokens is not None:
+            self._output_tokens.observe(output_tokens)
+        if per_token_s is not None:
+            self._tpot.observe(per_token_s)
+
+    def gauges(self, queue_depth: int, active: int) -> None:
+        """Texts waiting and texts being decoded."""
+        self._queue_depth.set(queue_depth)
+        self._active.set(active)
+
+    def remove(self) -> None:
+        """Drop this model version's series (it was unloaded), unless another live recorder shares them."""
+        with _live_lock:
+            if self._removed:
+                return
+            self._removed = True
+            _live[self.model, self.version] -= 1
+            if _live[self.model, self.version] > 0:
+                return
+            del _live[self.model, self.version]
+        for metric in PER_MODEL:
+            try:
+                metric.remove(self.model, self.version)
+            except KeyError:
+                continue
