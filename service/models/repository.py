@@ -35,9 +35,11 @@ from service.domain.errors import (
     ShuttingDown,
     UnknownModel,
 )
+from service.models.budget import files_bytes, victims
 from service.models.layout import ModelSettings, RepositoryLayout
 from service.models.naming import check_name, check_version, shown
 from service.ops import metrics
+from service.ops.malloc import release_freed_memory
 
 log = logging.getLogger("service.models")
 UNLOAD_GRACE_S = 30.0  # how long an unloaded model's in-flight requests may still run
@@ -323,12 +325,7 @@ class ModelRepository:
 
     def _estimate(self, name: str, version: int, path: Any) -> int:
         """Bytes a load of that version will add: as measured at its last load, else its files' size."""
-        if (name, version) in self.sizes:
-            return self.sizes[name, version]
-        try:
-            return sum(p.stat().st_size for p in path.iterdir() if p.is_file())
-        except OSError:
-            return 0  # the load itself says what is wrong with the folder
+        return self.sizes.get((name, version)) or files_bytes(path)
 
     def estimate(self, name: str) -> int:
         """Bytes a load of `name` adds as the memory budget counts them: measured if it was loaded, else
@@ -343,17 +340,10 @@ class ModelRepository:
     def _make_room(self, name: str, needed: int) -> None:
         """Unload least recently used idle models until `needed` more bytes fit the budget."""
         assert self.memory_budget is not None
-        others = sorted((n for n in self.models if n != name),
-                        key=lambda n: max(m.last_used for m in self.models[n].values()))
-        used = sum(m.resident_bytes for n in others for m in self.models[n].values())
-        for other in others:
-            if used + needed <= self.memory_budget:
-                break
-            versions = self.models[other].values()
-            if all(v.in_flight == 0 for v in versions):  # a model in use is never evicted
-                used -= sum(v.resident_bytes for v in versions)
-                self._retire(other, f"evicted: least recently used under the memory budget, for {name}",
-                             "evicted")
+        chosen, used = victims(self.models, name, needed, self.memory_budget)
+        for other in chosen:
+            self._retire(other, f"evicted: least recently used under the memory budget, for {name}",
+                         "evicted")
         if used + needed > self.memory_budget:
             raise MemoryBudgetExceeded(
                 f"loading {shown(name)} needs about {needed / 2**20:.0f} MiB, and the models in use hold "
@@ -383,12 +373,14 @@ class ModelRepository:
         model.state = ModelState.UNLOADING
 
         async def close() -> None:
-            """Close it, then drop its series from the metrics."""
+            """Close it, drop its series from the metrics and its memory from the process."""
             await model.close(grace_s)
             with contextlib.suppress(KeyError):
                 metrics.MODEL_RESIDENT_BYTES.remove(model.name, str(model.version))
             if (recorder := getattr(model.scheduler, "recorder", None)) is not None:
                 recorder.remove()
+            model.runner = model.scheduler = None  # the sessions' last references
+            await asyncio.to_thread(release_freed_memory)
 
         task = asyncio.get_running_loop().create_task(close())
         self._closing.add(task)

@@ -13,6 +13,7 @@ win; elsewhere than glibc this does nothing.
 from __future__ import annotations
 
 import ctypes
+import gc
 import logging
 import os
 
@@ -39,3 +40,16 @@ def tune_malloc() -> dict[str, int]:
     if applied:
         log.info("glibc malloc: %s", ", ".join(f"{k}={v}" for k, v in applied.items()))
     return applied
+
+
+def release_freed_memory() -> bool:
+    """Collect garbage, then hand the heap's free pages back to the system (glibc malloc_trim), after a
+    model was unloaded; False where there is no malloc_trim."""
+    gc.collect()
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return False
+    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    trim(0)
+    return True

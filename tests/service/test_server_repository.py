@@ -4,8 +4,10 @@ stream runs."""
 
 from __future__ import annotations
 
+import gc
 import json
 import threading
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +24,8 @@ from service.runtime.runner import Runner
 from service.server import BackgroundServer
 from tests.support.decoding import best_tokens
 from tests.support.kserve import text_input, triton_client
+from tests.support.metrics import sample
+from tests.support.polling import wait_until
 from tests.support.server import server_config
 
 TEXT = "we 5"
@@ -148,3 +152,21 @@ def test_an_unload_lets_a_running_stream_finish(client, translator, runner: Runn
         translator.Translate(pb.TranslateRequest(texts=[TEXT], model="b"))
     assert err.value.code() == grpc.StatusCode.UNAVAILABLE
     assert "unloaded through the API" in err.value.details()
+
+
+def test_an_unloaded_model_leaves_no_runner_behind(client, server):
+    """Unloading frees the memory: nothing holds the model's runner (its ONNX Runtime sessions) any more."""
+    client.load_model("b")
+    runners = [weakref.ref(m.runner) for m in server.running.models.models["b"].values()]
+    assert len(runners) == 2 and all(r() is not None for r in runners)
+    assert sample("translator_model_resident_bytes", model="b", version="2") > 0  # measured at its load
+    assert sample("translator_models_loaded") == 3  # versions: a 1, b 1 and b 2
+    client.unload_model("b")
+
+    def freed() -> bool:
+        gc.collect()
+        return all(r() is None for r in runners)
+
+    wait_until(freed, "the unloaded versions' runners to be freed", timeout=30)
+    assert sample("translator_model_resident_bytes", model="b") == 0  # its series went with it
+    assert sample("translator_model_unloads_total", model="b", reason="api") >= 1

@@ -142,6 +142,7 @@ def test_a_failed_reload_keeps_the_old_model_serving(tmp_path):
         repo, loader = make(tmp_path, {"a": [1]}, ControlMode.EXPLICIT)
         await repo.start(["a"])
         old = repo.models["a"][1]
+        old_scheduler = old.scheduler
         loader.fail.add("a")
         with pytest.raises(RuntimeError, match="broken bundle"):
             await repo.load("a")
@@ -152,7 +153,8 @@ def test_a_failed_reload_keeps_the_old_model_serving(tmp_path):
         async with repo.use("a") as model:
             assert model is not old
         await asyncio.gather(*repo._closing)
-        assert old.state is ModelState.UNAVAILABLE and old.scheduler.drained is not None
+        assert old.state is ModelState.UNAVAILABLE and old_scheduler.drained is not None
+        assert old.runner is None and old.scheduler is None  # its memory goes with these references
     asyncio.run(main())
 
 
