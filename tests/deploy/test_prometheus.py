@@ -50,7 +50,7 @@ DASHBOARD = DEPLOY / "grafana" / "translator-dashboard.json"
 STREAM = "translator.v1.Translator/TranslateStream"
 TRANSLATE = "translator.v1.Translator/Translate"
 POD = {"namespace": "serving", "pod": "translator-0"}
-VARIABLES = {"$job": ".+", "$method": ".+"}  # the dashboard's "All" values
+VARIABLES = {"$job": ".+", "$method": ".+", "$model": ".+"}  # the dashboard's "All" values
 N_STREAMS, N_UNARY, N_BAD = 40, 6, 5
 
 
