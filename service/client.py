@@ -46,6 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--v2", action="store_true", help="use the KServe v2 / Triton inference API")
     parser.add_argument("--info", action="store_true", help="print GetModelInfo as JSON and exit")
     parser.add_argument("--request-id", default="", help="client request id, echoed by the server")
+    parser.add_argument("--model", default="", help="model of the server's repository (default: the one "
+                        f"loaded; with --v2: {MODEL_NAME!r})")
+    parser.add_argument("--model-version", default="", help="its version (default: the latest loaded)")
     return parser
 
 
@@ -80,7 +83,8 @@ def _translate(channel: grpc.Channel, args: argparse.Namespace, out: TextIO) -> 
     stub = pb_grpc.TranslatorStub(channel)
     if args.stream:
         request = pb.TranslateStreamRequest(text=args.texts[0], options=_options(args),
-                                            request_id=args.request_id)
+                                            request_id=args.request_id, model=args.model,
+                                            model_version=args.model_version)
         pieces = 0
         for message in stub.TranslateStream(request, timeout=args.timeout):
             if message.HasField("piece"):
@@ -94,7 +98,8 @@ def _translate(channel: grpc.Channel, args: argparse.Namespace, out: TextIO) -> 
             else:  # beam search: only the final message comes
                 print_result(message.result, args, out)
         return
-    request = pb.TranslateRequest(texts=args.texts, options=_options(args), request_id=args.request_id)
+    request = pb.TranslateRequest(texts=args.texts, options=_options(args), request_id=args.request_id,
+                                  model=args.model, model_version=args.model_version)
     response = stub.Translate(request, timeout=args.timeout)
     for result in response.results:
         print_result(result, args, out)
@@ -102,7 +107,8 @@ def _translate(channel: grpc.Channel, args: argparse.Namespace, out: TextIO) -> 
 
 def _infer_v2(channel: grpc.Channel, args: argparse.Namespace, out: TextIO) -> None:
     """KServe v2 ModelInfer with a TEXT BYTES tensor."""
-    request = v2.ModelInferRequest(model_name=MODEL_NAME, id=args.request_id)
+    request = v2.ModelInferRequest(model_name=args.model or MODEL_NAME, model_version=args.model_version,
+                                   id=args.request_id)
     count = len(args.texts)
     request.inputs.add(name=kserve_codec.INPUT_NAME, datatype=kserve_codec.BYTES_DATATYPE, shape=[count])
     request.raw_input_contents.append(kserve_codec.serialize_bytes(t.encode("utf-8") for t in args.texts))
@@ -126,7 +132,8 @@ def run(args: argparse.Namespace, out: TextIO) -> None:
                           args.server_name) as channel:
         if args.info:
             stub = pb_grpc.TranslatorStub(channel)
-            info = stub.GetModelInfo(pb.GetModelInfoRequest(), timeout=args.timeout)
+            which = pb.GetModelInfoRequest(model=args.model, model_version=args.model_version)
+            info = stub.GetModelInfo(which, timeout=args.timeout)
             as_dict = json_format.MessageToDict(info, always_print_fields_with_no_presence=True)
             out.write(json.dumps(as_dict, indent=2) + "\n")
         elif args.v2:

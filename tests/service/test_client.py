@@ -102,3 +102,13 @@ def test_tls_round_trip(tiny_bundle, runner, tmp_path):
         want = best_texts(runner, TEXTS[1:2])[0]
         assert run(srv.address, "--ca-cert", str(cert), TEXTS[1]) == (0, want + "\n")
         assert run(srv.address, "--timeout", "5", TEXTS[1])[0] == 1  # plaintext to a TLS port fails
+
+
+def test_model_flags_address_a_model(address, runner):
+    """--model / --model-version reach the server: the served model by name, an unknown one NOT_FOUND."""
+    (expected,) = best_texts(runner, TEXTS[:1])
+    for flags in (["--model", "translator"], ["--model", "translator", "--model-version", "1", "--v2"]):
+        code, out = run(address, *flags, TEXTS[0])
+        assert (code, out) == (0, expected + "\n")
+    code, out = run(address, "--model", "nope", TEXTS[0])
+    assert code == 1
