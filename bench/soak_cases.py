@@ -219,6 +219,8 @@ class Mix:
     def _unknown_model(self) -> Case:
         request = self._v2_request([self.rng.choice(self.texts)], typed=False)
         request.model_name = self.rng.choice(["nope", "translator2", "x" * 5000])
+        if len(request.model_name) > 128:  # a name no repository can hold: refused before any lookup
+            return self._invalid("unknown_model", request, "invalid model name", INFER, "INVALID_ARGUMENT")
         return self._invalid("unknown_model", request, "unknown model", INFER, "NOT_FOUND")
 
     def _beam_out_of_range(self) -> Case:
