@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import json
+import shutil
 import threading
 import weakref
 from collections.abc import Iterator
@@ -22,7 +23,7 @@ from protos.translator.v1 import translator_pb2_grpc as pb_grpc
 from service.domain.types import DecodeOptions
 from service.runtime.runner import Runner
 from service.server import BackgroundServer
-from tests.support.decoding import best_tokens
+from tests.support.decoding import best_texts, best_tokens
 from tests.support.kserve import text_input, triton_client
 from tests.support.metrics import sample
 from tests.support.polling import wait_until
@@ -170,3 +171,22 @@ def test_an_unloaded_model_leaves_no_runner_behind(client, server):
     wait_until(freed, "the unloaded versions' runners to be freed", timeout=30)
     assert sample("translator_model_resident_bytes", model="b") == 0  # its series went with it
     assert sample("translator_model_unloads_total", model="b", reason="api") >= 1
+
+
+def test_a_reload_from_a_broken_bundle_keeps_the_old_model_serving(tmp_path, tiny_bundle, runner):
+    """The bundle on disk breaks after the load: a reload fails with the reason and the loaded model
+    keeps answering, the same translations as before."""
+    root = tmp_path / "repo"
+    shutil.copytree(tiny_bundle, root / "c" / "1")
+    config = server_config(tiny_bundle, model_repository=root, model_control_mode="explicit",
+                           load_model=("c",))
+    (expected,) = best_texts(runner, [TEXT])
+    with BackgroundServer(config) as srv, triton_client(srv.address) as c:
+        (root / "c" / "1" / "decoder.onnx").write_bytes(b"not a graph")  # its hash no longer matches
+        with pytest.raises(triton.InferenceServerException) as err:
+            c.load_model("c")
+        assert "decoder.onnx" in err.value.message()
+        assert c.is_model_ready("c")
+        assert index(c) == [("c", "1", "READY")]
+        result = c.infer("c", [text_input([TEXT])])
+        assert result.as_numpy("TRANSLATION").tolist() == [expected.encode()]
