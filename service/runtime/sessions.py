@@ -12,7 +12,9 @@ in use. The options per provider:
   `onnxruntime.set_global_thread_pool_sizes`; the SkipLayerNormalization fusion off (ORT's CPU
   kernel is several times slower than Add + LayerNormalization beyond a few rows).
 - CUDA: per-session pools that do not spin (the CPU only runs shape computations; ORT's global
-  pool once the process has one, since ORT then refuses per-session pools), every fusion on, and
+  pool once the process has one, since ORT then refuses per-session pools), one device arena per
+  device shared by every session of every model (registered once with ORT's environment,
+  `session.use_env_allocators`; each session's own arena where ORT refuses), every fusion on, and
   the placement of each node recorded, so that `misplaced_nodes` can list compute nodes that ONNX
   Runtime put on another provider (a missing CUDA kernel for an op or dtype means Memcpy nodes and
   PCIe traffic around it), in the encoder, the decoder and the multi-step decoder (its Loop body's
@@ -53,8 +55,29 @@ DISABLE_PREPACKING = "session.disable_prepacking"  # kernels keep no packed copy
 # Nodes that are never compute: ORT's own copies between devices, and shape reads.
 NOT_COMPUTE_OPS = frozenset({"MemcpyFromHost", "MemcpyToHost", "Shape", "Size"})
 
+USE_ENV_ALLOCATORS = "session.use_env_allocators"  # take device memory from the process's shared allocator
+
 _pool_lock = threading.Lock()
 _pool_threads: int | None = None  # size we asked for; -1 when someone else created the pool
+_cuda_allocators: dict[int, bool] = {}  # device id -> whether ORT's environment holds our shared arena
+
+
+def ensure_shared_cuda_allocator(device_id: int, options: Mapping[str, str]) -> bool:
+    """Register one CUDA arena allocator per device with ONNX Runtime's environment, once per process,
+    so that the sessions of every model on that device take their memory from it
+    (`session.use_env_allocators`); False where ORT refuses (each session then keeps its own arena)."""
+    with _pool_lock:
+        if device_id not in _cuda_allocators:
+            try:
+                info = ort.OrtMemoryInfo("Cuda", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, device_id,
+                                         ort.OrtMemType.DEFAULT)
+                defaults = ort.OrtArenaCfg(0, -1, -1, -1)  # ORT's arena defaults
+                ort.create_and_register_allocator_v2(CUDA, info, dict(options), defaults)
+                _cuda_allocators[device_id] = True
+            except Exception as exc:  # noqa: BLE001 - ORT raises its own Fail / RuntimeError types
+                log.warning("cannot share one CUDA allocator between sessions (%s); each keeps its own", exc)
+                _cuda_allocators[device_id] = False
+        return _cuda_allocators[device_id]
 
 
 def ensure_global_thread_pool(threads: int) -> bool:
@@ -154,6 +177,10 @@ def _open(path: Path, providers: list[str], options: dict[str, dict[str, str]], 
           prepack: bool = True) -> ort.InferenceSession:
     """One session on `providers` with the options of the first; no run-time fallback."""
     so = session_options(providers[0], intra_op_threads, shared, profile_prefix, spinning, prepack)
+    if providers[0] == CUDA:  # every model's sessions on a device share one arena
+        cuda = options.get(CUDA, {})
+        if ensure_shared_cuda_allocator(int(cuda.get("device_id", 0)), cuda):
+            so.add_session_config_entry(USE_ENV_ALLOCATORS, "1")
     with_opts = [(p, options.get(p, {})) for p in providers]
     session = ort.InferenceSession(str(path), so, providers=with_opts,
                                    disabled_optimizers=disabled_optimizers(providers[0]))

@@ -20,6 +20,7 @@ import pytest
 from protos.translator.v1 import translator_pb2 as pb
 from protos.translator.v1 import translator_pb2_grpc as pb_grpc
 from service.domain.types import DecodeOptions, FinishedEvent
+from service.runtime import sessions as sessions_module
 from service.runtime.backends import IoBindingBackend
 from service.runtime.runner import Runner
 from service.runtime.sessions import CUDA, misplaced_nodes
@@ -149,3 +150,23 @@ def test_a_server_with_default_flags_reports_cuda(tiny_bundle):
         assert info.execution_providers[0] == CUDA and info.variant == "fp16"
         reply = stub.Translate(pb.TranslateRequest(texts=TEXTS), timeout=60)
         assert len(reply.results) == len(TEXTS) and all(r.hypotheses[0].token_ids for r in reply.results)
+
+
+def test_two_models_on_cuda_share_one_device_arena(cuda_runner, tiny_bundle, texts, tmp_path):
+    """A repository of two models on one GPU: every session takes device memory from the one arena
+    registered with ONNX Runtime's environment, and each model decodes as the tiny bundle alone does."""
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "1").symlink_to(tiny_bundle, target_is_directory=True)
+    config = server_config(tiny_bundle, providers=(CUDA, "CPUExecutionProvider"), require_provider=CUDA,
+                           model_repository=tmp_path, model_control_mode="explicit", load_model=("*",))
+    want = cuda_runner.translate(texts, DecodeOptions(max_new_tokens=MAX_NEW))
+    with BackgroundServer(config) as server:
+        assert sessions_module._cuda_allocators == {0: True}  # registered once, for device 0
+        for name, versions in server.running.models.models.items():
+            opened = versions[1].runner.sessions
+            for session in (opened.encoder, opened.decoder):
+                options = session.get_session_options()
+                assert options.get_session_config_entry(sessions_module.USE_ENV_ALLOCATORS) == "1", name
+            got = versions[1].runner.translate(texts, DecodeOptions(max_new_tokens=MAX_NEW))
+            assert [g[0].tokens for g in got] == [w[0].tokens for w in want], name

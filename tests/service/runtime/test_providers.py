@@ -45,7 +45,8 @@ def recorded_sessions(monkeypatch) -> list[dict]:
                       "disabled": list(disabled_optimizers),
                       "per_session_threads": so.use_per_session_threads,
                       "spinning": config_entry(so, "session.intra_op.allow_spinning"),
-                      "prepacking": config_entry(so, sessions.DISABLE_PREPACKING) != "1"})
+                      "prepacking": config_entry(so, sessions.DISABLE_PREPACKING) != "1",
+                      "env_allocators": config_entry(so, sessions.USE_ENV_ALLOCATORS) == "1"})
         return real(path, so, providers=providers, disabled_optimizers=disabled_optimizers)
 
     monkeypatch.setattr(sessions.ort, "InferenceSession", recording)
@@ -99,6 +100,36 @@ def test_an_ort_fallback_while_creating_gets_the_options_of_the_provider_in_use(
     assert all(c["disabled"] == ["SkipLayerNormFusion"] for c in calls[1:])
     assert all(c["per_session_threads"] is False for c in calls[1:])
     assert runner.variant_name == "base"  # the CPU's variant, not the fp16 one planned for CUDA
+
+
+def test_one_cuda_allocator_per_device_is_registered_once_and_cuda_sessions_use_it(tiny_bundle, monkeypatch):
+    """Every CUDA session of every model takes device memory from one arena per device, registered with
+    ORT's environment once per process; where ORT refuses, sessions keep their own arenas."""
+    registered: list[tuple[str, int, dict]] = []
+
+    def register(provider, info, options, arena):
+        registered.append((provider, info.device_id, dict(options)))
+
+    monkeypatch.setattr(sessions, "_cuda_allocators", {})
+    monkeypatch.setattr(sessions.ort, "create_and_register_allocator_v2", register)
+    assert sessions.ensure_shared_cuda_allocator(0, {"device_id": "0"})
+    assert sessions.ensure_shared_cuda_allocator(0, {"device_id": "0"})  # once per device
+    assert sessions.ensure_shared_cuda_allocator(1, {"device_id": "1"})
+    assert registered == [(CUDA, 0, {"device_id": "0"}), (CUDA, 1, {"device_id": "1"})]
+    if not CUDA_HERE:  # ORT asked for CUDA falls back here: the CUDA session asked for the shared arena
+        monkeypatch.setattr(sessions, "cuda_unavailable", lambda device_id=0: None)
+        calls = recorded_sessions(monkeypatch)
+        Runner(tiny_bundle)
+        assert calls[0]["providers"][0] == CUDA and calls[0]["env_allocators"]
+        assert not any(c["env_allocators"] for c in calls[1:])  # the CPU sessions: no device arena
+
+    def refuse(provider, info, options, arena):
+        raise RuntimeError("no CUDA here")
+
+    monkeypatch.setattr(sessions, "_cuda_allocators", {})
+    monkeypatch.setattr(sessions.ort, "create_and_register_allocator_v2", refuse)
+    assert not sessions.ensure_shared_cuda_allocator(0, {})
+    assert not sessions.ensure_shared_cuda_allocator(0, {})  # asked once: the answer is kept
 
 
 def test_session_options_per_provider():
