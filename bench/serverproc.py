@@ -79,6 +79,7 @@ class ServerProcess:
         """The server's command line."""
         return [sys.executable, "-m", "service.server", "--bundle", str(self.bundle), "--host", "127.0.0.1",
                 "--port", "0", "--port-file", str(port_file), "--metrics-port", str(self.metrics_port),
+                "--http-port", "-1",
                 "--batching", self.batching, "--log-level", "WARNING",
                 *self.extra_args]
 

@@ -37,6 +37,8 @@ class ServerConfig:
     memory_budget: int = 0  # bytes of resident model memory; 0 = no budget
     host: str = "127.0.0.1"
     port: int = 8001
+    http_port: int = 8000  # KServe v2 REST and Triton's generate beside gRPC; 0 = any free port, -1 = off
+    http_read_timeout_s: float = 30.0  # longest wait for an HTTP request's body to arrive
     metrics_port: int = 8002  # 0 = any free port, -1 = no metrics endpoint
     metrics_host: str = "127.0.0.1"
     batching: str = "continuous"
@@ -84,6 +86,8 @@ class ServerConfig:
         checks = {
             "--port": 0 <= self.port <= 65535,
             "--metrics-port": -1 <= self.metrics_port <= 65535,
+            "--http-port": -1 <= self.http_port <= 65535,
+            "--http-read-timeout-s": self.http_read_timeout_s > 0,
             "--max-batch-size": self.max_batch_size >= 1,
             "--max-batch-tokens": self.max_batch_tokens >= 0,
             "--max-queue-delay-ms": self.max_queue_delay_ms >= 0,
@@ -113,6 +117,11 @@ class ServerConfig:
         """host:port to bind (IPv6 hosts in brackets)."""
         host = f"[{self.host}]" if ":" in self.host and not self.host.startswith("[") else self.host
         return f"{host}:{self.port}"
+
+    @property
+    def http_host(self) -> str:
+        """The host the HTTP server binds (the gRPC one, without brackets)."""
+        return self.host.strip("[]")
 
 
 def _providers(text: str) -> tuple[str, ...]:
@@ -165,6 +174,10 @@ _FLAGS: list[tuple[str, Any, str]] = [
      "first unloads the least recently used idle models; 0 = no budget"),
     ("--host", str, "address to bind (0.0.0.0 for every interface)"),
     ("--port", int, "gRPC port; 0 = any free port (see --port-file)"),
+    ("--http-port", int, "HTTP/REST port (KServe v2 REST, Triton's generate and generate_stream; TLS as for "
+     "gRPC); 0 = any free port, -1 = disabled"),
+    ("--http-read-timeout-s", float, "HTTP: longest wait for a request body to arrive in full (slow or "
+     "short bodies get 400)"),
     ("--metrics-port", int, "Prometheus /metrics HTTP port; 0 = any free port, -1 = disabled"),
     ("--metrics-host", str, "address the /metrics endpoint binds (0.0.0.0 for every interface)"),
     ("--batching", str, f"scheduler: {' | '.join(BATCHING_MODES)}"),

@@ -1,11 +1,13 @@
-"""The gRPC server: `python -m service.server [flags]` (see service/config.py for flags and env vars).
+"""The server: `python -m service.server [flags]` (see service/config.py for flags and env vars).
 
 Serves translator.v1.Translator, inference.GRPCInferenceService (KServe v2), KServe ModelMesh's
-mmesh.ModelRuntime, grpc.health.v1 and server reflection on one grpc.aio server, plus Prometheus
-/metrics on its own HTTP port. Health is SERVING only once the model is loaded and has translated a
-warm-up text, and NOT_SERVING while draining or while the scheduler reports itself unhealthy. On
-SIGTERM / SIGINT the server drains: health NOT_SERVING, no new calls, in-flight calls get
-`--drain-grace-s` seconds, exit code 0.
+mmesh.ModelRuntime, grpc.health.v1 and server reflection on one grpc.aio server; KServe v2 REST
+and Triton's generate extension over HTTP on --http-port (service/api/http/, same event loop,
+models and limits); plus Prometheus /metrics on its own HTTP port. Health is SERVING only once
+the model is loaded and has translated a warm-up text, and NOT_SERVING while draining or while the
+scheduler reports itself unhealthy. On SIGTERM / SIGINT the server drains: health NOT_SERVING, no
+new calls (HTTP ones answered 503 while the models drain), in-flight calls get `--drain-grace-s`
+seconds, exit code 0.
 `serve(config)` starts everything in the running event loop (tests use it in-process through
 `BackgroundServer`).
 """
@@ -32,6 +34,7 @@ from protos.inference import grpc_service_pb2, grpc_service_pb2_grpc
 from protos.modelmesh import model_runtime_pb2, model_runtime_pb2_grpc
 from protos.translator.v1 import translator_pb2, translator_pb2_grpc
 from service.api import tls
+from service.api.http.app import HttpServer, make_app, ssl_context
 from service.api.interceptor import ErrorMappingInterceptor
 from service.api.kserve import InferenceServicer
 from service.api.modelmesh import ModelRuntimeServicer
@@ -128,7 +131,13 @@ class RunningServer:
     models: ModelRepository
     health: health.aio.HealthServicer
     readiness: Readiness
+    http: HttpServer | None = None
     _poller: asyncio.Task | None = field(default=None, repr=False)
+
+    @property
+    def http_port(self) -> int | None:
+        """The bound HTTP port (None: HTTP is off)."""
+        return self.http.port if self.http is not None and self.http.port else None
 
     @property
     def model(self) -> ServedModel:
@@ -177,6 +186,8 @@ class RunningServer:
         # is still running at `grace` is answered UNAVAILABLE too, and the server then gives those
         # answers (and any other call) DRAIN_MARGIN_S to leave before it cancels what remains.
         await self.models.close(grace)
+        if self.http is not None:
+            await self.http.stop()  # in-flight HTTP answers get DRAIN_MARGIN_S, as gRPC's
         await self.server.stop(DRAIN_MARGIN_S)
         if self.metrics_port is not None:
             metrics.stop_metrics_servers()
@@ -205,9 +216,17 @@ async def serve(config: ServerConfig, runner: Runner | None = None) -> RunningSe
                             model_runtime_pb2.DESCRIPTOR, health_pb2.DESCRIPTOR, reflection_pb2.DESCRIPTOR])
     reflection.enable_server_reflection([*SERVICE_NAMES, reflection.SERVICE_NAME], server, pool=pool)
     running = RunningServer(config, server, 0, None, models, health_servicer, readiness)
+    if config.http_port >= 0:
+        app = make_app(InferenceServicer(models, lambda: readiness.ready, config.queue_size),
+                       config.max_message_bytes, config.http_read_timeout_s)
+        context = (ssl_context(config.tls_cert, config.tls_key, config.tls_client_ca)
+                   if config.tls_cert is not None and config.tls_key is not None else None)
+        running.http = HttpServer(app, config.http_host, config.http_port, context, DRAIN_MARGIN_S)
     try:
         await models.start(list(config.load_model))
         running.port = _bind(server, config)
+        if running.http is not None:
+            await running.http.start()
         await running._set_health(_NOT_SERVING)
         await server.start()
         if config.metrics_port >= 0:
@@ -219,9 +238,9 @@ async def serve(config: ServerConfig, runner: Runner | None = None) -> RunningSe
     status = _SERVING if readiness.ready else _NOT_SERVING
     await running._set_health(status)  # SERVING before serve() returns: callers may probe at once
     running._poller = asyncio.create_task(running.watch_health(status))
-    log.info("serving %s on %s:%d (control mode %s, metrics port %s)",
+    log.info("serving %s on %s:%d (HTTP port %s, control mode %s, metrics port %s)",
              ", ".join(sorted(models.models)) or "no model yet", config.host, running.port,
-             config.model_control_mode, running.metrics_port)
+             running.http_port, config.model_control_mode, running.metrics_port)
     return running
 
 
@@ -305,6 +324,12 @@ class BackgroundServer:
         """host:port clients connect to."""
         assert self.running is not None, "server not started"
         return f"{self.config.host}:{self.running.port}"
+
+    @property
+    def http_address(self) -> str:
+        """host:port of the HTTP server."""
+        assert self.running is not None and self.running.http_port is not None, "no HTTP server"
+        return f"{self.config.host}:{self.running.http_port}"
 
     def stop(self, grace_s: float = 0.0) -> None:
         """Drain and stop."""

@@ -1,7 +1,7 @@
 """The error-mapping and metrics layer around every RPC of the server (a grpc.aio interceptor).
 
 Handlers raise domain exceptions; this layer turns them into gRPC statuses with `errors.status_of`
-(the one place that chooses codes) and records `metrics.observe_request(method, code, seconds)`
+(the one place that chooses codes) and records `metrics.observe_request(method, code, seconds, "grpc")`
 once per call, for every service (translator, KServe v2, health, reflection). A status a handler
 set itself (`context.abort`, or `set_code` before raising, as generated base classes do for
 UNIMPLEMENTED) is kept.
@@ -86,7 +86,7 @@ class _Call:
         """Record the call in the metrics (a code set without raising counts too)."""
         if self.code == grpc.StatusCode.OK:
             self.code = self._preset_code() or grpc.StatusCode.OK
-        metrics.observe_request(self.method, self.code.name, time.perf_counter() - self.start)
+        metrics.observe_request(self.method, self.code.name, time.perf_counter() - self.start, "grpc")
 
 
 async def _result(value: Any) -> Any:

@@ -292,7 +292,10 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self, request: pb.ModelInferRequest, context: aio.ServicerContext
     ) -> pb.ModelInferResponse:
         """Translate the TEXT tensor with the model named."""
-        deadline = deadline_of(context)
+        return await self.infer(request, deadline_of(context))
+
+    async def infer(self, request: pb.ModelInferRequest, deadline: float | None) -> pb.ModelInferResponse:
+        """ModelInfer of any protocol (the HTTP server's infer and generate come here too)."""
         async with self.models.use(request.model_name, request.model_version, deadline) as model:
             decoded, options = self._prepare(request, model)
             if decoded.options.stream:
@@ -301,9 +304,10 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             texts = await self._translate(model, decoded, options, deadline)
             return self._response(model, decoded.request_id, texts)
 
-    async def _stream_responses(self, request: pb.ModelInferRequest,
+    async def stream_responses(self, request: pb.ModelInferRequest,
                                 deadline: float | None) -> AsyncIterator[pb.ModelInferResponse]:
-        """The responses of one request of a stream; the last one (only one unless streaming) is final."""
+        """The responses of one request of a stream; the last one (only one unless streaming) is final.
+        (The HTTP server's generate_stream reads them too.)"""
         async with self.models.use(request.model_name, request.model_version, deadline) as model:
             decoded, options = self._prepare(request, model)
             request_id = decoded.request_id
@@ -334,7 +338,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         async def answer(request: pb.ModelInferRequest) -> None:
             """Run one request and queue its responses, or its error message."""
             try:
-                async for response in self._stream_responses(request, deadline):
+                async for response in self.stream_responses(request, deadline):
                     answers.put_nowait(pb.ModelStreamInferResponse(infer_response=response))
             except Exception as exc:  # noqa: BLE001 - errors travel inside the stream
                 answers.put_nowait(stream_error(request, exc))

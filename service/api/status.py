@@ -1,7 +1,10 @@
-"""The one table from domain exceptions to gRPC status codes, and the message a client sees.
+"""The one table from domain exceptions to gRPC status codes, and the message a client sees; and
+the HTTP status of every gRPC code, for the HTTP/REST server (service/api/http/).
 
 A full queue is RESOURCE_EXHAUSTED (as Triton answers when its queue policy rejects), so that
 clients can tell "back off" (RESOURCE_EXHAUSTED) from "this server is going away" (UNAVAILABLE).
+Over HTTP both are 503 (the message tells which); bad input 400, an unknown model 404, a deadline
+504, a client gone before its answer 499 (nginx's "client closed request"), a bug 500.
 """
 
 from __future__ import annotations
@@ -29,6 +32,27 @@ STATUS_CODES: dict[type[errors.ServiceError], grpc.StatusCode] = {
 }
 
 
+HTTP_CODES: dict[grpc.StatusCode, int] = {
+    grpc.StatusCode.OK: 200,
+    grpc.StatusCode.INVALID_ARGUMENT: 400,
+    grpc.StatusCode.FAILED_PRECONDITION: 400,
+    grpc.StatusCode.OUT_OF_RANGE: 400,
+    grpc.StatusCode.NOT_FOUND: 404,
+    grpc.StatusCode.ALREADY_EXISTS: 409,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: 503,
+    grpc.StatusCode.UNAVAILABLE: 503,
+    grpc.StatusCode.DEADLINE_EXCEEDED: 504,
+    grpc.StatusCode.CANCELLED: 499,
+    grpc.StatusCode.UNIMPLEMENTED: 501,
+    grpc.StatusCode.UNAUTHENTICATED: 401,
+    grpc.StatusCode.PERMISSION_DENIED: 403,
+    grpc.StatusCode.INTERNAL: 500,
+    grpc.StatusCode.UNKNOWN: 500,
+    grpc.StatusCode.DATA_LOSS: 500,
+    grpc.StatusCode.ABORTED: 409,
+}
+
+
 def clip(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
     """Text cut to `limit` characters (marked), so that echoed client input cannot grow a status."""
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -46,3 +70,9 @@ def status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
                 return STATUS_CODES[kind], clip(str(exc))
     eid = errors.error_id()
     return grpc.StatusCode.INTERNAL, f"internal error (error id {eid}; details in the server log)"
+
+
+def http_status_of(exc: BaseException) -> tuple[int, str, str]:
+    """(HTTP status, the gRPC code's name for the metrics, message) of an exception: `status_of`'s row."""
+    code, message = status_of(exc)
+    return HTTP_CODES[code], code.name, message

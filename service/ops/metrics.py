@@ -5,8 +5,9 @@ and batch metrics; the servicers call `observe_request` once per RPC. Everything
 exposed by `start_metrics_server` on its own HTTP port (prometheus_client's server thread).
 
 Names (all prefixed `translator_`):
-- `requests_total{method, code}` counter (every served method x COMMON_CODES exists from start-up),
-  `request_latency_seconds{method}` histogram: per RPC.
+- `requests_total{method, code, protocol}` counter (every served method x COMMON_CODES exists from
+  start-up), `request_latency_seconds{method, protocol}` histogram: per RPC or HTTP request
+  (protocol "grpc" or "http"; HTTP requests carry the status name of the same table).
 - `queue_time_seconds`, `time_to_first_token_seconds`, `time_per_output_token_seconds`: per text.
 - `encoder_compute_seconds` per encoder call, `decoder_step_seconds` per decoder step.
 - `batch_size` (active rows per decoder step), `input_tokens` / `output_tokens` per text.
@@ -30,10 +31,12 @@ TIME_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
 BATCH_BUCKETS = tuple(float(2**i) for i in range(9))  # 1, 2, 4, ..., 256
 TOKEN_BUCKETS = tuple(float(2**i) for i in range(11))  # 1, 2, 4, ..., 1024
 
-REQUESTS = Counter("translator_requests_total", "RPCs answered, by method and gRPC status code.",
-                   ["method", "code"])
-REQUEST_LATENCY = Histogram("translator_request_latency_seconds", "End-to-end RPC latency.", ["method"],
-                            buckets=TIME_BUCKETS)
+REQUESTS = Counter("translator_requests_total",
+                   "Requests answered, by method, status code (gRPC's names, HTTP's too) and protocol.",
+                   ["method", "code", "protocol"])
+REQUEST_LATENCY = Histogram("translator_request_latency_seconds", "End-to-end request latency.",
+                            ["method", "protocol"], buckets=TIME_BUCKETS)
+PROTOCOLS = ("grpc", "http")  # the `protocol` label: how the request came
 MODEL_LABELS = ("model", "version")  # the per-model series (service/ops/model_metrics.py)
 QUEUE_TIME = Histogram("translator_queue_time_seconds", "Time a text waited in the queue before decoding.",
                        MODEL_LABELS, buckets=TIME_BUCKETS)
@@ -77,19 +80,21 @@ _servers_lock = threading.Lock()
 _servers: list = []  # (server, thread) pairs started by start_metrics_server
 
 
-def observe_request(method: str, code: str, seconds: float) -> None:
-    """Count one answered RPC (code: a gRPC status name such as "OK") and record its latency."""
-    REQUESTS.labels(method=method, code=code).inc()
-    REQUEST_LATENCY.labels(method=method).observe(seconds)
+def observe_request(method: str, code: str, seconds: float, protocol: str = "grpc") -> None:
+    """Count one answered request (code: a gRPC status name such as "OK", for HTTP requests too: the
+    name of the same table's row) and record its latency; protocol "grpc" or "http"."""
+    REQUESTS.labels(method=method, code=code, protocol=protocol).inc()
+    REQUEST_LATENCY.labels(method=method, protocol=protocol).observe(seconds)
 
 
-def init_request_counts(methods: Iterable[str], codes: Iterable[str] = COMMON_CODES) -> None:
+def init_request_counts(methods: Iterable[str], codes: Iterable[str] = COMMON_CODES,
+                        protocol: str = "grpc") -> None:
     """Create the `requests_total` series of every method x code at 0, so that Prometheus' rate() and
     increase() see the first call of each (a series born at 1 has no earlier sample to differ from)."""
     codes = tuple(codes)
     for method in methods:
         for code in codes:
-            REQUESTS.labels(method=method, code=code)
+            REQUESTS.labels(method=method, code=code, protocol=protocol)
 
 
 def set_model_info(model: str, version: str, provider: str, batching: str, variant: str) -> None:

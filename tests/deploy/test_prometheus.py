@@ -258,7 +258,8 @@ def test_prometheus_scrapes_the_service_and_every_query_returns_data(tiny_bundle
     port_file, metrics_port, web_port = tmp_path / "port", free_port(), free_port()
     server_argv = [sys.executable, "-m", "service.server", "--bundle", str(tiny_bundle),
                    "--host", "127.0.0.1", "--port", "0", "--port-file", str(port_file),
-                   "--metrics-port", str(metrics_port), "--providers", "CPUExecutionProvider"]
+                   "--metrics-port", str(metrics_port), "--http-port", "-1",
+                   "--providers", "CPUExecutionProvider"]
     env = base_env() | {"PYTHONPATH": str(REPO_ROOT)}
     with running(server_argv, env, REPO_ROOT, tmp_path / "server") as server:
         port = wait_for_port_file(server, port_file)

@@ -29,8 +29,10 @@ SERVING, NOT_SERVING = health_pb2.HealthCheckResponse.SERVING, health_pb2.Health
 
 
 def server_config(bundle: Path, **overrides) -> ServerConfig:
-    """A config for tests: loopback, free port, CPU, no metrics endpoint unless asked."""
-    values = {"bundle": bundle, "port": 0, "metrics_port": -1, "providers": ("CPUExecutionProvider",),
+    """A config for tests: loopback, free port, CPU, no metrics endpoint and no HTTP server unless
+    asked (http_port=0: a free port)."""
+    values = {"bundle": bundle, "port": 0, "metrics_port": -1, "http_port": -1,
+              "providers": ("CPUExecutionProvider",),
               "max_batch_size": MAX_BATCH, "max_message_bytes": MESSAGE_LIMIT} | overrides
     return ServerConfig(**values)
 
@@ -126,7 +128,8 @@ def slow_server(bundle: Path, tmp_path: Path, *flags: str,
     `flags` ask for one): (process, port) once it serves; stopped on exit."""
     port_file = tmp_path / "port"
     argv = [sys.executable, "-c", SLOW_SERVER, "--bundle", str(bundle), "--port", "0", "--port-file",
-            str(port_file), "--metrics-port", "-1", "--providers", "CPUExecutionProvider", *flags]
+            str(port_file), "--metrics-port", "-1", "--http-port", "-1", "--providers",
+            "CPUExecutionProvider", *flags]
     env = base_env() | {"SLOW_STEP_S": str(step_s), "PYTHONPATH": str(REPO_ROOT)}
     with running(argv, env, REPO_ROOT, tmp_path / "server") as server:
         yield server, wait_for_port_file(server, port_file)

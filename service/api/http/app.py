@@ -1,0 +1,84 @@
+"""The HTTP/REST server: an aiohttp application on the gRPC server's event loop.
+
+Why aiohttp: a mature asyncio HTTP/1.1 server that runs inside an already running loop (grpc.aio's)
+with no second loop, thread or process, streams responses (server-sent events) and cancels a
+handler when its client disconnects (`handler_cancellation`), which is how a gone client's rows
+leave the batch. uvicorn with starlette would bring ASGI and its own server lifecycle for the same.
+
+Limits: a body is at most `max_body_bytes` (the gRPC message limit, --max-message-bytes; 413
+beyond) and must arrive within `read_timeout_s` (--http-read-timeout-s; 400 after). TLS (and mutual
+TLS) uses the gRPC server's certificate, key and client CA.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from pathlib import Path
+
+from aiohttp import web
+
+from service.api.http import generate, kserve_rest
+from service.api.http.body import LIMITS_KEY
+from service.api.http.errors import observe
+from service.api.kserve import InferenceServicer
+
+log = logging.getLogger(__name__)
+
+HEADER_BYTES = 8190  # longest request line / header field (aiohttp's default)
+
+
+def ssl_context(cert: Path, key: Path, client_ca: Path | None = None) -> ssl.SSLContext:
+    """The server's TLS context; with client_ca, clients must present a certificate it signed."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(cert, key)
+        if client_ca is not None:
+            context.load_verify_locations(cafile=str(client_ca))
+            context.verify_mode = ssl.CERT_REQUIRED
+    except (OSError, ssl.SSLError) as exc:
+        raise OSError(f"cannot use the TLS certificate {cert} / key {key} for HTTP: {exc}") from None
+    return context
+
+
+def make_app(servicer: InferenceServicer, max_body_bytes: int, read_timeout_s: float) -> web.Application:
+    """The application: KServe v2 REST and generate routes, errors and metrics around them."""
+    app = web.Application(client_max_size=max_body_bytes, middlewares=[observe])
+    app[kserve_rest.SERVICER_KEY] = servicer
+    app[LIMITS_KEY] = (max_body_bytes, read_timeout_s)
+    kserve_rest.add_routes(app)
+    generate.add_routes(app)
+    return app
+
+
+class HttpServer:
+    """The started HTTP server: `start` binds, `stop` lets in-flight requests finish within a grace."""
+
+    def __init__(self, app: web.Application, host: str, port: int, context: ssl.SSLContext | None = None,
+                 shutdown_timeout_s: float = 2.0) -> None:
+        self.host, self.requested_port, self.context = host, port, context
+        self.runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
+                                    shutdown_timeout=shutdown_timeout_s, max_line_size=HEADER_BYTES,
+                                    max_field_size=HEADER_BYTES)
+        self.port = 0
+        self.started = False
+
+    async def start(self) -> int:
+        """Listen; the bound port (useful with port 0)."""
+        await self.runner.setup()
+        self.started = True
+        site = web.TCPSite(self.runner, self.host, self.requested_port, ssl_context=self.context)
+        try:
+            await site.start()
+        except OSError as exc:
+            await self.stop()
+            where = f"{self.host}:{self.requested_port}"
+            raise OSError(f"cannot listen for HTTP on {where}: {exc.strerror or exc}") from None
+        self.port = int(self.runner.addresses[0][1])
+        return self.port
+
+    async def stop(self) -> None:
+        """Stop listening, give running requests the shutdown timeout, close connections."""
+        if self.started:
+            self.started = False
+            await self.runner.cleanup()
