@@ -43,7 +43,7 @@ def generate_request(request: web.Request, body: dict[str, Any], stream: bool
     text = body.get(TEXT_KEY)
     if not isinstance(text, str):
         raise InvalidInput(f"{TEXT_KEY} must be a string, got {shown(text)}")
-    parameters = body.get("parameters") or {}
+    parameters = body.get("parameters", {})
     if not isinstance(parameters, dict):
         raise InvalidInput(f"parameters must be a JSON object, got {shown(parameters)}")
     merged = {k: v for k, v in body.items() if k not in (TEXT_KEY, "parameters")} | parameters

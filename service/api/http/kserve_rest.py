@@ -165,7 +165,7 @@ async def repository_index(request: web.Request) -> web.Response:
 async def _load_request(request: web.Request, message: Message) -> Message:
     """The repository request with the body's `parameters`."""
     body = json_object(await read_body(request), "repository request", empty_ok=True)
-    tensors.set_parameters(message.parameters, body.get("parameters") or {}, "repository request")
+    tensors.set_parameters(message.parameters, body.get("parameters", {}), "repository request")
     return message
 
 

@@ -65,7 +65,8 @@ def set_parameters(target: Any, parameters: Any, where: str) -> None:
         entry = target[key]
         if field not in entry.DESCRIPTOR.fields_by_name:
             del target[key]
-            raise InvalidTensor(f"parameter {key} cannot be a number with a fraction here, got {shown(value)}")
+            raise InvalidTensor(f"parameter {key} cannot be a number with a fraction here, "
+                                f"got {shown(value)}")
         setattr(entry, field, value)
 
 
@@ -117,7 +118,7 @@ def _add_input(message: pb.ModelInferRequest, tensor: Any, binary: memoryview, o
                             f"{shown(datatype)}")
     shape = _shape(tensor, name)
     added = message.inputs.add(name=name, datatype=datatype, shape=shape)
-    given = tensor.get("parameters") or {}
+    given = tensor.get("parameters", {})
     if not isinstance(given, dict):
         raise InvalidTensor(f"input {shown(name)} parameters must be a JSON object, got {shown(given)}")
     parameters = dict(given)
@@ -168,7 +169,7 @@ def infer_request(body: bytes, header_length: str | None, model: str, version: s
     if not isinstance(request_id, str):
         raise InvalidTensor(f"id must be a string, got {shown(request_id)}")
     message.id = request_id
-    parameters = request.get("parameters") or {}
+    parameters = request.get("parameters", {})
     if not isinstance(parameters, dict):
         raise InvalidTensor(f"parameters must be a JSON object, got {shown(parameters)}")
     parameters = dict(parameters)
@@ -194,13 +195,16 @@ def infer_request(body: bytes, header_length: str | None, model: str, version: s
                             f"no input (their {BINARY_SIZE_KEY} parameters add up to {offset})")
     if message.raw_input_contents and len(message.raw_input_contents) != len(message.inputs):
         raise InvalidTensor("send every input as binary data or every input as JSON data, not a mix")
-    outputs = request.get("outputs") or []
+    outputs = request.get("outputs", [])
     if not isinstance(outputs, list):
         raise InvalidTensor(f"outputs must be a list, got {shown(outputs)}")
     for output in outputs:
         if not isinstance(output, dict) or not isinstance(output.get("name"), str):
             raise InvalidTensor(f"every requested output needs a string name, got {shown(output)}")
-        wanted = dict(output.get("parameters") or {})
+        wanted = output.get("parameters", {})
+        if not isinstance(wanted, dict):
+            raise InvalidTensor(f"output parameters must be a JSON object, got {shown(wanted)}")
+        wanted = dict(wanted)
         flag = wanted.pop(BINARY_KEY, False)
         if not isinstance(flag, bool):
             raise InvalidTensor(f"output parameter {BINARY_KEY} must be a boolean, got {shown(flag)}")
