@@ -47,9 +47,11 @@ def parse_json(raw: bytes, what: str = "request body", empty: Any = None) -> Any
     if not raw.strip() and empty is not None:
         return empty
     try:
-        return json.loads(raw)
+        text = raw.decode("utf-8")  # JSON between systems is UTF-8 (RFC 8259): no guessing UTF-16 / 32
     except UnicodeDecodeError as exc:
         raise InvalidInput(f"the {what} is not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    try:
+        return json.loads(text)
     except (ValueError, RecursionError) as exc:
         raise InvalidInput(f"the {what} is not valid JSON: {exc}") from None
 
