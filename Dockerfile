@@ -70,6 +70,7 @@ ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     TRANSLATOR_BUNDLE=/app/artifacts/default/bundle \
     TRANSLATOR_HOST=0.0.0.0 \
+    TRANSLATOR_HTTP_PORT=8000 \
     TRANSLATOR_PORT=8001 \
     TRANSLATOR_METRICS_PORT=8002 \
     TRANSLATOR_BATCHING=continuous \
@@ -79,7 +80,8 @@ ENV PATH=/opt/venv/bin:$PATH \
     TRANSLATOR_DRAIN_GRACE_S=20 \
     TRANSLATOR_LOG_LEVEL=INFO
 USER 10001:10001
-EXPOSE 8001 8002
+# HTTP/REST (KServe v2 REST, generate), gRPC, Prometheus metrics: Triton's ports
+EXPOSE 8000 8001 8002
 # The gRPC health protocol on TRANSLATOR_PORT: SERVING once the model is loaded and warmed up.
 HEALTHCHECK --interval=15s --timeout=5s --start-period=60s --retries=3 \
     CMD ["python", "-m", "service.healthcheck", "--timeout", "3"]

@@ -182,12 +182,13 @@ def test_stages_runtime_choice_and_defaults(stages):
     assert not unknown, f"ENV names no flag reads: {unknown}"
     defaults = ServerConfig()
     for key in ("batching", "max_batch_size", "max_queue_delay_ms", "queue_size", "drain_grace_s",
-                "port", "metrics_port"):
+                "port", "metrics_port", "http_port"):
         value = env[env_name("--" + key.replace("_", "-"))]
         assert type(getattr(defaults, key))(value) == getattr(defaults, key), key
     assert env["TRANSLATOR_HOST"] == "0.0.0.0"
     exposed = {int(p.split("/")[0]) for p in final.last("EXPOSE").split()}
-    assert exposed == {int(env["TRANSLATOR_PORT"]), int(env["TRANSLATOR_METRICS_PORT"])}
+    assert exposed == {int(env["TRANSLATOR_PORT"]), int(env["TRANSLATOR_METRICS_PORT"]),
+                       int(env["TRANSLATOR_HTTP_PORT"])}
     assert json.loads(final.last("ENTRYPOINT")) == ["python", "-m", "service.server"]
     assert final.last("STOPSIGNAL") == "SIGTERM"
 
@@ -260,7 +261,8 @@ def test_entrypoint_serves_and_healthcheck_answers_serving(stages, context, tmp_
     bundle = env["TRANSLATOR_BUNDLE"]
     assert bundle.startswith("/app/")
     env |= {"TRANSLATOR_BUNDLE": str(app / bundle.removeprefix("/app/")), "TRANSLATOR_HOST": "127.0.0.1",
-            "TRANSLATOR_PORT": str(free_port()), "TRANSLATOR_METRICS_PORT": str(free_port())}
+            "TRANSLATOR_PORT": str(free_port()), "TRANSLATOR_METRICS_PORT": str(free_port()),
+            "TRANSLATOR_HTTP_PORT": str(free_port())}
     code = "import sys, service.server; print(service.server.__file__); print('torch' in sys.modules)"
     probe = subprocess.run([sys.executable, "-c", code], cwd=app, env=env, capture_output=True, text=True,
                            timeout=60)

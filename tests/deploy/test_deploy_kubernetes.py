@@ -99,8 +99,9 @@ def test_deployment_ports_probes_env_gpu_and_termination(deployment):
     env = env_of(c)
     assert set(env) <= FLAG_ENV, f"variables no flag reads: {set(env) - FLAG_ENV}"
     defaults = ServerConfig()
-    assert ports == {"grpc": int(env["TRANSLATOR_PORT"]), "metrics": int(env["TRANSLATOR_METRICS_PORT"])}
-    assert ports == {"grpc": defaults.port, "metrics": defaults.metrics_port}
+    assert ports == {"grpc": int(env["TRANSLATOR_PORT"]), "metrics": int(env["TRANSLATOR_METRICS_PORT"]),
+                     "http": int(env["TRANSLATOR_HTTP_PORT"])}
+    assert ports == {"grpc": defaults.port, "metrics": defaults.metrics_port, "http": defaults.http_port}
     assert env["TRANSLATOR_HOST"] == "0.0.0.0"
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert c[probe]["grpc"]["port"] == ports["grpc"], probe
@@ -188,6 +189,19 @@ def test_kserve_predictor_uses_the_image_contract(deployment):
     sleep = float(c["lifecycle"]["preStop"]["exec"]["command"][1])
     assert predictor["terminationGracePeriodSeconds"] > sleep + float(env["TRANSLATOR_DRAIN_GRACE_S"])
     assert c["resources"]["limits"]["nvidia.com/gpu"] == 1
+
+
+def test_kserve_rest_inference_service_serves_the_http_port(deployment):
+    """The REST InferenceService runs the same image with its one port the server's HTTP port (not
+    named h2c: KServe routes it as HTTP), probed by KServe v2 REST's health paths."""
+    c = container(one("InferenceService", "translator-http")["spec"]["predictor"])
+    assert c["image"] == container(deployment["spec"]["template"]["spec"])["image"]
+    env = env_of(c)
+    assert set(env) <= FLAG_ENV
+    (port,) = c["ports"]
+    assert port["name"] != "h2c" and port["containerPort"] == int(env["TRANSLATOR_HTTP_PORT"])
+    assert c["readinessProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": port["containerPort"]}
+    assert c["livenessProbe"]["httpGet"] == {"path": "/v2/health/live", "port": port["containerPort"]}
 
 
 def test_kustomization_lists_existing_builtin_resources():
