@@ -77,9 +77,11 @@ def write_input_data(sentences: Sequence[str], path: Path) -> Path:
 
 
 def command(address: str, data: Path, concurrency: int, requests: int, report: Path,
-            max_trials: int, stability: int, tools: Path = TOOLS, streaming: bool = False) -> list[str]:
-    """perf_analyzer's command line for one concurrency level (gRPC, count windows, csv report)."""
-    return [str(binary(tools)), "-m", "translator", "-i", "grpc", "-u", address, "--input-data", str(data),
+            max_trials: int, stability: int, tools: Path = TOOLS, streaming: bool = False,
+            protocol: str = "grpc") -> list[str]:
+    """perf_analyzer's command line for one concurrency level (gRPC, or "http": KServe v2 REST; count
+    windows, csv report)."""
+    return [str(binary(tools)), "-m", "translator", "-i", protocol, "-u", address, "--input-data", str(data),
             "--concurrency-range", str(concurrency), "--measurement-mode", "count_windows",
             "--measurement-request-count", str(requests), "--max-trials", str(max_trials),
             "-s", str(stability), "-f", str(report), "--verbose-csv", *(["--streaming"] if streaming else [])]
@@ -98,10 +100,13 @@ def parse_report(report: Path) -> Row:
 
 
 def measure(address: str, data: Path, concurrency: int, requests: int, workdir: Path, max_trials: int = 8,
-            stability: int = 100, tools: Path = TOOLS, streaming: bool = False) -> Row:
-    """Run perf_analyzer at one concurrency level; RuntimeError with its output if it fails."""
-    report = workdir / f"perf_analyzer_c{concurrency}.csv"
-    cmd = command(address, data, concurrency, requests, report, max_trials, stability, tools, streaming)
+            stability: int = 100, tools: Path = TOOLS, streaming: bool = False,
+            protocol: str = "grpc") -> Row:
+    """Run perf_analyzer at one concurrency level (protocol "grpc" or "http"); RuntimeError with its
+    output if it fails."""
+    report = workdir / f"perf_analyzer{'' if protocol == 'grpc' else '_' + protocol}_c{concurrency}.csv"
+    cmd = command(address, data, concurrency, requests, report, max_trials, stability, tools, streaming,
+                  protocol)
     done = subprocess.run(cmd, env=environment(tools), capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
                           check=False)
     if done.returncode != 0 or not report.exists():
