@@ -99,7 +99,7 @@ async def generate_stream(request: web.Request) -> web.StreamResponse:
             while item is not None:
                 await stream.write(sse_event(_output(item[0], item[1])))
                 item = await _next_with_text(responses)
-        except (ConnectionError, OSError):
+        except ConnectionError:
             raise  # the client went away: nobody to tell
         except Exception as exc:  # noqa: BLE001 - after the first event errors travel in the stream
             _, code, text = http_status_of(exc)

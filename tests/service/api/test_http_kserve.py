@@ -157,3 +157,12 @@ def test_requests_are_counted_with_the_protocol_label(client):
     assert (count("OK"), count("INVALID_ARGUMENT")) == (ok + 1, bad + 1)
     assert metrics.histogram_count(metrics.REQUEST_LATENCY, method=INFER, protocol="http") == latency + 2
     assert metrics.counter_value(metrics.REQUESTS, method=INFER, protocol="grpc") == 0
+
+
+def test_every_route_has_its_series_from_the_start(http_server):
+    """Each route x common code exists at start-up with protocol="http" (rate() sees a first call)."""
+    labels = {(x.labels["method"], x.labels["code"]) for family in metrics.REQUESTS.collect()
+              for x in family.samples if x.name.endswith("_total") and x.labels.get("protocol") == "http"}
+    for route in ("/v2/models/{model}/versions/{version}/generate_stream", "/v2/health/ready", INFER,
+                  "/v2/repository/models/{model}/load"):
+        assert {(route, code) for code in metrics.COMMON_CODES} <= labels, route
