@@ -5,11 +5,13 @@ are JSON with their HTTP status, errors after it come inside the stream."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import queue
 from collections.abc import Iterator
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from service.domain.types import DecodeOptions
@@ -18,6 +20,7 @@ from service.server import BackgroundServer
 from tests.support.decoding import best_texts, reference_stream
 from tests.support.http import TIMEOUT_S, parse_sse, post_json
 from tests.support.kserve import text_input, triton_client
+from tests.support.polling import wait_until
 from tests.support.scheduling import Gate, gate_on
 from tests.support.server import TEXTS, server_config
 
@@ -114,3 +117,30 @@ def test_an_error_after_the_first_event_comes_inside_the_stream(http_server, run
     assert set(events[-1]) == {"error"} and "error id" in events[-1]["error"], events
     status, _, body = post_json(url(http_server, "/v2/models/translator/generate"), {"text_input": TEXTS[0]})
     assert status == 200, body
+
+
+def test_concurrent_requests_of_both_endpoints_all_answer_right(http_server, runner):
+    """Many generate and generate_stream requests at once on one connection pool, batched together:
+    each gets its own reference answer, none is lost, the scheduler drains."""
+    want = {t: best_texts(runner, [t], DecodeOptions(max_new_tokens=MAX_NEW))[0] for t in TEXTS}
+    endpoints = ("generate", "generate_stream")
+    jobs = [(text, endpoint) for _ in range(4) for text in TEXTS for endpoint in endpoints]
+
+    async def one(session: aiohttp.ClientSession, text: str, endpoint: str) -> str:
+        payload = {"text_input": text, "parameters": {"max_tokens": MAX_NEW}}
+        path = f"/v2/models/translator/{endpoint}"
+        async with session.post(url(http_server, path), json=payload) as answer:
+            assert answer.status == 200, await answer.text()
+            body = await answer.read()
+        if endpoint == "generate":
+            return json.loads(body)["text_output"]
+        return "".join(e["text_output"] for e in parse_sse(body))
+
+    async def run() -> list[str]:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=TIMEOUT_S)) as session:
+            return await asyncio.gather(*(one(session, t, e) for t, e in jobs))
+
+    assert asyncio.run(run()) == [want[t] for t, _ in jobs]
+    scheduler = http_server.running.scheduler
+    wait_until(lambda: scheduler.active_sequences == 0 and scheduler.queue_depth == 0,
+               "the scheduler to drain", TIMEOUT_S)
