@@ -171,5 +171,12 @@ perf-analyzer-tools: $(PERF_ANALYZER)
 perf-analyzer: $(STAMP) protos perf-analyzer-tools
 	$(PY) -m bench.perf_analyzer $(PERF_ANALYZER_ARGS)
 
+# HTTP/REST against gRPC on one server: perf_analyzer -i http and -i grpc at concurrency 1 and 64
+# (issue 33's benchmark; HTTP_ARGS=--quick for a short run).
+HTTP_ARGS ?=
+.PHONY: bench-http
+bench-http: $(STAMP) protos perf-analyzer-tools
+	$(PY) -m bench.http_overhead $(HTTP_ARGS)
+
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
