@@ -9,7 +9,7 @@ import pytest
 
 from bench import http_overhead
 from bench.perf_analyzer import Row
-from tests.service.api.test_triton_perf_analyzer import starts
+from tests.support.tools import perf_analyzer_starts as starts
 from tests.support.tools import require
 
 

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import os
+import subprocess
 
 import pytest
+
+from bench import perf_analyzer
 
 
 def require(available: bool, what: str, install: str) -> None:
@@ -15,3 +19,13 @@ def require(available: bool, what: str, install: str) -> None:
     if os.environ.get("CI", "").lower() not in ("", "0", "false"):
         pytest.fail(f"{what} is missing: {install}")
     pytest.skip(f"{what} is not installed: {install}")
+
+
+@functools.cache
+def perf_analyzer_starts() -> bool:
+    """perf_analyzer is installed and starts (its shared libraries load)."""
+    if not perf_analyzer.binary().exists():
+        return False
+    done = subprocess.run([str(perf_analyzer.binary()), "--version"], env=perf_analyzer.environment(),
+                          capture_output=True, text=True, timeout=60, check=False)
+    return done.returncode == 0 and "Perf Analyzer Version" in done.stdout + done.stderr

@@ -14,9 +14,9 @@ import pytest
 from bench import perf_analyzer
 from service.runtime.runner import Runner
 from service.server import BackgroundServer
-from tests.service.api.test_triton_perf_analyzer import starts
 from tests.support.http import triton_http_client
 from tests.support.server import TEXTS, server_config
+from tests.support.tools import perf_analyzer_starts as starts
 from tests.support.tools import require
 
 WINDOW = 20

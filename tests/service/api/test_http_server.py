@@ -13,9 +13,9 @@ import pytest
 
 from service.config import ServerConfig, parse_config
 from service.server import BackgroundServer
-from tests.service.api.test_tls import Authority
 from tests.support.decoding import best_texts
 from tests.support.http import TIMEOUT_S, post_json
+from tests.support.pki import Authority
 from tests.support.server import TEXTS, server_config
 
 

@@ -7,27 +7,15 @@ this module is skipped, and fails under CI (`CI` set).
 
 from __future__ import annotations
 
-import functools
-import subprocess
-
 import pytest
 
 from bench import perf_analyzer
 from tests.support.kserve import triton_client
 from tests.support.server import TEXTS
+from tests.support.tools import perf_analyzer_starts as starts
 from tests.support.tools import require
 
 WINDOW = 20
-
-
-@functools.cache
-def starts() -> bool:
-    """perf_analyzer is installed and starts (its shared libraries load)."""
-    if not perf_analyzer.binary().exists():
-        return False
-    done = subprocess.run([str(perf_analyzer.binary()), "--version"], env=perf_analyzer.environment(),
-                          capture_output=True, text=True, timeout=60, check=False)
-    return done.returncode == 0 and "Perf Analyzer Version" in done.stdout + done.stderr
 
 
 @pytest.mark.parametrize("streaming", [False, True], ids=["ModelInfer", "ModelStreamInfer"])
