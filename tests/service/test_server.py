@@ -251,7 +251,7 @@ def test_metrics_endpoint_counts_requests(tiny_bundle, runner):
     assert delta("translator_request_latency_seconds_bucket", method=method, le="+Inf") == 5
     assert delta("translator_requests_total", method=method, code="OK") == 3
     assert delta("translator_requests_total", method=method, code="INVALID_ARGUMENT") == 2
-    assert delta("translator_queue_time_seconds_count") == 3
+    assert delta("translator_queue_time_seconds_count", model="translator", version="1") == 3  # per model
     assert delta("translator_requests_total", method="grpc.health.v1.Health/Check", code="NOT_FOUND") == 1
     assert delta("translator_requests_total", method="inference.GRPCInferenceService/ModelStatistics",
                  code="NOT_FOUND") == 1
