@@ -123,8 +123,8 @@ data/corpus/train.tsv: $(CORPUS_CODE) | $(STAMP)
 	  --copy 150000 --literal 200000 --nearmiss 2000
 
 # The default model's next training stage: from the shipped model.pt with `--init` (its weights,
-# config and tokenizer; a fresh optimizer and schedule), as each of its four stages started from the
-# last one's weights (docs/model.md), on the corpus and its three supplements with the fourth stage's
+# config and tokenizer; a fresh optimizer and schedule), as each of its five stages started from the
+# last one's weights (docs/model.md), on the corpus and its four supplements with the fifth stage's
 # recipe. Resumable: running it again continues from runs/default/last.pt (ignored, not committed).
 # Its learning curve, every stage before it included, is drawn to runs/default/learning-curve.svg.
 train-default: corpus
@@ -132,10 +132,10 @@ train-default: corpus
 	  data/corpus/numbers.tsv data/corpus/long.tsv data/corpus/copy.tsv data/corpus/literal.tsv \
 	  --valid data/corpus/valid.tsv \
 	  --out runs/default --max-tokens 3000 --warmup 200 --lr-scale 0.2 --cooldown-from 1500 \
-	  --cooldown-steps 4500 --max-steps 6000 --eval-every 500 --eval-size 500 \
-	  --max-minutes $(TRAIN_MINUTES) --target-em 100 --threads 2 \
+	  --cooldown-steps 6500 --max-steps 8000 --eval-every 1000 --eval-size 500 \
+	  --max-minutes $(TRAIN_MINUTES) --threads 2 \
 	  --earlier-metrics artifacts/default/metrics.stage1.jsonl artifacts/default/metrics.stage2.jsonl \
-	  artifacts/default/metrics.stage3.jsonl artifacts/default/metrics.jsonl
+	  artifacts/default/metrics.stage3.jsonl artifacts/default/metrics.stage4.jsonl artifacts/default/metrics.jsonl
 
 # Exact match overall and by class on the test split, the probe of round and zero-heavy numbers and the
 # near-miss split (its figure: outside_unchanged, the sentences whose text outside the classes is kept).
