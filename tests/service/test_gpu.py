@@ -157,7 +157,7 @@ def test_two_models_on_cuda_share_one_device_arena(cuda_runner, tiny_bundle, tex
     registered with ONNX Runtime's environment, and each model decodes as the tiny bundle alone does."""
     for name in ("a", "b"):
         (tmp_path / name).mkdir()
-        (tmp_path / name / "1").symlink_to(tiny_bundle, target_is_directory=True)
+        (tmp_path / name / "1").symlink_to(tiny_bundle.resolve(), target_is_directory=True)
     config = server_config(tiny_bundle, providers=(CUDA, "CPUExecutionProvider"), require_provider=CUDA,
                            model_repository=tmp_path, model_control_mode="explicit", load_model=("*",))
     want = cuda_runner.translate(texts, DecodeOptions(max_new_tokens=MAX_NEW))
