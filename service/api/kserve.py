@@ -200,7 +200,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     ) -> pb.ModelMetadataResponse:
         """The model's loaded versions, platform and tensors."""
         async with self.models.use(request.name, request.version, deadline_of(context)) as model:
-            versions = sorted(self.models.models.get(model.name, {model.version: model}))
+            versions = [m.version for m in self.models.loaded(model.name)] or [model.version]
             return pb.ModelMetadataResponse(
                 name=model.name, versions=[str(v) for v in versions], platform=PLATFORM,
                 inputs=[_tensor(kserve_codec.INPUT_NAME)], outputs=[_tensor(kserve_codec.OUTPUT_NAME)],
@@ -219,12 +219,12 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         """Cumulative statistics of every loaded version of the model named ("" = of every model)."""
         if request.name:
             name, number = self.models.known(request.name, request.version)
-            chosen = [m for m in self.models.models.get(name, {}).values() if number in (None, m.version)]
+            chosen = [m for m in self.models.loaded(name) if number in (None, m.version)]
         else:
             chosen = self.models.loaded()
         return pb.ModelStatisticsResponse(model_stats=[
             model_statistics(m.scheduler.recorder.stats.snapshot(), m.name, str(m.version))
-            for m in sorted(chosen, key=lambda m: (m.name, m.version))])
+            for m in chosen])  # by name and version (ModelRepository.loaded)
 
     async def RepositoryIndex(  # noqa: N802 - gRPC method name
         self, request: pb.RepositoryIndexRequest, context: aio.ServicerContext

@@ -172,9 +172,10 @@ class ModelRepository:
         model = versions.get(number) if number is not None else None
         return model is not None and model.state is ModelState.READY and model.scheduler.healthy
 
-    def loaded(self) -> list[ServedModel]:
-        """Every loaded model version."""
-        return [m for versions in self.models.values() for m in versions.values()]
+    def loaded(self, name: str | None = None) -> list[ServedModel]:
+        """Every loaded model version (of model `name` only, if given), by name and version."""
+        chosen = self.models.items() if name is None else [(name, self.models.get(name, {}))]
+        return [versions[v] for _, versions in sorted(chosen) for v in sorted(versions)]
 
     def index(self, ready_only: bool = False) -> list[IndexEntry]:
         """Every model of the repository (and every loaded version) with its state and reason."""
