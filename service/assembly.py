@@ -15,7 +15,8 @@ from service.domain.errors import BundleError, ProviderUnavailable
 from service.domain.limits import RequestLimits
 from service.domain.types import DecodeOptions
 from service.models.layout import ModelSettings, RepositoryLayout
-from service.models.repository import ControlMode, Loader, ModelRepository, ServedModel
+from service.models.repository import ControlMode, ModelRepository
+from service.models.served import Loader, ServedModel
 from service.ops import metrics
 from service.ops.memory import resident_bytes
 from service.ops.model_metrics import ModelMetrics

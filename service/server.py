@@ -43,7 +43,8 @@ from service.assembly import build_repository
 from service.config import ServerConfig, parse_config
 from service.domain.errors import BundleError, ProviderUnavailable
 from service.models.mesh import MeshModels
-from service.models.repository import ModelRepository, ServedModel
+from service.models.repository import ModelRepository
+from service.models.served import ServedModel
 from service.ops import metrics
 from service.ops.malloc import tune_malloc
 from service.ops.readiness import Readiness

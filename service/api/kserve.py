@@ -42,7 +42,8 @@ from service.api.status import status_of
 from service.domain.errors import InvalidInput, UnknownModel
 from service.domain.types import BatchingMode, DecodeOptions, TokenEvent
 from service.models.layout import ModelSettings
-from service.models.repository import ModelRepository, ServedModel
+from service.models.repository import ModelRepository
+from service.models.served import ServedModel
 from service.ops import statistics
 
 log = logging.getLogger(__name__)

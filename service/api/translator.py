@@ -19,7 +19,8 @@ from protos.translator.v1 import translator_pb2 as pb
 from protos.translator.v1 import translator_pb2_grpc as pb_grpc
 from service.api.common import check_max_output_tokens, check_text_count, deadline_of
 from service.domain.types import BatchingMode, DecodeOptions, FinishReason, Hypothesis, Result, TokenEvent
-from service.models.repository import ModelRepository, ServedModel
+from service.models.repository import ModelRepository
+from service.models.served import ServedModel
 from service.runtime.runner import Runner
 
 log = logging.getLogger(__name__)

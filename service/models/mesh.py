@@ -20,7 +20,8 @@ from pathlib import PurePosixPath
 
 from service.domain.errors import InvalidInput, NotReady, RepositoryRefused, UnknownModel
 from service.models.naming import check_name, inside, shown
-from service.models.repository import ControlMode, ModelRepository, ModelState
+from service.models.repository import ControlMode, ModelRepository
+from service.models.served import ModelState
 
 log = logging.getLogger("service.models")
 DEFAULT_CAPACITY_BYTES = 2 * 2**30  # reported without --memory-budget

@@ -18,7 +18,8 @@ from service.domain.errors import (
     UnknownModel,
 )
 from service.models.layout import ModelSettings, RepositoryLayout
-from service.models.repository import ControlMode, ModelRepository, ModelState, ServedModel
+from service.models.repository import ControlMode, ModelRepository
+from service.models.served import ModelState, ServedModel
 
 MIB = 2**20
 

@@ -1,0 +1,64 @@
+"""A loaded model version: its runner and scheduler, its state, the leases of the requests using it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from service.models.layout import ModelSettings
+
+
+class ModelState(StrEnum):
+    """Lifecycle of a model version (the states Triton's RepositoryIndex reports)."""
+
+    LOADING = "LOADING"
+    READY = "READY"
+    UNLOADING = "UNLOADING"
+    UNAVAILABLE = "UNAVAILABLE"
+
+
+@dataclass
+class ServedModel:
+    """A loaded model version: what the loader built (runner, scheduler) and what it costs."""
+
+    name: str
+    version: int
+    runner: Any  # service.runtime.runner.Runner
+    scheduler: Any  # service.scheduling.scheduler.Scheduler
+    resident_bytes: int = 0  # the process's resident memory that its load added
+    in_flight: int = 0
+    last_used: float = field(default_factory=time.monotonic)
+    state: ModelState = ModelState.READY
+    idle: asyncio.Event = field(default_factory=asyncio.Event)  # set whenever no lease is held
+
+    def acquire(self) -> None:
+        """A request starts using it."""
+        self.in_flight += 1
+        self.idle.clear()
+        self.last_used = time.monotonic()
+
+    def release(self) -> None:
+        """A request is done with it."""
+        self.in_flight -= 1
+        self.last_used = time.monotonic()
+        if self.in_flight == 0:
+            self.idle.set()
+
+    async def close(self, grace_s: float) -> None:
+        """Wait up to grace_s for its leases, then drain and stop its worker; its memory goes with the
+        last reference."""
+        end = time.monotonic() + grace_s
+        if self.in_flight:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.idle.wait(), grace_s)
+        await self.scheduler.drain(max(0.0, end - time.monotonic()))
+        self.state = ModelState.UNAVAILABLE
+
+
+# (name, version, path, settings) -> a started ServedModel; raises for a model that cannot be served
+Loader = Callable[[str, int, Any, ModelSettings], Awaitable[ServedModel]]
