@@ -265,7 +265,8 @@ def check_decode(request: v2.ModelInferRequest) -> kserve_codec.DecodedRequest |
 def check_resolved(options: DecodeOptions, max_len: int, max_beam: int) -> None:
     """Resolved options within the limits."""
     assert 1 <= options.beam_size <= max_beam and 1 <= options.n_best <= options.beam_size
-    assert isinstance(options.alpha, float) and math.isfinite(options.alpha) and options.alpha >= 0
+    assert options.alpha is None or (isinstance(options.alpha, float) and math.isfinite(options.alpha)
+                                     and options.alpha >= 0)  # None: the search's neutral value
     assert isinstance(options.max_new_tokens, int) and 1 <= options.max_new_tokens <= max_len - 1
 
 

@@ -12,7 +12,6 @@ from typing import Any
 from service.api.common import MODEL_NAME
 from service.config import ServerConfig
 from service.domain.errors import BundleError, ProviderUnavailable
-from service.domain.limits import RequestLimits
 from service.domain.types import DecodeOptions
 from service.models.layout import ModelSettings, RepositoryLayout
 from service.models.repository import ControlMode, ModelRepository
@@ -64,8 +63,8 @@ def build_scheduler(config: ServerConfig, runner: Runner, model: ModelSettings |
         max_batch_size=pick("max_batch_size"), max_batch_tokens=pick("max_batch_tokens"),
         max_queue_delay_ms=pick("max_queue_delay_ms"), queue_size=pick("queue_size"),
         watchdog_s=config.watchdog_s)
-    limits = RequestLimits.of(runner.max_len, runner.longest_token, config.max_beam, config.max_source_tokens,
-                              config.max_output_tokens, runner.languages)
+    limits = runner.limits(max_beam=config.max_beam, max_source_tokens=config.max_source_tokens,
+                           max_output_tokens=config.max_output_tokens)
     return Scheduler(runner, make_policy(pick("batching"), settings), settings, limits, recorder)
 
 

@@ -16,7 +16,13 @@ from typing import Any
 
 from service.domain.errors import InvalidInput
 from service.domain.languages import Languages
-from service.domain.types import DEFAULT_MAX_BEAM, DecodeOptions, ResolvedOptions
+from service.domain.options import (
+    DEFAULT_MAX_BEAM,
+    DecodeOptions,
+    ModelDefaults,
+    ResolvedOptions,
+    TargetEncoder,
+)
 
 CHAR_SLACK = 2  # normalizers may shrink a text a little: refuse unseen only texts twice over the bound
 
@@ -24,7 +30,7 @@ CHAR_SLACK = 2  # normalizers may shrink a text a little: refuse unseen only tex
 @dataclass(frozen=True)
 class RequestLimits:
     """The model's max_len, the widest beam, most source tokens (incl. eos) and output tokens per
-    text, the character bound they imply, and the model's languages."""
+    text, the character bound they imply, the model's languages, request defaults and target vocabulary."""
 
     max_len: int
     max_beam: int
@@ -32,17 +38,20 @@ class RequestLimits:
     max_output_tokens: int
     max_text_chars: int
     languages: Languages = Languages()
+    defaults: ModelDefaults = ModelDefaults()
+    vocab_size: int = 0  # target ids a request may name (0: unchecked)
 
     @classmethod
     def of(cls, max_len: int, longest_token: int, max_beam: int = DEFAULT_MAX_BEAM,
            max_source_tokens: int = 0, max_output_tokens: int = 0,
-           languages: Languages | None = None) -> RequestLimits:
+           languages: Languages | None = None, defaults: ModelDefaults | None = None,
+           vocab_size: int = 0) -> RequestLimits:
         """The limits of a model (its max_len, longest vocabulary entry in bytes and languages), lowered
         by the given values (0: the model's own)."""
         source = min(max_len, max_source_tokens or max_len)
         output = min(max_len - 1, max_output_tokens or max_len - 1)
         return cls(max_len, max_beam, source, output, source * max(1, longest_token) * CHAR_SLACK,
-                   languages or Languages())
+                   languages or Languages(), defaults or ModelDefaults(), vocab_size)
 
     def check_texts(self, texts: Sequence[Any]) -> None:
         """InvalidInput for a text too long in characters to fit max_source_tokens (before tokenizing)."""
@@ -58,12 +67,14 @@ class RequestLimits:
                 raise InvalidInput(f"text {i} is {len(ids)} tokens long (incl. eos); this server accepts at "
                                    f"most {self.max_source_tokens} (--max-source-tokens)")
 
-    def resolve(self, asked: DecodeOptions) -> ResolvedOptions:
-        """The options a request decodes with, validated once: the model's limits, max_beam and languages,
-        then max_output_tokens (the default shrinks to it, an explicit larger value is InvalidInput)."""
+    def resolve(self, asked: DecodeOptions, encode_target: TargetEncoder | None = None) -> ResolvedOptions:
+        """The options a request decodes with, validated once: the model's limits, max_beam, languages and
+        defaults (texts of options through `encode_target`), then max_output_tokens (the default shrinks to
+        it, an explicit larger value is InvalidInput)."""
         if not isinstance(asked, DecodeOptions):
             raise InvalidInput(f"options must be DecodeOptions, got {type(asked).__name__}")
-        resolved = asked.resolved(self.max_len, self.max_beam, self.languages)
+        resolved = asked.resolved(self.max_len, self.max_beam, self.languages, self.defaults, self.vocab_size,
+                                  encode_target)
         if resolved.max_new_tokens <= self.max_output_tokens:
             return resolved
         if asked.max_new_tokens is not None:

@@ -25,11 +25,13 @@ import onnxruntime as ort
 from interface.names import decoder_inputs
 from service.domain.errors import BundleError, InvalidInput
 from service.domain.languages import Languages
+from service.domain.limits import RequestLimits
 from service.domain.types import (
     DEFAULT_MAX_BEAM,
     DecodeOptions,
     FinishedEvent,
     Hypothesis,
+    ModelDefaults,
     Request,
     ResolvedOptions,
 )
@@ -139,6 +141,7 @@ class Runner:
         self.source_suffix: list[int] = [self.special.eos] if suffix is None else list(suffix)
         spec = b.languages
         self.languages = Languages(dict(spec.codes), spec.source_prefix, spec.forced_target)
+        self.defaults = ModelDefaults()  # what a request leaves unset decodes with
         special = (self.special.pad, self.special.bos, self.special.eos, self.special.unk)
         self.tokenizer: TextTokenizer = load_tokenizer(b.tokenizer, b.path, self.special.unk, special,
                                                        list(spec.codes.values()))
@@ -192,6 +195,19 @@ class Runner:
                                    f"the model accepts at most {self.max_len}")
         return out
 
+    def encode_target(self, texts: Sequence[str]) -> list[list[int]]:
+        """Target-side ids of texts (no eos): a target prefix, a suppressed word, a translation to score."""
+        for i, t in enumerate(texts):
+            if not isinstance(t, str):
+                raise InvalidInput(f"target text {i} must be a string, got {type(t).__name__}")
+        return self.tokenizer.encode_target(texts)
+
+    def limits(self, **lowered: Any) -> RequestLimits:
+        """The request limits of this model (max_len, languages, defaults, vocabulary), lowered by
+        RequestLimits.of's keyword arguments (max_beam, max_source_tokens, max_output_tokens)."""
+        return RequestLimits.of(self.max_len, self.longest_token, **{"max_beam": self.max_beam, **lowered},
+                                languages=self.languages, defaults=self.defaults, vocab_size=self.vocab_size)
+
     def decode_tokens(self, ids: Sequence[int]) -> str:
         """Text of generated ids (special tokens skipped)."""
         return self.tokenizer.decode(ids)
@@ -201,7 +217,8 @@ class Runner:
         asked = options or DecodeOptions()
         if not isinstance(asked, DecodeOptions):
             raise InvalidInput(f"options must be DecodeOptions, got {type(asked).__name__}")
-        return asked.resolved(self.max_len, self.max_beam, self.languages)
+        return asked.resolved(self.max_len, self.max_beam, self.languages, self.defaults, self.vocab_size,
+                              self.encode_target)
 
     def make_request(self, source: str | Sequence[int], options: DecodeOptions | None = None,
                      tag: Any = None) -> Request:
@@ -236,9 +253,10 @@ class Runner:
         encoded = dict(zip(texts, self.encode_texts([inputs[i] for i in texts]), strict=True))
         requests = [self.make_request([*o.source_prefix, *encoded[i]] if i in encoded else x, o)
                     for i, (x, o) in enumerate(zip(inputs, resolved, strict=True))]
-        too_big = [r.options.beam_size for r in requests if r.options.beam_size > max_rows]
+        too_big = [r.options.rows for r in requests if r.options.rows > max_rows]
         if too_big:
-            raise InvalidInput(f"beam_size {too_big[0]} exceeds the batch size {max_rows}")
+            raise InvalidInput(f"{too_big[0]} rows (beam_size, or n_best alternatives) exceed the batch size "
+                               f"{max_rows}")
         batch = self._thread_batch(max_rows)
         try:
             return self._drive(batch, requests)
@@ -260,8 +278,8 @@ class Runner:
         for _ in range(budget):
             if pending:
                 fitting, free = [], batch.free_rows
-                while pending and pending[0].options.beam_size <= free:
-                    free -= pending[0].options.beam_size
+                while pending and pending[0].options.rows <= free:
+                    free -= pending[0].options.rows
                     fitting.append(pending.popleft())
                 batch.add(fitting)
             for event in batch.step():

@@ -99,7 +99,7 @@ class GreedySearch:
             align = np.stack(rows) if rows else np.zeros((0, self.src_len), np.float32)
         limited = not self.finished or (self.eos_at_limit and n == self.options.max_new_tokens)
         reason = FinishReason.LENGTH if limited else FinishReason.EOS
-        return [RawHypothesis(body, lp, lp / length_penalty(n, self.options.alpha), reason, align)]
+        return [RawHypothesis(body, lp, lp / length_penalty(n, self.options.alpha or 0.0), reason, align)]
 
 
 class BeamSearch:
@@ -161,7 +161,7 @@ class BeamSearch:
             done = bool(self.finished[j])
             body = self.tokens[j, : n - 1 if done else n].tolist()
             align = self.attn[j, : len(body)].copy() if self.attn is not None else None
-            score = log_prob / length_penalty(n, self.options.alpha)
+            score = log_prob / length_penalty(n, self.options.alpha or 0.0)
             limited = not done or (self.eos_at_limit and n == self.options.max_new_tokens)
             reason = FinishReason.LENGTH if limited else FinishReason.EOS
             hyps.append(RawHypothesis(body, log_prob, score, reason, align))

@@ -46,6 +46,11 @@ class TextTokenizer(Protocol):
         """The ids of each text's pieces (no special tokens added)."""
         ...
 
+    def encode_target(self, texts: Sequence[str]) -> list[list[int]]:
+        """The ids of each target-language text's pieces (no special tokens added): what the model
+        generates for it (a target prefix, a scored translation, a suppressed word)."""
+        ...
+
     def decode(self, ids: Sequence[int]) -> str:
         """Text of generated ids, special tokens skipped."""
         ...
@@ -75,6 +80,10 @@ class JsonTokenizer:
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
         """The ids of each text's pieces (no special tokens added)."""
         return [e.ids for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
+
+    def encode_target(self, texts: Sequence[str]) -> list[list[int]]:
+        """One tokenizer for both sides: as encode."""
+        return self.encode(texts)
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of generated ids, special tokens skipped (byte-level: invalid UTF-8 dropped)."""
@@ -116,8 +125,12 @@ class SentencePieceTokenizer:
         """The ids of each text's pieces (no special tokens added)."""
         return [self._encode(text) for text in texts]
 
-    def _encode(self, text: str) -> list[int]:
-        """Ids of one text: special-token strings as their ids, the rest through the source model."""
+    def encode_target(self, texts: Sequence[str]) -> list[list[int]]:
+        """The ids of each text's pieces through the target model (transformers' text_target)."""
+        return [self._encode(text, self._target) for text in texts]
+
+    def _encode(self, text: str, model: sentencepiece.SentencePieceProcessor | None = None) -> list[int]:
+        """Ids of one text: special-token strings as their ids, the rest through `model` (the source's)."""
         ids: list[int] = []
         for part in self._split.split(text) if self._split else [text]:
             if part in self._special:
@@ -126,7 +139,7 @@ class SentencePieceTokenizer:
             pieces = []
             if self._codes and part.startswith(">>") and (end := part.find("<<")) != -1:
                 pieces, part = [part[: end + 2]], part[end + 2 :]  # MarianTokenizer.remove_language_code
-            pieces += self._source.encode(part, out_type=str) if part else []
+            pieces += (model or self._source).encode(part, out_type=str) if part else []
             ids += [self._ids.get(p, self._unk) for p in pieces]
         return ids
 

@@ -51,7 +51,7 @@ class Job:
     @property
     def rows(self) -> int:
         """Rows of the batch this text takes (its beam size)."""
-        return self.request.options.beam_size
+        return self.request.options.rows
 
     def receive(self, item: Delivery, now: float) -> None:
         """On the event loop: hand an event, result or error to the waiting caller."""

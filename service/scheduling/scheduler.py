@@ -75,8 +75,7 @@ class Scheduler:
         self.settings = settings or SchedulerSettings()
         self.recorder = recorder or ModelMetrics()  # the model version's metrics and statistics
         self.policy, self.runner = policy, runner
-        self.limits = limits or RequestLimits.of(runner.max_len, runner.longest_token, runner.max_beam,
-                                                 languages=runner.languages)
+        self.limits = limits or runner.limits()
         self._worker = Worker(runner.new_batch(self.settings.max_batch_size), policy, self.settings,
                               self.recorder)
         self._drain_task: asyncio.Future | None = None
@@ -167,9 +166,10 @@ class Scheduler:
         if deadline is not None and deadline <= submitted:
             raise DeadlineExceeded("the deadline passed before the request was queued")
         self.limits.check_texts(texts)  # before tokenizing: a huge text costs nothing
-        resolved = self.limits.resolve(options)  # the one place options are resolved
-        if resolved.beam_size > max_batch_size:
-            raise InvalidInput(f"beam_size {resolved.beam_size} exceeds the batch size {max_batch_size}")
+        resolved = self.limits.resolve(options, self.runner.encode_target)  # the one place: resolved once
+        if resolved.rows > max_batch_size:
+            raise InvalidInput(f"{resolved.rows} rows (beam_size, or n_best alternatives) exceed the batch "
+                               f"size {max_batch_size}")
         loop = asyncio.get_running_loop()
         jobs = []
         sources = self.runner.encode_texts(texts, resolved.source_prefix)

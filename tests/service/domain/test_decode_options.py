@@ -30,5 +30,6 @@ def test_decode_options_resolve_within_limits_or_refuse(beam_size, n_best, alpha
         assert any(name in str(exc) for name in ("beam_size", "n_best", "alpha", "max_new_tokens"))
         return
     hostile.check_resolved(resolved, MAX_LEN, MAX_BEAM)
-    assert (resolved.beam_size, resolved.n_best, resolved.alpha) == (beam_size, n_best, float(alpha))
+    expected = (1 if beam_size is None else beam_size, n_best, None if alpha is None else float(alpha))
+    assert (resolved.beam_size, resolved.n_best, resolved.alpha) == expected  # None: the model's defaults
     assert resolved.max_new_tokens == (MAX_LEN - 1 if max_new_tokens is None else max_new_tokens)
