@@ -187,7 +187,8 @@ class DecodeBatch:
         if steps > 1:
             done = self._run_steps(steps, feeds, past, events)
         else:
-            logp, attn, present = self._be.decode(feeds, past, self._cache.inplace)
+            out = self._be.decode(feeds, past, self._cache.inplace)
+            logp, attn, present = out[0], out[1], out[2]
             logp, attn = logp[:, -1].astype(np.float32, copy=False), attn[:, -1]  # (n_rows, V), (n_rows, S)
             self._apply_rules(logp)
             self._cache.advance(present, self._live)
