@@ -7,6 +7,7 @@ import time
 from grpc import aio
 
 from service.domain.errors import InvalidInput
+from service.domain.types import DecodeOptions, ModelDefaults
 
 MODEL_NAME = "translator"
 MODEL_VERSION = "1"
@@ -32,3 +33,10 @@ def check_max_output_tokens(value: int | None, max_len: int, name: str = "max_ou
     """InvalidInput unless value (None = default) is within 1 .. max_len - 1 (the model's limit)."""
     if value is not None and not 1 <= value <= max_len - 1:
         raise InvalidInput(f"{name} must be between 1 and {max_len - 1}, got {value}")
+
+
+def streams_pieces(options: DecodeOptions, defaults: ModelDefaults) -> bool:
+    """Whether a request can stream its pieces as generated: one hypothesis decoded greedily or by
+    sampling (beam_size 1, the model's default when unset, and no alternatives)."""
+    beam = defaults.beam_size if options.beam_size is None else options.beam_size
+    return beam == 1 and not options.return_alternatives

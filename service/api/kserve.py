@@ -4,7 +4,9 @@ Every call names a model of the repository (service/models/; "" is the one loade
 "" its latest): input TEXT (BYTES, [-1]) ->
 output TRANSLATION (BYTES, same shape). Request parameters: `max_output_tokens` (or
 `max_tokens`), `beam_size` and, for a many-to-many model, `source_language` / `target_language`
-(strings), with the limits and checks of the native API, and on ModelStreamInfer
+(strings), the controlled-decoding options of translator.v1 under the names of docs/api.md
+(`target_prefix`, `min_output_tokens`, `repetition_penalty`, `suppress_sequences`, `temperature`,
+`top_k`, `top_p`, `seed`, ...), with the limits and checks of the native API, and on ModelStreamInfer
 `stream` (bool): one response per generated piece of text, then a final response; every
 response of a stream carries `triton_final_response` (false on pieces, true on the last).
 Tensors and parameters are decoded and encoded by service/api/kserve_codec.py; errors are domain
@@ -24,6 +26,7 @@ import importlib.metadata
 import json
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
 
 import grpc
 from grpc import aio
@@ -37,6 +40,7 @@ from service.api.common import (
     check_max_output_tokens,
     check_text_count,
     deadline_of,
+    streams_pieces,
 )
 from service.api.status import status_of
 from service.domain.errors import InvalidInput, UnknownModel
@@ -70,14 +74,26 @@ def check_repository(name: str) -> None:
 
 
 def decode_options(options: kserve_codec.InferOptions, max_len: int) -> DecodeOptions:
-    """DecodeOptions from v2 request parameters (the scheduler validates them, as for the native API)."""
-    defaults = DecodeOptions()
+    """DecodeOptions from v2 request parameters, unset ones the model's default (the scheduler validates
+    them, as for the native API)."""
     check_max_output_tokens(options.max_output_tokens, max_len, "parameter max_output_tokens/max_tokens")
+    neutral = DecodeOptions()
     return DecodeOptions(
-        beam_size=options.beam_size or defaults.beam_size,
-        max_new_tokens=options.max_output_tokens or defaults.max_new_tokens,
+        beam_size=options.beam_size, max_new_tokens=options.max_output_tokens,
         source_language=options.source_language, target_language=options.target_language,
+        alpha=options.length_penalty, target_prefix=options.target_prefix,
+        min_length=options.min_output_tokens,
+        max_length_ratio=_given(options.max_length_ratio, neutral.max_length_ratio),
+        repetition_penalty=options.repetition_penalty, no_repeat_ngram_size=options.no_repeat_ngram_size,
+        suppress_sequences=options.suppress_sequences, disable_unk=options.disable_unk,
+        temperature=options.temperature, top_k=_given(options.top_k, neutral.top_k),
+        top_p=_given(options.top_p, neutral.top_p), seed=options.seed,
     )
+
+
+def _given(value: Any, default: Any) -> Any:
+    """value, or default when it is None (not given)."""
+    return default if value is None else value
 
 
 def _tensor(name: str) -> pb.ModelMetadataResponse.TensorMetadata:
@@ -312,7 +328,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         async with self.models.use(request.model_name, request.model_version, deadline) as model:
             decoded, options = self._prepare(request, model)
             request_id = decoded.request_id
-            if not decoded.options.stream or options.beam_size > 1:  # a beam's best is only known at the end
+            greedy = streams_pieces(options, model.scheduler.limits.defaults)
+            if not decoded.options.stream or not greedy:  # a beam's best is only known at the end
                 texts = await self._translate(model, decoded, options, deadline)
                 yield self._response(model, request_id, texts, final=True)
                 return

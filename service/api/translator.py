@@ -17,7 +17,8 @@ from grpc import aio
 
 from protos.translator.v1 import translator_pb2 as pb
 from protos.translator.v1 import translator_pb2_grpc as pb_grpc
-from service.api.common import check_max_output_tokens, check_text_count, deadline_of
+from service.api.common import check_max_output_tokens, check_text_count, deadline_of, streams_pieces
+from service.domain.errors import InvalidInput
 from service.domain.types import BatchingMode, DecodeOptions, FinishReason, Hypothesis, Result, TokenEvent
 from service.models.repository import ModelRepository
 from service.models.served import ServedModel
@@ -38,19 +39,48 @@ BATCHING_MODES = {
 _CONFIG_FIELDS = [f.name for f in pb.ModelConfig.DESCRIPTOR.fields]
 
 
+def _optional(options: pb.TranslateOptions, name: str) -> Any:
+    """An `optional` field's value, None when unset."""
+    return getattr(options, name) if options.HasField(name) else None
+
+
+def _prefix(options: pb.TranslateOptions) -> str | list[int] | None:
+    """The target prefix as text or as ids (None: none); InvalidInput when both are given."""
+    if options.target_prefix and options.target_prefix_ids:
+        raise InvalidInput("give target_prefix (text) or target_prefix_ids, not both")
+    if options.target_prefix_ids:
+        return list(options.target_prefix_ids)
+    return options.target_prefix or None
+
+
 def decode_options(options: pb.TranslateOptions, max_len: int) -> DecodeOptions:
-    """DecodeOptions from the request (zero = server default); InvalidInput naming max_output_tokens
-    when it is beyond the model's limit (the scheduler validates the rest)."""
-    defaults = DecodeOptions()
+    """DecodeOptions from the request (zero or unset = the model's default); InvalidInput naming
+    max_output_tokens when it is beyond the model's limit, or a target prefix given twice.
+
+    Only conversion: DecodeOptions.resolved (in the scheduler) validates the values."""
     check_max_output_tokens(options.max_output_tokens or None, max_len)
+    suppressed: list[str | list[int]] = [*options.suppress_sequences]
+    suppressed += [list(s.ids) for s in options.suppress_sequence_ids]
     return DecodeOptions(
-        beam_size=options.beam_size or defaults.beam_size,
+        beam_size=options.beam_size or None,
         n_best=options.n_best or 1,
-        alpha=options.length_penalty if options.HasField("length_penalty") else defaults.alpha,
-        max_new_tokens=options.max_output_tokens or defaults.max_new_tokens,
+        alpha=_optional(options, "length_penalty"),
+        max_new_tokens=options.max_output_tokens or None,
         with_alignment=options.return_alignment,
         source_language=options.source_language or None,
         target_language=options.target_language or None,
+        target_prefix=_prefix(options),
+        return_alternatives=options.return_alternatives,
+        min_length=_optional(options, "min_output_tokens"),
+        max_length_ratio=options.max_length_ratio,
+        repetition_penalty=_optional(options, "repetition_penalty"),
+        no_repeat_ngram_size=_optional(options, "no_repeat_ngram_size"),
+        suppress_sequences=tuple(suppressed),
+        disable_unk=options.disable_unk,
+        temperature=_optional(options, "temperature"),
+        top_k=options.top_k,
+        top_p=1.0 if not options.HasField("top_p") else options.top_p,
+        seed=_optional(options, "seed"),
     )
 
 
@@ -118,7 +148,9 @@ def model_info(model: ServedModel) -> pb.GetModelInfoResponse:
         ),
         defaults=pb.TranslateOptions(
             max_output_tokens=defaults.max_new_tokens, beam_size=defaults.beam_size, n_best=defaults.n_best,
-            length_penalty=defaults.alpha,
+            length_penalty=defaults.alpha, min_output_tokens=defaults.min_length,
+            max_length_ratio=defaults.max_length_ratio, repetition_penalty=defaults.repetition_penalty,
+            no_repeat_ngram_size=defaults.no_repeat_ngram_size, top_k=defaults.top_k, top_p=defaults.top_p,
         ),
     )
 
@@ -156,7 +188,7 @@ class TranslatorServicer(pb_grpc.TranslatorServicer):
             runner, scheduler = model.runner, model.scheduler
             options = decode_options(request.options, runner.max_len)
             log.debug("TranslateStream %s with %s", request_id, model.name)
-            if options.beam_size > 1:  # the best beam is only known at the end
+            if not streams_pieces(options, scheduler.limits.defaults):  # a beam's best is known at the end
                 (result,) = await scheduler.submit([request.text], options, deadline)
                 yield pb.TranslateStreamResponse(
                     result=result_message(result, request.options, runner), request_id=request_id)

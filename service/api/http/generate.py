@@ -10,7 +10,9 @@ it comes inside the stream as `data: {"error": "..."}`, as the extension says, a
 
 Parameters (in `parameters`, or as other properties of the request object, as the extension
 allows) are the KServe v2 ones, parsed by the same codec as gRPC: `max_tokens` /
-`max_output_tokens`, `beam_size`, `source_language`, `target_language`; unknown ones are ignored.
+`max_output_tokens`, `beam_size`, `source_language`, `target_language` and the controlled-decoding
+options of docs/api.md (`target_prefix`, `suppress_sequences` as a JSON array, `temperature`, `top_p`,
+`seed`, ...); unknown ones are ignored. generate_stream streams pieces for greedy decoding and sampling.
 A client that disconnects cancels its request: its rows leave the batch.
 """
 

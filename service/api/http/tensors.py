@@ -6,13 +6,15 @@ JSON `data` goes to `contents.bytes_contents`, and with Triton's binary tensor d
 JSON header's length in `Inference-Header-Content-Length`, each binary input's size in its
 `binary_data_size` parameter, the inputs' bytes after the header in order) to `raw_input_contents`.
 The codec (service/api/kserve_codec.py) then checks them exactly as for gRPC. Parameters become
-InferParameters by their JSON type (bool, int64, double, string). The response goes back as JSON
+InferParameters by their JSON type (bool, int64, double, string; a JSON array, for the parameters that
+take one, as the string of its JSON, what a gRPC client sends). The response goes back as JSON
 `data`, or as binary data after a JSON header when the request asks (`binary_data_output`, or an
 output's `binary_data`). Every rejection is an InvalidTensor (400) that says what was wrong.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -41,7 +43,8 @@ class HttpInferRequest:
 
 
 def parameter_field(key: str, value: Any) -> str:
-    """The parameter field of a JSON value: bool_param, int64_param, double_param or string_param."""
+    """The parameter field of a JSON value: bool_param, int64_param, double_param or string_param (a
+    JSON array for a parameter that takes one: kserve_codec.LIST_KEYS)."""
     if isinstance(value, bool):
         return "bool_param"
     if isinstance(value, int):
@@ -52,7 +55,10 @@ def parameter_field(key: str, value: Any) -> str:
         return "double_param"
     if isinstance(value, str):
         return "string_param"
-    raise InvalidTensor(f"parameter {key} must be a string, number or boolean, got {shown(value)}")
+    if isinstance(value, list) and key in kserve_codec.LIST_KEYS:
+        return "string_param"  # the JSON array itself, as gRPC clients send it
+    arrays = f" (only {', '.join(kserve_codec.LIST_KEYS)} take arrays)" if isinstance(value, list) else ""
+    raise InvalidTensor(f"parameter {key} must be a string, number or boolean{arrays}, got {shown(value)}")
 
 
 def set_parameters(target: Any, parameters: Any, where: str) -> None:
@@ -67,7 +73,7 @@ def set_parameters(target: Any, parameters: Any, where: str) -> None:
             del target[key]
             raise InvalidTensor(f"parameter {key} cannot be a number with a fraction here, "
                                 f"got {shown(value)}")
-        setattr(entry, field, value)
+        setattr(entry, field, json.dumps(value) if isinstance(value, list) else value)
 
 
 def _flatten(data: Any, count: int, name: str) -> list[bytes]:

@@ -232,7 +232,7 @@ def test_parameters_accepted_forms() -> None:
     """int64, uint64 and decimal strings are read; unknown and Triton-reserved keys are ignored."""
     assert parse_parameters({}) == InferOptions(None, None)
     assert parse_parameters(_params(max_output_tokens=30, beam_size="  5 ")) == InferOptions(30, 5)
-    assert parse_parameters(_params(max_tokens=7, temperature=0.5)) == InferOptions(7, None)
+    assert parse_parameters(_params(max_tokens=7, presence_penalty=0.5)) == InferOptions(7, None)
     request = _client_request(["a"], priority=3, timeout=1000)  # uint64 priority, int64 timeout
     request.parameters["beam_size"].uint64_param = 2
     assert parse_parameters(request.parameters) == InferOptions(None, 2)
@@ -295,3 +295,78 @@ def test_final_flag_reads_back_with_tritonclient() -> None:
     set_final(response, True)
     assert triton_service.ModelInferResponse.FromString(response.SerializeToString()).parameters[
         "triton_final_response"].bool_param is True
+
+
+# ----- controlled decoding: every option of docs/api.md as a parameter ---------------------------------
+def test_controlled_decoding_parameters() -> None:
+    """Each option is read into its InferOptions field, in every accepted form; JSON arrays (gRPC: a JSON
+    string) become tuples; unset ones stay None (the model's default)."""
+    assert parse_parameters(_params()) == InferOptions()
+    given = _params(min_output_tokens=3, length_penalty=0.6, max_length_ratio=1.5, repetition_penalty=1.2,
+                    no_repeat_ngram_size=0, temperature=0.0, top_k=5, top_p=0.9, seed=42, disable_unk=True,
+                    target_prefix="the cat", suppress_sequences='["red", [5, 6], [7]]')
+    assert parse_parameters(given) == InferOptions(
+        min_output_tokens=3, length_penalty=0.6, max_length_ratio=1.5, repetition_penalty=1.2,
+        no_repeat_ngram_size=0, temperature=0.0, top_k=5, top_p=0.9, seed=42, disable_unk=True,
+        target_prefix="the cat", suppress_sequences=("red", (5, 6), (7,)))
+    # numbers as ints or decimal strings, counts as strings, flags as strings, the min_tokens alias
+    options = parse_parameters(_params(min_tokens="0", temperature=1, top_p=" 0.5 ", top_k="2", seed="7",
+                                       disable_unk="false", target_prefix_ids="[1, 2, 3]"))
+    assert options == InferOptions(min_output_tokens=0, temperature=1.0, top_p=0.5, top_k=2, seed=7,
+                                   target_prefix=(1, 2, 3))
+    request = _client_request(["a"])
+    request.parameters["seed"].uint64_param = 2**63 - 1
+    request.parameters["repetition_penalty"].uint64_param = 2
+    assert parse_parameters(request.parameters) == InferOptions(seed=2**63 - 1, repetition_penalty=2.0)
+
+
+NOT_NUMBER = "must be a number (double_param, int64_param, uint64_param or a decimal string_param), got"
+NOT_ARRAY = "must be a JSON array (a string_param holding one), got"
+CONTROL_ERRORS = {
+    "temperature bool": (dict(temperature=True), f"parameter temperature {NOT_NUMBER} bool_param True"),
+    "top_p word": (dict(top_p="high"), "parameter top_p must be a finite number, got string 'high'"),
+    "top_p nan": (dict(top_p="nan"), "parameter top_p must be a finite number, got string 'nan'"),
+    "repetition_penalty inf": (dict(repetition_penalty=float("inf")),
+                               "parameter repetition_penalty must be a finite number, got inf"),
+    "top_k fraction": (dict(top_k=1.5), f"parameter top_k {NOT_INTEGER} double_param 1.5"),
+    "top_k negative": (dict(top_k=-1), "parameter top_k must be >= 0, got -1"),
+    "seed negative": (dict(seed=-5), "parameter seed must be >= 0, got -5"),
+    "ngram string": (dict(no_repeat_ngram_size="two"), f"parameter no_repeat_ngram_size {NOT_WHOLE} 'two'"),
+    "min tokens negative": (dict(min_output_tokens=-1), "parameter min_output_tokens must be >= 0, got -1"),
+    "min aliases": (dict(min_output_tokens=1, min_tokens=1),
+                    "give either min_output_tokens or min_tokens, not both"),
+    "disable_unk int": (dict(disable_unk=1), 'parameter disable_unk must be a boolean (bool_param, or '
+                        'string_param "true" / "false"), got int64_param 1'),
+    "prefix number": (dict(target_prefix=3), "parameter target_prefix must be a string (string_param), got "
+                      "int64_param 3"),
+    "both prefixes": (dict(target_prefix="a", target_prefix_ids="[1]"),
+                      "give either target_prefix (text) or target_prefix_ids, not both"),
+    "prefix ids not json": (dict(target_prefix_ids="1 2"),
+                            "parameter target_prefix_ids must be a JSON array, got string '1 2'"),
+    "prefix ids number": (dict(target_prefix_ids=5), f"parameter target_prefix_ids {NOT_ARRAY} int64_param 5"),
+    "prefix ids texts": (dict(target_prefix_ids='["a"]'),
+                         "parameter target_prefix_ids must be an array of integer token ids, got ['a']"),
+    "prefix ids empty": (dict(target_prefix_ids="[]"),
+                         "parameter target_prefix_ids is an empty array: leave it out for none"),
+    "suppress empty": (dict(suppress_sequences="[]"),
+                       "parameter suppress_sequences is an empty array: leave it out for none"),
+    "suppress object": (dict(suppress_sequences='{"a": 1}'),
+                        "parameter suppress_sequences must be a JSON array, got string '{\"a\": 1}'"),
+    "suppress bad item": (dict(suppress_sequences="[[1, true]]"),
+                          "parameter suppress_sequences[0] must be an array of integer token ids, got [1, True]"),
+    "suppress number item": (dict(suppress_sequences="[\"a\", 3]"),
+                             "parameter suppress_sequences[1] must be an array of integer token ids, got 3"),
+    "n_best": (dict(n_best=2), "parameter n_best is not offered here: the TRANSLATION output holds one "
+               "translation per text (translator.v1 Translate returns several)"),
+    "alternatives": (dict(return_alternatives=True), "parameter return_alternatives is not offered here: the "
+                     "TRANSLATION output holds one translation per text (translator.v1 Translate returns several)"),
+}
+
+
+@pytest.mark.parametrize("case", list(CONTROL_ERRORS))
+def test_invalid_control_parameters(case: str) -> None:
+    """A controlled-decoding parameter of the wrong type is refused with a message naming it."""
+    values, message = CONTROL_ERRORS[case]
+    with pytest.raises(InvalidTensor) as info:
+        parse_parameters(_params(**values))
+    assert str(info.value) == message
