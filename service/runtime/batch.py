@@ -39,10 +39,12 @@ import numpy as np
 from interface.names import FINISHED, INPUT_IDS, MAX_STEPS, past_name, self_cache_io
 from service.domain.errors import BatchFull, InvalidInput
 from service.domain.types import Event, FinishedEvent, Hypothesis, Request, ResolvedOptions, TokenEvent
+from service.runtime import controls, sampling
 from service.runtime.backends import Backend
+from service.runtime.controls import TokenHistory
 from service.runtime.devicemem import CacheTensor
 from service.runtime.kvcache import ConcatCache, CrossCache, InplaceCache
-from service.runtime.search import BeamSearch, GreedySearch
+from service.runtime.search import AlternativesSearch, BeamSearch, GreedySearch
 from service.runtime.spec import ModelSpec
 from service.runtime.stepping import SINGLE_STEP, StepPolicy
 from service.runtime.tokenization import TextTokenizer
@@ -54,9 +56,22 @@ class _Active:
 
     request: Request
     options: ResolvedOptions
-    rows: np.ndarray  # (beam_size,) row indices
-    search: GreedySearch | BeamSearch
+    rows: np.ndarray  # (options.rows,) row indices
+    search: GreedySearch | BeamSearch | AlternativesSearch
     stream: Callable[[int], str] | None  # the tokenizer's detokenizer of a streaming request
+    rng: np.random.Generator | None = None  # a sampling request's own generator (sampling.py)
+
+
+@dataclass(frozen=True)
+class _Groups:
+    """The active requests by what a step does with them (cached until requests or rows change)."""
+
+    greedy: list[_Active]  # one row, argmax or sampling
+    greedy_rows: np.ndarray | slice  # their rows (a slice of all when they are rows 0..n-1 in order)
+    beams: list[_Active]  # beam search or alternatives: their search picks each row's parent and token
+    controlled: list[controls.Controlled]  # requests whose options process the log-probs (controls.py)
+    forcing: list[tuple[np.ndarray, ResolvedOptions]]  # requests with forced tokens or begin-suppressed ids
+    sampling: list[int]  # indices into greedy of sampling requests
 
 
 class DecodeBatch:
@@ -131,32 +146,33 @@ class DecodeBatch:
             return
         if len({id(r) for r in reqs}) != len(reqs) or any(r in self._active for r in reqs):
             raise ValueError("a request can be added to a batch only once")
-        opts = [self.spec.check_request(r) for r in reqs]
+        opts = [self.spec.check_request(r).limited_to(len(r.source)) for r in reqs]
         for r, o in zip(reqs, opts, strict=True):
-            if o.beam_size > self.max_rows:
-                raise InvalidInput(
-                    f"request {r.id}: beam_size {o.beam_size} exceeds the batch size {self.max_rows}"
-                )
-        need = sum(o.beam_size for o in opts)
+            if o.rows > self.max_rows:
+                raise InvalidInput(f"request {r.id}: {o.rows} rows (beam_size, or n_best alternatives) "
+                                   f"exceed the batch size {self.max_rows}")
+        need = sum(o.rows for o in opts)
         if need > self.free_rows:
             raise BatchFull(f"{need} rows needed, {self.free_rows} free of {self.max_rows}")
         enc = self._be.encode(self.spec.encoder_feeds([r.source for r in reqs]))  # may raise: nothing changed
-        rows = self._allocate([o.beam_size for o in opts])
+        rows = self._allocate([o.rows for o in opts])
         self._fit_src(self._cross.axis_for(max(len(r.source) for r in reqs)))
         owner = np.repeat(np.arange(len(reqs)), [len(rr) for rr in rows])  # request of each new row
         new = np.concatenate(rows)
         lengths = np.array([len(r.source) for r in reqs], np.int64)[owner]
         self._cross.write(new, enc, owner)  # a request's K/V repeated over its beam rows
         self._cache.start(new)
+        self._history.start(new, self.spec.decoder_start)
         self._next[new], self._score[new] = self.spec.decoder_start, 0.0
         self._live[new], self._row_src[new] = True, lengths
         eos, pad, limit = self.spec.special.eos, self.spec.special.pad, self.spec.rules.eos_at_limit
         for r, o, rr in zip(reqs, opts, rows, strict=True):
             n = len(r.source)
             search = GreedySearch(o, n, eos, limit) if o.beam_size == 1 else BeamSearch(o, n, eos, pad, limit)
-            act = self._active[r] = _Active(r, o, rr, search, self._tokenizer.stream() if o.stream else None)
-            if o.forced_first is not None:
-                self._forcing.append(act)
+            if o.return_alternatives:
+                search = AlternativesSearch(o, n, eos, pad, limit)
+            self._active[r] = _Active(r, o, rr, search, self._tokenizer.stream() if o.stream else None,
+                                      sampling.generator(o) if o.sampling else None)
         self._rows_changed()
 
     def cancel(self, request: Request) -> bool:
@@ -190,10 +206,12 @@ class DecodeBatch:
             out = self._be.decode(feeds, past, self._cache.inplace)
             logp, attn, present = out[0], out[1], out[2]
             logp, attn = logp[:, -1].astype(np.float32, copy=False), attn[:, -1]  # (n_rows, V), (n_rows, S)
-            self._apply_rules(logp)
+            norm = out[3][:, -1] if len(out) > 3 and out[3] is not None else None  # (n_rows,): logits - logp
+            self._process(logp, norm)
             self._cache.advance(present, self._live)
-            greedy, greedy_rows, beams = self._searches()
-            done = self._advance_greedy(greedy, greedy_rows, logp, attn, events) if greedy else []
+            groups = self._searches()
+            greedy, beams = groups.greedy, groups.beams
+            done = self._advance_greedy(greedy, groups.greedy_rows, logp, attn, events) if greedy else []
             done += self._advance_beams(beams, logp, attn) if beams else []
         events += [self._finish(a) for a in done]
         if done:  # holes, droppable columns and a shorter source axis only appear when rows leave
@@ -205,10 +223,11 @@ class DecodeBatch:
         due on the host (a forced token, a per-step rule, a last allowed token under eos-at-limit)."""
         if not (self.policy.allows(len(self._live)) and self._be.multistep):
             return 1
-        rules, (greedy, _, beams) = self.spec.rules, self._searches()
-        if beams or self._forcing or rules.every_step:  # the host must see every step
+        rules, groups = self.spec.rules, self._searches()
+        if groups.beams or groups.controlled or rules.every_step or any(  # the host must see every step
+                self._history.generated(int(rows[0])) <= len(o.forced) for rows, o in groups.forcing):
             return 1
-        left = [a.options.max_new_tokens - len(a.search.tokens) for a in greedy]
+        left = [a.options.max_new_tokens - len(a.search.tokens) for a in groups.greedy]
         due = min(left) - 1 if rules.eos_at_limit else max(left)
         return self.policy.steps(len(self._live), min(due, self.spec.max_len - self._cache.length))
 
@@ -220,10 +239,11 @@ class DecodeBatch:
         self.last_steps = len(tokens)  # <= steps: the run stops once every row has emitted eos
         self._cache.advance([], self._live, self.last_steps)
         eos, done = self.spec.special.eos, []
-        for a in self._searches()[0]:
+        for a in self._searches().greedy:
             row, search = a.rows[0], a.search
             taken, self._score[row] = search.take(tokens[:, row], chosen[:, row], self._score[row],
                                                   attn[:, row])
+            self._history.extend(row, taken)
             self._next[row] = taken[-1]
             if search.done:
                 search.log_prob = self._score[row]
@@ -245,30 +265,37 @@ class DecodeBatch:
             self._inputs, self._inputs_of = (feeds, named), parts
         return self._inputs
 
-    def _apply_rules(self, logp: np.ndarray) -> None:
-        """The bundle's rules and newcomers' forced first tokens on this step's log-probs, in place (they
-        are this step's own: a new array, or the buffer the next run overwrites): service/runtime/rules.py."""
-        rules = self.spec.rules
-        forced = [(a.rows, a.options.forced_first) for a in self._forcing if self._active.get(a.request) is a]
-        self._forcing.clear()
+    def _process(self, logp: np.ndarray, normalizer: np.ndarray | None) -> None:
+        """This step's log-probs made what the searches must see, in place (they are this step's own: a new
+        array, or the buffer the next run overwrites): requests' controls, forced tokens and the bundle's
+        rules (service/runtime/controls.py, rules.py)."""
+        rules, groups = self.spec.rules, self._searches()
         last = [a.rows for a in self._active.values() if a.search.at_limit] if rules.eos_at_limit else []
-        if forced or last or rules.every_step:
-            rules.apply(logp, self.spec.special.eos, forced, last)
+        if groups.controlled or groups.forcing or last or rules.every_step:
+            special = self.spec.special
+            controls.process(logp, normalizer, groups.controlled, groups.forcing, self._history, special.eos,
+                             special.unk, rules, last)
 
     def _rows_changed(self) -> None:
         """Requests, rows or S changed: drop what is derived from them (rebuilt when next needed)."""
         self._groups = self._inputs = None
 
-    def _searches(self) -> tuple[list[_Active], np.ndarray | slice, list[_Active]]:
-        """Greedy requests, their rows (a slice of all when they are rows 0..n-1 in order, the usual
-        case: no copy of the log-probs), and beam requests; cached until requests or rows change."""
+    def _searches(self) -> _Groups:
+        """The active requests grouped by what a step does with them; cached until requests or rows change."""
         if self._groups is None:
-            greedy = [a for a in self._active.values() if isinstance(a.search, GreedySearch)]
+            active = list(self._active.values())
+            greedy = [a for a in active if isinstance(a.search, GreedySearch)]
             rows: np.ndarray | slice = np.array([a.rows[0] for a in greedy], np.int64)
             if len(rows) == len(self._live) and (rows == np.arange(len(rows))).all():
                 rows = slice(None)
-            beams = [a for a in self._active.values() if isinstance(a.search, BeamSearch)]
-            self._groups = greedy, rows, beams
+            begin = bool(self.spec.rules.begin_suppress)
+            one_row = [isinstance(a.search, GreedySearch) for a in active]
+            pairs = list(zip(active, one_row, strict=True))
+            self._groups = _Groups(
+                greedy, rows, [a for a, one in pairs if not one],
+                [(a.rows, a.options, one) for a, one in pairs if a.options.controlled],
+                [(a.rows, a.options) for a in active if a.options.forced or begin],
+                [i for i, a in enumerate(greedy) if a.rng is not None])
         return self._groups
 
     def _advance_greedy(
@@ -279,6 +306,9 @@ class DecodeBatch:
         returns the finished."""
         picked = logp[rows]  # (G, V); a view when rows is a slice
         tokens = picked.argmax(axis=-1)
+        for i in self._searches().sampling:
+            a = greedy[i]
+            tokens[i] = sampling.draw(sampling.warp(picked[i], a.options), a.rng)
         return self._consume(greedy, rows, tokens, picked[np.arange(len(tokens)), tokens], attn, events)
 
     def _consume(self, greedy: list[_Active], rows: np.ndarray | slice, tokens: np.ndarray,
@@ -286,6 +316,7 @@ class DecodeBatch:
         """Each greedy request's chosen token, its log-prob summed in float32; returns the finished."""
         self._score[rows] += chosen
         self._next[rows] = tokens
+        self._history.append(rows, tokens)
         eos, done = self.spec.special.eos, []
         for a, t in zip(greedy, tokens.tolist(), strict=True):
             search = a.search
@@ -297,17 +328,22 @@ class DecodeBatch:
         return done
 
     def _advance_beams(self, beams: list[_Active], logp: np.ndarray, attn: np.ndarray) -> list[_Active]:
-        """Top-k step of each beam request, one in-place gather of reordered rows; returns the finished."""
-        dst, src = [], []
+        """Top-k step of each beam request (or alternatives), one in-place gather of reordered rows; returns
+        the finished."""
+        dst, src, words = [], [], []
         for a in beams:
             align = attn[a.rows] if a.options.with_alignment else None
             parent, word = a.search.advance(logp[a.rows], align)
             self._next[a.rows] = word
+            words.append(word)
             if (parent != np.arange(len(parent))).any():
                 dst.append(a.rows)
                 src.append(a.rows[parent])
         if dst:
-            self._cache.reorder(np.concatenate(dst), np.concatenate(src))
+            dst, src = np.concatenate(dst), np.concatenate(src)
+            self._cache.reorder(dst, src)
+            self._history.reorder(dst, src)
+        self._history.append(np.concatenate([a.rows for a in beams]), np.concatenate(words))
         return [a for a in beams if a.search.done]
 
     def _finish(self, act: _Active) -> FinishedEvent:
@@ -328,10 +364,10 @@ class DecodeBatch:
         self._cross.reset(keep_src=self._source_lengths)
         self._next = np.zeros(0, np.int64)
         self._score = np.zeros(0, np.float32)  # greedy rows: sum of the chosen tokens' log-probs
-        self._groups: tuple[list[_Active], np.ndarray | slice, list[_Active]] | None = None
+        self._history = TokenHistory(self.spec.max_len)  # per row: the decoder start and the tokens since
+        self._groups: _Groups | None = None
         self._inputs: tuple[dict[str, np.ndarray], dict[str, CacheTensor]] | None = None  # _run_inputs
         self._inputs_of: tuple = ()  # the cache's arrays and dicts the inputs were built from
-        self._forcing: list[_Active] = []  # requests whose first token is forced, before their first step
 
     def _allocate(self, sizes: list[int]) -> list[np.ndarray]:
         """Rows for each request: holes first, then new rows at the end."""
@@ -348,6 +384,7 @@ class DecodeBatch:
         """Append k empty rows to every row-indexed tensor (the caches copy only when full)."""
         self._cache.grow(k)
         self._cross.grow(k)
+        self._history.grow(k)
         self._next = np.concatenate([self._next, np.full(k, self.spec.special.pad, np.int64)])
         self._score = np.concatenate([self._score, np.zeros(k, np.float32)])
         self._live = np.concatenate([self._live, np.zeros(k, bool)])
@@ -390,6 +427,7 @@ class DecodeBatch:
         old = np.arange(before)[keep]
         self._cache.keep(keep, self._live)
         self._cross.keep(keep)
+        self._history.keep(keep)
         self._next, self._score = self._next[keep], self._score[keep]
         self._live, self._row_src = self._live[keep], self._row_src[keep]
         new_index = np.full(before, -1, np.int64)

@@ -167,3 +167,67 @@ class BeamSearch:
             hyps.append(RawHypothesis(body, log_prob, score, reason, align))
         hyps.sort(key=lambda h: h.score, reverse=True)
         return hyps[: self.options.n_best]
+
+
+class AlternativesSearch:
+    """The n best continuations at the first position after the forced tokens (CTranslate2's
+    return_alternatives): n rows, identical until that position, where row j takes the j-th most likely
+    token; then each row goes on greedily. Hypotheses come in that order (the alternatives' rank)."""
+
+    def __init__(self, options: ResolvedOptions, src_len: int, eos: int, pad: int,
+                 eos_at_limit: bool = False) -> None:
+        n, t = options.rows, options.max_new_tokens
+        self.options, self.eos, self.pad, self.src_len, self.steps = options, eos, pad, src_len, 0
+        self.eos_at_limit, self.branch = eos_at_limit, len(options.forced)
+        self.scores = np.zeros(n, np.float32)
+        self.tokens = np.zeros((n, t), np.int64)
+        self.finished = np.zeros(n, bool)
+        self.lengths = np.zeros(n, np.int64)
+        self.attn = np.zeros((n, t, src_len), np.float32) if options.with_alignment else None
+
+    @property
+    def done(self) -> bool:
+        """Every row ended with eos, or max_new_tokens reached."""
+        return bool(self.finished.all()) or self.steps >= self.options.max_new_tokens
+
+    @property
+    def at_limit(self) -> bool:
+        """The next token is the last one max_new_tokens allows."""
+        return self.steps == self.options.max_new_tokens - 1
+
+    def advance(self, logp: np.ndarray, attn: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """Consume logp (n, V) of this step; returns (parent of each row: itself, next tokens (n,))."""
+        n = len(self.scores)
+        if self.steps == self.branch:  # the rows are identical here: row j takes the j-th best token
+            ranked = np.argsort(-logp[0], kind="stable")[:n]
+            word = ranked
+        else:
+            word = logp.argmax(axis=-1)
+        word = np.where(self.finished, self.pad, word)
+        chosen = logp[np.arange(n), word]
+        self.scores = np.where(self.finished, self.scores, self.scores + chosen).astype(np.float32)
+        t = self.steps
+        self.tokens[:, t] = word
+        self.lengths += ~self.finished
+        if self.attn is not None and attn is not None:
+            self.attn[:, t] = attn[:, : self.src_len]
+        self.finished |= word == self.eos
+        self.steps += 1
+        return np.arange(n), word
+
+    def results(self) -> list[RawHypothesis]:
+        """One hypothesis per alternative, in the alternatives' order (those with no valid token left out)."""
+        hyps = []
+        for j in range(len(self.scores)):
+            log_prob = float(self.scores[j])
+            if log_prob == -math.inf:
+                continue
+            n = int(self.lengths[j])
+            done = bool(self.finished[j])
+            body = self.tokens[j, : n - 1 if done else n].tolist()
+            align = self.attn[j, : len(body)].copy() if self.attn is not None else None
+            limited = not done or (self.eos_at_limit and n == self.options.max_new_tokens)
+            reason = FinishReason.LENGTH if limited else FinishReason.EOS
+            hyps.append(RawHypothesis(body, log_prob, log_prob / length_penalty(n, self.options.alpha or 0.0),
+                                      reason, align))
+        return hyps
