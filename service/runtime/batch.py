@@ -31,47 +31,23 @@ batch's `StepPolicy` allows (service/runtime/stepping.py); requests join and lea
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 import numpy as np
 
 from interface.names import FINISHED, INPUT_IDS, MAX_STEPS, past_name, self_cache_io
 from service.domain.errors import BatchFull, InvalidInput
-from service.domain.types import Event, FinishedEvent, Hypothesis, Request, ResolvedOptions, TokenEvent
+from service.domain.types import Event, FinishedEvent, Hypothesis, Request, TokenEvent
 from service.runtime import controls, sampling
+from service.runtime.active import ActiveRequest, StepGroups
 from service.runtime.backends import Backend
 from service.runtime.controls import TokenHistory
 from service.runtime.devicemem import CacheTensor
 from service.runtime.kvcache import ConcatCache, CrossCache, InplaceCache
-from service.runtime.search import AlternativesSearch, BeamSearch, GreedySearch
+from service.runtime.search import AlternativesSearch
 from service.runtime.spec import ModelSpec
 from service.runtime.stepping import SINGLE_STEP, StepPolicy
 from service.runtime.tokenization import TextTokenizer
-
-
-@dataclass(eq=False)
-class _Active:
-    """A request in the batch: its rows, options and search state."""
-
-    request: Request
-    options: ResolvedOptions
-    rows: np.ndarray  # (options.rows,) row indices
-    search: GreedySearch | BeamSearch | AlternativesSearch
-    stream: Callable[[int], str] | None  # the tokenizer's detokenizer of a streaming request
-    rng: np.random.Generator | None = None  # a sampling request's own generator (sampling.py)
-
-
-@dataclass(frozen=True)
-class _Groups:
-    """The active requests by what a step does with them (cached until requests or rows change)."""
-
-    greedy: list[_Active]  # one row, argmax or sampling
-    greedy_rows: np.ndarray | slice  # their rows (a slice of all when they are rows 0..n-1 in order)
-    beams: list[_Active]  # beam search or alternatives: their search picks each row's parent and token
-    controlled: list[controls.Controlled]  # requests whose options process the log-probs (controls.py)
-    forcing: list[tuple[np.ndarray, ResolvedOptions]]  # requests with forced tokens or begin-suppressed ids
-    sampling: list[int]  # indices into greedy of sampling requests
 
 
 class DecodeBatch:
@@ -99,7 +75,7 @@ class DecodeBatch:
         self._cross_names = [past_name(i, "encoder", kv) for i in range(n) for kv in ("key", "value")]
         self._cross = CrossCache(self._be, len(self._cross_names), self._heads, self._d_head, self._dtype,
                                  max_rows, self._source_lengths, spec.max_len)
-        self._active: dict[Request, _Active] = {}
+        self._active: dict[Request, ActiveRequest] = {}
         self._reset()
 
     # ----- public state -------------------------------------------------------------------
@@ -168,10 +144,10 @@ class DecodeBatch:
         eos, pad, limit = self.spec.special.eos, self.spec.special.pad, self.spec.rules.eos_at_limit
         for r, o, rr in zip(reqs, opts, rows, strict=True):
             n = len(r.source)
-            search = GreedySearch(o, n, eos, limit) if o.beam_size == 1 else BeamSearch(o, n, eos, pad, limit)
+            search = self.spec.new_search(o, n)  # greedy, or the bundle's beam search (spec.py)
             if o.return_alternatives:
                 search = AlternativesSearch(o, n, eos, pad, limit)
-            self._active[r] = _Active(r, o, rr, search, self._tokenizer.stream() if o.stream else None,
+            self._active[r] = ActiveRequest(r, o, rr, search, self._tokenizer.stream() if o.stream else None,
                                       sampling.generator(o) if o.sampling else None)
         self._rows_changed()
 
@@ -232,7 +208,7 @@ class DecodeBatch:
         return self.policy.steps(len(self._live), min(due, self.spec.max_len - self._cache.length))
 
     def _run_steps(self, steps: int, feeds: dict[str, np.ndarray], past: dict[str, CacheTensor],
-                   events: list[Event]) -> list[_Active]:
+                   events: list[Event]) -> list[ActiveRequest]:
         """Up to `steps` greedy steps in one run of the multi-step decoder; returns the finished."""
         feeds = {**feeds, MAX_STEPS: np.array(steps, np.int64), FINISHED: ~self._live}
         tokens, chosen, attn = self._be.decode_steps(feeds, past)  # (K, n_rows) twice, (K, n_rows, S)
@@ -280,28 +256,17 @@ class DecodeBatch:
         """Requests, rows or S changed: drop what is derived from them (rebuilt when next needed)."""
         self._groups = self._inputs = None
 
-    def _searches(self) -> _Groups:
+    def _searches(self) -> StepGroups:
         """The active requests grouped by what a step does with them; cached until requests or rows change."""
         if self._groups is None:
-            active = list(self._active.values())
-            greedy = [a for a in active if isinstance(a.search, GreedySearch)]
-            rows: np.ndarray | slice = np.array([a.rows[0] for a in greedy], np.int64)
-            if len(rows) == len(self._live) and (rows == np.arange(len(rows))).all():
-                rows = slice(None)
-            begin = bool(self.spec.rules.begin_suppress)
-            one_row = [isinstance(a.search, GreedySearch) for a in active]
-            pairs = list(zip(active, one_row, strict=True))
-            self._groups = _Groups(
-                greedy, rows, [a for a, one in pairs if not one],
-                [(a.rows, a.options, one) for a, one in pairs if a.options.controlled],
-                [(a.rows, a.options) for a in active if a.options.forced or begin],
-                [i for i, a in enumerate(greedy) if a.rng is not None])
+            self._groups = StepGroups.of(list(self._active.values()), len(self._live),
+                                         bool(self.spec.rules.begin_suppress))
         return self._groups
 
     def _advance_greedy(
-        self, greedy: list[_Active], rows: np.ndarray | slice, logp: np.ndarray, attn: np.ndarray,
+        self, greedy: list[ActiveRequest], rows: np.ndarray | slice, logp: np.ndarray, attn: np.ndarray,
         events: list[Event]
-    ) -> list[_Active]:
+    ) -> list[ActiveRequest]:
         """Argmax and float32 log-prob sums of all greedy rows at once, then each request's tokens;
         returns the finished."""
         picked = logp[rows]  # (G, V); a view when rows is a slice
@@ -311,8 +276,8 @@ class DecodeBatch:
             tokens[i] = sampling.draw(sampling.warp(picked[i], a.options), a.rng)
         return self._consume(greedy, rows, tokens, picked[np.arange(len(tokens)), tokens], attn, events)
 
-    def _consume(self, greedy: list[_Active], rows: np.ndarray | slice, tokens: np.ndarray,
-                 chosen: np.ndarray, attn: np.ndarray, events: list[Event]) -> list[_Active]:
+    def _consume(self, greedy: list[ActiveRequest], rows: np.ndarray | slice, tokens: np.ndarray,
+                 chosen: np.ndarray, attn: np.ndarray, events: list[Event]) -> list[ActiveRequest]:
         """Each greedy request's chosen token, its log-prob summed in float32; returns the finished."""
         self._score[rows] += chosen
         self._next[rows] = tokens
@@ -327,7 +292,8 @@ class DecodeBatch:
                 events.append(TokenEvent(a.request, t, a.stream(t)))
         return done
 
-    def _advance_beams(self, beams: list[_Active], logp: np.ndarray, attn: np.ndarray) -> list[_Active]:
+    def _advance_beams(self, beams: list[ActiveRequest], logp: np.ndarray, attn: np.ndarray
+                       ) -> list[ActiveRequest]:
         """Top-k step of each beam request (or alternatives), one in-place gather of reordered rows; returns
         the finished."""
         dst, src, words = [], [], []
@@ -346,7 +312,7 @@ class DecodeBatch:
         self._history.append(np.concatenate([a.rows for a in beams]), np.concatenate(words))
         return [a for a in beams if a.search.done]
 
-    def _finish(self, act: _Active) -> FinishedEvent:
+    def _finish(self, act: ActiveRequest) -> FinishedEvent:
         """Remove a finished request and build its hypotheses."""
         del self._active[act.request]
         self._free(act)
@@ -365,7 +331,7 @@ class DecodeBatch:
         self._next = np.zeros(0, np.int64)
         self._score = np.zeros(0, np.float32)  # greedy rows: sum of the chosen tokens' log-probs
         self._history = TokenHistory(self.spec.max_len)  # per row: the decoder start and the tokens since
-        self._groups: _Groups | None = None
+        self._groups: StepGroups | None = None
         self._inputs: tuple[dict[str, np.ndarray], dict[str, CacheTensor]] | None = None  # _run_inputs
         self._inputs_of: tuple = ()  # the cache's arrays and dicts the inputs were built from
 
@@ -398,7 +364,7 @@ class DecodeBatch:
         self._cross.fit_src(s)
         self._rows_changed()
 
-    def _free(self, act: _Active) -> None:
+    def _free(self, act: ActiveRequest) -> None:
         """Turn a request's rows into holes (their old columns are masked for any next owner)."""
         self._live[act.rows] = False
         self._rows_changed()
