@@ -43,6 +43,28 @@ def build_parser() -> argparse.ArgumentParser:
                         help="language code of the texts (many-to-many models; see --info)")
     parser.add_argument("--target-language", default="",
                         help="language code to translate into (many-to-many models; see --info)")
+    decoding = parser.add_argument_group("controlled decoding (docs/api.md; unset: the model's default)")
+    decoding.add_argument("--length-penalty", type=float, help="length penalty alpha of beam ranking")
+    decoding.add_argument("--prefix", help="target prefix: every translation starts with this text")
+    decoding.add_argument("--prefix-ids", type=_ids, help="target prefix as token ids (comma-separated)")
+    decoding.add_argument("--alternatives", action="store_true",
+                          help="--n-best alternatives at the first position after the prefix, each "
+                               "continued greedily")
+    decoding.add_argument("--min-tokens", type=_count, help="eos not before this many output tokens")
+    decoding.add_argument("--max-length-ratio", type=float,
+                          help="at most ceil(ratio x source tokens) output tokens")
+    decoding.add_argument("--repetition-penalty", type=float, help="> 1 discourages repeated tokens")
+    decoding.add_argument("--no-repeat-ngram", type=_count, help="no n-gram of this size twice (0: off)")
+    decoding.add_argument("--suppress", action="append", default=[], metavar="TEXT",
+                          help="never produce this text (repeatable)")
+    decoding.add_argument("--suppress-ids", action="append", default=[], type=_ids, metavar="IDS",
+                          help="never produce this token-id sequence, comma-separated (repeatable)")
+    decoding.add_argument("--disable-unk", action="store_true", help="never produce the unknown token")
+    decoding.add_argument("--temperature", type=float, help="sample at this temperature (0: greedy)")
+    decoding.add_argument("--top-k", type=_count, help="sample among the k most likely tokens")
+    decoding.add_argument("--top-p", type=float,
+                          help="sample among the most likely tokens of this much probability")
+    decoding.add_argument("--seed", type=_count, help="seed of sampling: the same output for the same seed")
     parser.add_argument("--v2", action="store_true", help="use the KServe v2 / Triton inference API")
     parser.add_argument("--info", action="store_true", help="print GetModelInfo as JSON and exit")
     parser.add_argument("--request-id", default="", help="client request id, echoed by the server")
@@ -52,13 +74,69 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _ids(text: str) -> list[int]:
+    """Token ids from "5,17,9"."""
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"token ids must be comma-separated integers, got {text!r}"
+                                         ) from None
+
+
+def _count(text: str) -> int:
+    """An integer >= 0 (the proto fields are unsigned)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
+    return value
+
+
+CONTROLS = {  # flag destination -> (TranslateOptions field, KServe v2 parameter): set when the flag is given
+    "length_penalty": ("length_penalty", "length_penalty"),
+    "min_tokens": ("min_output_tokens", "min_output_tokens"),
+    "max_length_ratio": ("max_length_ratio", "max_length_ratio"),
+    "repetition_penalty": ("repetition_penalty", "repetition_penalty"),
+    "no_repeat_ngram": ("no_repeat_ngram_size", "no_repeat_ngram_size"),
+    "temperature": ("temperature", "temperature"),
+    "top_k": ("top_k", "top_k"),
+    "top_p": ("top_p", "top_p"),
+    "seed": ("seed", "seed"),
+}
+
+
 def _options(args: argparse.Namespace) -> pb.TranslateOptions:
     """TranslateOptions from the flags."""
-    return pb.TranslateOptions(
+    options = pb.TranslateOptions(
         max_output_tokens=args.max_tokens, beam_size=args.beam, n_best=args.n_best,
         return_scores=args.scores, return_alignment=args.alignment, return_tokens=args.alignment,
         source_language=args.source_language, target_language=args.target_language,
+        target_prefix=args.prefix or "", target_prefix_ids=args.prefix_ids or [],
+        return_alternatives=args.alternatives, suppress_sequences=args.suppress,
+        suppress_sequence_ids=[pb.TranslateOptions.TokenIds(ids=ids) for ids in args.suppress_ids],
+        disable_unk=args.disable_unk,
     )
+    for flag, (field, _) in CONTROLS.items():
+        if getattr(args, flag) is not None:
+            setattr(options, field, getattr(args, flag))
+    return options
+
+
+def _set_parameter(request: v2.ModelInferRequest, key: str, value: object) -> None:
+    """One KServe v2 request parameter by its Python type (a list: its JSON, as a string)."""
+    entry = request.parameters[key]
+    if isinstance(value, bool):
+        entry.bool_param = value
+    elif isinstance(value, int):
+        entry.int64_param = value
+    elif isinstance(value, float):
+        entry.double_param = value
+    elif isinstance(value, list):
+        entry.string_param = json.dumps(value)
+    else:
+        entry.string_param = str(value)
 
 
 def print_result(result: pb.TranslationResult, args: argparse.Namespace, out: TextIO) -> None:
@@ -119,6 +197,17 @@ def _infer_v2(channel: grpc.Channel, args: argparse.Namespace, out: TextIO) -> N
     for key in kserve_codec.LANGUAGE_KEYS:
         if getattr(args, key):
             request.parameters[key].string_param = getattr(args, key)
+    for flag, (_, key) in CONTROLS.items():
+        if getattr(args, flag) is not None:
+            _set_parameter(request, key, getattr(args, flag))
+    if args.prefix:
+        _set_parameter(request, kserve_codec.TARGET_PREFIX_KEY, args.prefix)
+    if args.prefix_ids:
+        _set_parameter(request, kserve_codec.TARGET_PREFIX_IDS_KEY, args.prefix_ids)
+    if args.suppress or args.suppress_ids:
+        _set_parameter(request, kserve_codec.SUPPRESS_KEY, [*args.suppress, *args.suppress_ids])
+    if args.disable_unk:
+        _set_parameter(request, "disable_unk", True)
     response = v2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=args.timeout)
     index = [o.name for o in response.outputs].index(kserve_codec.OUTPUT_NAME)
     returned = int(response.outputs[index].shape[0])
@@ -150,8 +239,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         parser.error("give at least one text (or --info)")
     if args.stream and len(args.texts) != 1:
         parser.error("--stream translates exactly one text")
-    if args.v2 and (args.stream or args.alignment or args.scores or args.n_best > 1):
-        parser.error("--v2 returns translations only: drop --stream, --alignment, --scores and --n-best")
+    if args.v2 and (args.stream or args.alignment or args.scores or args.n_best > 1 or args.alternatives):
+        parser.error("--v2 returns translations only: drop --stream, --alignment, --scores, --n-best and "
+                     "--alternatives")
     if (args.client_cert is None) != (args.client_key is None):
         parser.error("--client-cert and --client-key go together")
     if args.client_cert and not args.ca_cert:

@@ -82,11 +82,40 @@ def test_errors_print_the_status_and_exit_1(address, capsys):
     assert "error: INVALID_ARGUMENT: text 0 is empty" in capsys.readouterr().err
 
 
+def test_controlled_decoding_flags(address, runner, capsys):
+    """The controlled-decoding flags reach the server over both APIs: the runner's translations with the
+    same options; alternatives print numbered; a bad value is the server's INVALID_ARGUMENT."""
+    text = TEXTS[1]
+    first = runner.translate([text], DecodeOptions(max_new_tokens=12))[0][0].tokens[0]
+    flags = ["--max-tokens", "12", "--prefix", "the", "--suppress", "red", "--suppress-ids", str(first),
+             "--min-tokens", "3", "--repetition-penalty", "1.25", "--no-repeat-ngram", "2", "--disable-unk",
+             "--max-length-ratio", "4"]
+    options = DecodeOptions(max_new_tokens=12, target_prefix="the", suppress_sequences=("red", [first]),
+                            min_length=3, repetition_penalty=1.25, no_repeat_ngram_size=2, disable_unk=True,
+                            max_length_ratio=4.0)
+    want = best_texts(runner, [text], options)[0] + "\n"
+    assert run(address, *flags, text) == (0, want)
+    assert run(address, "--v2", *flags, text) == (0, want)
+    sampling = ["--max-tokens", "12", "--temperature", "0.75", "--top-k", "20", "--top-p", "0.875",
+                "--seed", "5"]  # values a float32 holds exactly
+    want = best_texts(runner, [text], DecodeOptions(max_new_tokens=12, temperature=0.75, top_k=20,
+                                                    top_p=0.875, seed=5))[0] + "\n"
+    assert run(address, *sampling, text) == run(address, "--v2", *sampling, text) == (0, want)
+    code, out = run(address, "--alternatives", "--n-best", "3", "--prefix-ids", "5,6", text)
+    assert code == 0 and [line[:3] for line in out.splitlines()] == ["1. ", "2. ", "3. "], out
+    assert run(address, "--top-p", "1.5", text)[0] == 1
+    assert "error: INVALID_ARGUMENT: top_p must be in (0, 1], got 1.5" in capsys.readouterr().err
+
+
 def test_bad_flags_exit_2():
     """Inconsistent flags are a usage error."""
     with pytest.raises(SystemExit) as exc:
         client.main(["--stream", "a", "b"])
     assert exc.value.code == 2
+    for flags in (["--v2", "--alternatives"], ["--seed", "-1"], ["--prefix-ids", "5,x"]):
+        with pytest.raises(SystemExit) as exc:
+            client.main([*flags, "a"])
+        assert exc.value.code == 2, flags
 
 
 def test_tls_round_trip(tiny_bundle, runner, tmp_path):
