@@ -80,7 +80,7 @@ def test_native_options_resolve_within_limits_or_refuse(options: pb.TranslateOpt
     hostile.check_resolved(resolved, MAX_LEN, MAX_BEAM)
     assert resolved.beam_size == (options.beam_size or 1) and resolved.n_best == (options.n_best or 1)
     assert resolved.max_new_tokens == (options.max_output_tokens or MAX_LEN - 1)
-    assert resolved.alpha == (options.length_penalty if options.HasField("length_penalty") else 0.0)
+    assert resolved.alpha == (options.length_penalty if options.HasField("length_penalty") else None)
 
 
 @FAST
