@@ -343,7 +343,8 @@ CONTROL_ERRORS = {
                       "give either target_prefix (text) or target_prefix_ids, not both"),
     "prefix ids not json": (dict(target_prefix_ids="1 2"),
                             "parameter target_prefix_ids must be a JSON array, got string '1 2'"),
-    "prefix ids number": (dict(target_prefix_ids=5), f"parameter target_prefix_ids {NOT_ARRAY} int64_param 5"),
+    "prefix ids number": (dict(target_prefix_ids=5),
+                          f"parameter target_prefix_ids {NOT_ARRAY} int64_param 5"),
     "prefix ids texts": (dict(target_prefix_ids='["a"]'),
                          "parameter target_prefix_ids must be an array of integer token ids, got ['a']"),
     "prefix ids empty": (dict(target_prefix_ids="[]"),
@@ -353,13 +354,15 @@ CONTROL_ERRORS = {
     "suppress object": (dict(suppress_sequences='{"a": 1}'),
                         "parameter suppress_sequences must be a JSON array, got string '{\"a\": 1}'"),
     "suppress bad item": (dict(suppress_sequences="[[1, true]]"),
-                          "parameter suppress_sequences[0] must be an array of integer token ids, got [1, True]"),
+                          "parameter suppress_sequences[0] must be an array of integer token ids, "
+                          "got [1, True]"),
     "suppress number item": (dict(suppress_sequences="[\"a\", 3]"),
                              "parameter suppress_sequences[1] must be an array of integer token ids, got 3"),
     "n_best": (dict(n_best=2), "parameter n_best is not offered here: the TRANSLATION output holds one "
                "translation per text (translator.v1 Translate returns several)"),
-    "alternatives": (dict(return_alternatives=True), "parameter return_alternatives is not offered here: the "
-                     "TRANSLATION output holds one translation per text (translator.v1 Translate returns several)"),
+    "alternatives": (dict(return_alternatives=True), "parameter return_alternatives is not offered here: "
+                     "the TRANSLATION output holds one translation per text (translator.v1 Translate "
+                     "returns several)"),
 }
 
 
