@@ -16,7 +16,8 @@ from service.domain.options import DEFAULT_MAX_BEAM, DecodeOptions, ModelDefault
 
 __all__ = [  # the options live in service/domain/options.py; every layer may import them from here
     "DEFAULT_MAX_BEAM", "BatchingMode", "DecodeOptions", "Event", "FinishReason", "FinishedEvent",
-    "Hypothesis", "ModelDefaults", "Request", "ResolvedOptions", "Result", "ScoreOptions", "ScoreResult",
+    "Hypothesis", "ModelDefaults", "Request", "ResolvedOptions", "Result", "ScoreOptions", "ScoreRequest",
+    "ScoreResult",
     "Timings", "TokenEvent",
 ]
 
@@ -108,6 +109,25 @@ class ScoreOptions:
     with_alignment: bool = False
     source_language: str | None = None
     target_language: str | None = None
+
+    @property
+    def rows(self) -> int:
+        """Rows of the batch a pair takes while it is scored (the scheduler's queue counts rows)."""
+        return 1
+
+
+@dataclass(eq=False)
+class ScoreRequest:
+    """One (source, target) pair to score by forced decoding (service/runtime/scoring.py): the source ids
+    as the encoder reads them, the tokens fed after the decoder's start id but not scored (a many-to-many
+    model's target language), and the target's ids then eos (each scored)."""
+
+    source: list[int]
+    forced: list[int]
+    target: list[int]
+    options: ScoreOptions = field(default_factory=ScoreOptions)
+    tag: Any = None
+    id: int = field(default_factory=lambda: next(_request_ids))
 
 
 @dataclass

@@ -45,6 +45,10 @@ class ModelMetrics:
         self._encoder.observe(seconds)
         self.stats.record_execution(texts, seconds)
 
+    def scored(self, pairs: int, seconds: float) -> None:
+        """One forced-decoding run (Score: service/runtime/scoring.py) of `pairs` (source, target) pairs."""
+        self.stats.record_execution(pairs, seconds)
+
     def stepped(self, seconds: float, rows: int, steps: int) -> None:
         """One decoder run of `steps` steps over `rows` rows, in `seconds`."""
         for _ in range(steps):

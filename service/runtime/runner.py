@@ -34,11 +34,15 @@ from service.domain.types import (
     ModelDefaults,
     Request,
     ResolvedOptions,
+    ScoreOptions,
+    ScoreRequest,
+    ScoreResult,
 )
 from service.runtime.backends import Backend, FaultHook, HostBackend, IoBindingBackend
 from service.runtime.batch import DecodeBatch
 from service.runtime.bundle import Bundle, load_bundle
 from service.runtime.rules import StepRules
+from service.runtime.scoring import Scorer, score_requests
 from service.runtime.sessions import CUDA, check_provider, open_sessions, plan_providers
 from service.runtime.spec import ModelSpec
 from service.runtime.stepping import StepPolicy
@@ -263,6 +267,23 @@ class Runner:
         except BaseException:
             self._local.batch = None  # a failed call leaves its batch to the garbage collector
             raise
+
+    # ----- scoring (service/runtime/scoring.py) ---------------------------------------------
+    def score_requests(self, sources: Sequence[str], targets: Sequence[str],
+                       options: ScoreOptions | None = None) -> list[ScoreRequest]:
+        """Validated ScoreRequests of (source, target) text pairs; InvalidInput saying what is wrong."""
+        return score_requests(sources, targets, options or ScoreOptions(), self.spec, self.languages,
+                              self.encode_texts, self.encode_target, self.vocab_size)
+
+    def new_scorer(self, max_rows: int = 64, mode: str = "auto") -> Scorer:
+        """A Scorer of max_rows pairs per run, by a mode of service/runtime/scoring.py (default: every
+        row's whole target in one decoder run where the graphs allow)."""
+        return Scorer(self.spec, self.backend, max_rows, mode)
+
+    def score(self, sources: Sequence[str], targets: Sequence[str], options: ScoreOptions | None = None,
+              max_rows: int = 64) -> list[ScoreResult]:
+        """Each target's per-token log-probs given its source (forced decoding), in order."""
+        return self.new_scorer(max_rows).score(self.score_requests(sources, targets, options))
 
     def _thread_batch(self, max_rows: int) -> DecodeBatch:
         """The calling thread's empty DecodeBatch of max_rows rows (kept between calls: one per thread)."""

@@ -6,6 +6,7 @@ API (used by the gRPC servicers)::
     await sched.start()                                               # starts ONE worker thread
     results = await sched.submit(texts, DecodeOptions(...), deadline)  # list[Result], one per text
     async for item in sched.stream(text, options, deadline): ...      # TokenEvent..., then Result
+    scores = await sched.score(sources, targets, ScoreOptions(...), deadline)  # list[ScoreResult], per pair
     await sched.drain(grace_s)                                        # idempotent
     sched.settings, sched.policy, sched.mode, sched.limits            # what it was built with
     sched.healthy, sched.state, sched.queue_depth, sched.active_sequences
@@ -21,7 +22,8 @@ worker keeps going). If one text of a submit fails, the others are withdrawn. If
 task is cancelled (the gRPC client cancelled), CancelledError propagates and the texts leave the
 queue or the batch, freeing their rows; `stream` does the same when the iterator is closed early.
 Streaming forces `DecodeOptions.stream` (greedy only), and its events come from the same decode
-loop as everything else.
+loop as everything else. `score` validates its pairs (service/runtime/scoring.py) and queues one job per
+pair, admitted, timed out, withdrawn and drained as a text is; the worker scores them by forced decoding.
 
 `max_batch_size` counts rows in every mode: a beam-k text takes k rows. Modes differ only in
 their admission policy (service/scheduling/policies.py); FIFO in all of them, nobody overtakes
@@ -46,7 +48,15 @@ from typing import Any
 
 from service.domain.errors import DeadlineExceeded, InvalidInput, NotReady, ShuttingDown
 from service.domain.limits import RequestLimits
-from service.domain.types import BatchingMode, DecodeOptions, Request, Result, TokenEvent
+from service.domain.types import (
+    BatchingMode,
+    DecodeOptions,
+    Request,
+    Result,
+    ScoreOptions,
+    ScoreResult,
+    TokenEvent,
+)
 from service.ops.model_metrics import ModelMetrics
 from service.runtime.runner import Runner
 from service.scheduling.jobs import Job, RequestStatus
@@ -76,8 +86,9 @@ class Scheduler:
         self.recorder = recorder or ModelMetrics()  # the model version's metrics and statistics
         self.policy, self.runner = policy, runner
         self.limits = limits or runner.limits()
-        self._worker = Worker(runner.new_batch(self.settings.max_batch_size), policy, self.settings,
-                              self.recorder)
+        rows = self.settings.max_batch_size
+        self._worker = Worker(runner.new_batch(rows), policy, self.settings, self.recorder,
+                              runner.new_scorer(rows))
         self._drain_task: asyncio.Future | None = None
 
     # ----- state ----------------------------------------------------------------------------
@@ -186,27 +197,59 @@ class Scheduler:
         """Decode texts; one Result per text, in order (see the module docstring for errors)."""
         with RequestTimer(self.recorder.stats) as timer:
             jobs = self._jobs(texts, options, deadline, stream=False)
-            if not jobs:
-                return []
-            self._worker.enqueue(jobs)
-            futures = [j.sink for j in jobs]
-            try:
-                async with asyncio.timeout_at(_loop_time(deadline)):
-                    if len(futures) == 1:
-                        results = [await futures[0]]
-                    else:
-                        results = list(await asyncio.gather(*futures))
-            except TimeoutError:
-                raise DeadlineExceeded("deadline exceeded before the result was ready") from None
-            finally:
-                unfinished = [j for j, f in zip(jobs, futures, strict=True)
-                              if j.state != RequestStatus.DONE or not f.done()]
-                if unfinished:
-                    for f in futures:
-                        f.cancel()  # a later delivery is ignored; no "exception never retrieved"
-                    self._worker.abandon(unfinished)
-            timer.succeeded(jobs, results)
-            return results
+            return await self._wait(jobs, deadline, timer)
+
+    async def score(self, sources: Sequence[str], targets: Sequence[str], options: ScoreOptions | None = None,
+                    deadline: float | None = None) -> list[ScoreResult]:
+        """Score each target given its source (forced decoding); one ScoreResult per pair, in order.
+        InvalidInput for no pair, lists of different lengths, more pairs than queue_size, a text too long."""
+        with RequestTimer(self.recorder.stats) as timer:
+            jobs = self._score_jobs(sources, targets, options or ScoreOptions(), deadline)
+            return await self._wait(jobs, deadline, timer)
+
+    def _score_jobs(self, sources: Sequence[str], targets: Sequence[str], options: ScoreOptions,
+                    deadline: float | None) -> list[Job]:
+        """Tokenize and validate (source, target) pairs into score jobs (not queued yet)."""
+        if not self._worker.started:
+            raise NotReady("the scheduler is not started")
+        submitted = time.monotonic()
+        if deadline is not None and deadline <= submitted:
+            raise DeadlineExceeded("the deadline passed before the request was queued")
+        for texts in (sources, targets):  # before tokenizing: a huge text costs nothing
+            if not isinstance(texts, str) and isinstance(texts, Sequence):
+                if len(texts) > self.settings.queue_size:
+                    raise InvalidInput(f"{len(texts)} pairs in one request; at most "
+                                       f"{self.settings.queue_size} are accepted")
+                self.limits.check_texts(texts)
+        requests = self.runner.score_requests(sources, targets, options)
+        self.limits.check_sources([r.source for r in requests])
+        loop, jobs = asyncio.get_running_loop(), []
+        for r in requests:
+            r.tag = Job(r, loop, loop.create_future(), deadline, submitted, joins_previous=bool(jobs))
+            jobs.append(r.tag)
+        return jobs
+
+    async def _wait(self, jobs: list[Job], deadline: float | None, timer: RequestTimer) -> list[Any]:
+        """Queue the jobs and wait for their results, in order; on an error, the deadline or a
+        cancellation the unfinished ones are withdrawn."""
+        if not jobs:
+            return []
+        self._worker.enqueue(jobs)
+        futures = [j.sink for j in jobs]
+        try:
+            async with asyncio.timeout_at(_loop_time(deadline)):
+                results = [await futures[0]] if len(futures) == 1 else list(await asyncio.gather(*futures))
+        except TimeoutError:
+            raise DeadlineExceeded("deadline exceeded before the result was ready") from None
+        finally:
+            unfinished = [j for j, f in zip(jobs, futures, strict=True)
+                          if j.state != RequestStatus.DONE or not f.done()]
+            if unfinished:
+                for f in futures:
+                    f.cancel()  # a later delivery is ignored; no "exception never retrieved"
+                self._worker.abandon(unfinished)
+        timer.succeeded(jobs, results)
+        return results
 
     async def stream(self, text: str, options: DecodeOptions,
                      deadline: float | None = None) -> AsyncIterator[TokenEvent | Result]:

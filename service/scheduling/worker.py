@@ -5,184 +5,43 @@ The event loop hands it `Job`s (one per text) through a bounded `JobQueue` guard
 `threading.Condition`; the worker sends token events, results and errors back through one
 `Mailbox` per event loop (service/scheduling/jobs.py: at most one `loop.call_soon_threadsafe`
 pending), which resolves each job's asyncio Future (submit) or feeds its asyncio.Queue (stream).
-The loop never waits on inference; the worker never touches asyncio objects.
+The loop never waits on inference; the worker never touches asyncio objects. What the loop calls
+(enqueue, abandon, drain, stop, the watchdog's answers) is `WorkerControl` (service/scheduling/control.py).
 
 Each round: **schedule** (under the lock: take the jobs whose callers gave up, ask the admission
 policy (service/scheduling/policies.py) how many queued texts may join, and let the queue pick
 them: FIFO while rows fit, the newcomers pad well together in one encoder run, and the batch
 stays within its token budget), **execute** (outside the lock: cancel given-up and expired jobs,
 encode the newcomers with `batch.add`, run one decoder step with `batch.step`), **update** (turn
-the step's events into deliveries and send them). An exception in add/step fails only the jobs of
+the step's events into deliveries and send them). Score jobs (`ScoreRequest`s) are admitted by the
+same queue and policy, a pair taking a row like a greedy text, but never join the decode batch: the
+newcomers of a round that are score jobs are scored at once by forced decoding (the `Scorer`,
+service/runtime/scoring.py: one encoder and one decoder run per chunk) before the decode step, and
+answered in the same round. An exception in add/step fails only the jobs of
 that batch with BatchFailed (`batch.clear()`), and the loop goes on. Idle waits use the condition
 with a timeout: no busy waiting.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import math
-import threading
 import time
 
 from service.domain.errors import BatchFailed, DeadlineExceeded, NotReady, ShuttingDown, error_id
-from service.domain.types import FinishReason, Hypothesis, Result, Timings, TokenEvent
-from service.ops.model_metrics import ModelMetrics
-from service.runtime.batch import DecodeBatch
-from service.scheduling.jobqueue import JobQueue
-from service.scheduling.jobs import Delivery, Job, Mailbox, Outbox, RequestStatus, Waiters
-from service.scheduling.policies import AdmissionPolicy, QueueView, SchedulerSettings
+from service.domain.types import FinishReason, Hypothesis, Result, ScoreRequest, Timings, TokenEvent
+from service.scheduling.control import WorkerControl
+from service.scheduling.jobs import Job, RequestStatus
+from service.scheduling.policies import QueueView
 
 log = logging.getLogger(__name__)
 
 IDLE_WAIT_S = 0.5  # longest sleep of an idle worker between checks of its flags
 
 
-class Worker:
+class Worker(WorkerControl):
     """The thread that owns a DecodeBatch and drives it with jobs taken from a bounded queue."""
-
-    def __init__(self, batch: DecodeBatch, policy: AdmissionPolicy, settings: SchedulerSettings,
-                 recorder: ModelMetrics) -> None:
-        if batch.max_rows != settings.max_batch_size:
-            raise ValueError(f"a batch of {batch.max_rows} rows for max_batch_size {settings.max_batch_size}")
-        self._queue = JobQueue(settings.queue_size, policy.encoder_padding)  # guarded by _cond
-        self.batch, self.policy, self.recorder = batch, policy, recorder
-        self.watchdog_s, self.max_tokens = settings.watchdog_s, settings.token_budget
-        self._cond = threading.Condition()
-        self._dropped: list[Job] = []  # active jobs whose caller gave up (cancelled, timed out)
-        self._timed: set[Job] = set()  # active jobs that have a deadline
-        self._fresh: list[Job] = []  # admitted, no token yet
-        self._outbox = Outbox()
-        self._idle_waiters, self._stop_waiters = Waiters(), Waiters()  # guarded by _cond
-        self.draining = self.stopping = self.stopped = False
-        self.crashed = False  # the thread died of an exception (see _run)
-        self._in_hand: list[Job] = []  # popped from the queue, not in the batch yet
-        self._stuck_failed = False  # fail_if_stuck() already answered the callers of this stuck run
-        self._busy_since: float | None = None
-        self._steps = 0
-        self._gauges = (-1, -1)
-        self._thread: threading.Thread | None = None
-
-    # ----- called from the event loop -----------------------------------------------------
-    @property
-    def started(self) -> bool:
-        """The thread was started."""
-        return self._thread is not None
-
-    @property
-    def healthy(self) -> bool:
-        """Thread alive, not stopping, and no add/step running longer than the watchdog limit."""
-        if self._thread is None or not self._thread.is_alive() or self.stopping:
-            return False
-        busy = self._busy_since
-        return busy is None or time.monotonic() - busy < self.watchdog_s
-
-    @property
-    def stuck(self) -> bool:
-        """An encoder run or decoder step has been running for longer than the watchdog limit."""
-        busy = self._busy_since
-        return busy is not None and time.monotonic() - busy >= self.watchdog_s
-
-    @property
-    def queue_depth(self) -> int:
-        """Texts waiting in the queue."""
-        return len(self._queue)
-
-    @property
-    def active_sequences(self) -> int:
-        """Texts in the decode batch."""
-        return len(self.batch)
-
-    def start(self) -> None:
-        """Start the worker thread (once)."""
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="inference-worker", daemon=True)
-            self._thread.start()
-
-    def enqueue(self, jobs: list[Job]) -> None:
-        """Queue jobs at the back, all or none; ShuttingDown when draining, QueueFull when full."""
-        with self._cond:
-            if self.crashed:
-                raise NotReady("the inference worker stopped unexpectedly; this server cannot translate")
-            if self.draining or self.stopping:
-                raise ShuttingDown("the server is shutting down and accepts no new requests")
-            if self.stuck:
-                raise NotReady(f"the inference worker is stuck (one model run has taken over "
-                               f"{self.watchdog_s:g} s); retry later or elsewhere")
-            self._queue.put(jobs, time.monotonic())  # QueueFull when they do not fit
-            self.recorder.gauges(len(self._queue), len(self.batch))
-            self._cond.notify()
-
-    def abandon(self, jobs: list[Job]) -> None:
-        """The callers of these jobs stopped waiting: take them out of the queue or the batch."""
-        with self._cond:
-            for j in jobs:
-                if not self._queue.withdraw(j) and j.state == RequestStatus.ACTIVE:
-                    self._dropped.append(j)
-            self._cond.notify()
-
-    def begin_drain(self) -> None:
-        """Accept no new jobs; queued and active ones go on."""
-        with self._cond:
-            self.draining = True
-            self._cond.notify()
-
-    def idle_future(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future:
-        """A future resolved when the queue and the batch are both empty (while draining)."""
-        fut = loop.create_future()
-        with self._cond:
-            if self._thread is None or (not len(self._queue) and not len(self.batch)):
-                fut.set_result(None)
-            else:
-                self._idle_waiters.add(loop, fut)
-                self._cond.notify()
-        return fut
-
-    def stop(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future:
-        """Ask the thread to fail what is left with ShuttingDown and exit; resolved when it did."""
-        fut = loop.create_future()
-        with self._cond:
-            self.draining = self.stopping = True
-            if self._thread is None or self.stopped:
-                fut.set_result(None)
-            else:
-                self._stop_waiters.add(loop, fut)
-            self._cond.notify()
-        return fut
-
-    def fail_if_stuck(self) -> int:
-        """From the loop: while a model run is stuck beyond the watchdog limit, answer every queued and
-        active caller with UNAVAILABLE instead of letting them hang (once per stuck run); how many."""
-        if not self.stuck:
-            self._stuck_failed = False
-            return 0
-        if self._stuck_failed:
-            return 0
-        with self._cond:
-            queued = self._queue.clear()
-            # list() copies atomically; the stuck thread is not changing the batch meanwhile
-            held = (*self._in_hand, *(r.tag for r in self.batch.requests))
-            active = [j for j in held if j.state == RequestStatus.ACTIVE]
-            self._stuck_failed = True
-        message = (f"the inference worker is stuck (one model run has taken over {self.watchdog_s:g} s); "
-                   "this request was given up, retry later or elsewhere")
-        log.error("inference worker stuck for over %gs: failing %d queued and %d active text(s)",
-                  self.watchdog_s, len(queued), len(active))
-        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Job, Delivery]]] = {}
-        for j in [*queued, *active]:  # active ones stay ACTIVE: callers abandon them, the worker drops them
-            by_loop.setdefault(j.loop, []).append((j, NotReady(message)))
-        for loop, items in by_loop.items():
-            Mailbox(loop).post(items)
-        return len(queued) + len(active)
-
-    def abort(self) -> None:
-        """From the loop, when the thread is stuck: fail every job still waiting with ShuttingDown."""
-        with self._cond:
-            jobs = [*self._queue, *(r.tag for r in self.batch.requests)]
-        now = time.monotonic()
-        for j in jobs:
-            j.receive(ShuttingDown("the server shut down: its inference worker is stuck"), now)
 
     # ----- the worker thread --------------------------------------------------------------
     def _run(self) -> None:
@@ -209,8 +68,11 @@ class Worker:
                 self._drop(dropped)
             if self._timed:
                 self._expire()
-            if newcomers:
-                self._add(newcomers)
+            scores = [j for j in newcomers if isinstance(j.request, ScoreRequest)]
+            if scores:
+                self._score(scores)
+            if len(scores) < len(newcomers):
+                self._add([j for j in newcomers if not isinstance(j.request, ScoreRequest)])
             if len(self.batch):
                 self._step()
         except Exception:  # a bug of ours, not of a request: fail the batch, keep serving
@@ -293,6 +155,34 @@ class Worker:
             if j.deadline is not None:
                 self._timed.add(j)
         self._fresh.extend(jobs)
+
+    def _score(self, jobs: list[Job]) -> None:
+        """Score these jobs' pairs by forced decoding and answer them; on failure only they fail."""
+        now = time.monotonic()
+        for j in jobs:
+            j.admitted = now
+            self.recorder.admitted(now - j.enqueued, len(j.request.source))
+        self._busy_since = now
+        t0 = time.perf_counter()
+        try:
+            if self.scorer is None:
+                raise RuntimeError("a score job reached a worker without a scorer")
+            results = self.scorer.score([j.request for j in jobs])
+        except Exception:
+            what = _logged_failure(f"scoring failed for {len(jobs)} pair(s)")
+            for j in jobs:
+                j.state = RequestStatus.DONE
+                self._outbox.append((j, BatchFailed(what)))
+            return
+        finally:
+            self._busy_since = None
+        self.recorder.scored(len(jobs), time.perf_counter() - t0)
+        done = time.monotonic()
+        for j, r in zip(jobs, results, strict=True):
+            j.state = RequestStatus.DONE
+            r.timings = Timings((j.admitted - j.enqueued) * 1e3, (done - j.admitted) * 1e3,
+                                (done - j.submitted) * 1e3)
+            self._outbox.append((j, r))
 
     def _step(self) -> None:
         """One decoder step; hand out token events and results; on failure the whole batch fails."""
