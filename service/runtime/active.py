@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from service.domain.types import Request, ResolvedOptions
-from service.runtime.controls import Controlled
+from service.runtime.controls import RowGroup
 from service.runtime.search import AlternativesSearch, BeamSearch, GreedySearch
 
 
@@ -43,7 +43,7 @@ class StepGroups:
     greedy: list[ActiveRequest]  # one row, argmax or sampling
     greedy_rows: np.ndarray | slice  # their rows (a slice of all when they are rows 0..n-1 in order)
     beams: list[ActiveRequest]  # beam search or alternatives: their search picks each row's parent and token
-    controlled: list[Controlled]  # requests whose options process the log-probs (controls.py)
+    controlled: RowGroup | None  # the rows whose options process the log-probs (controls.py)
     forcing: list[tuple[np.ndarray, ResolvedOptions]]  # requests with forced tokens or begin-suppressed ids
     sampling: list[int]  # indices into greedy of sampling requests
 
@@ -56,6 +56,6 @@ class StepGroups:
         if len(rows) == n_rows and (rows == np.arange(len(rows))).all():
             rows = slice(None)
         return cls(greedy, rows, [a for a in active if not a.greedy],
-                   [(a.rows, a.options, a.greedy) for a in active if a.options.controlled],
+                   RowGroup.of([(a.rows, a.options, a.greedy) for a in active if a.options.controlled]),
                    [(a.rows, a.options) for a in active if a.options.forced or begin_suppress],
                    [i for i, a in enumerate(greedy) if a.rng is not None])

@@ -200,9 +200,9 @@ class DecodeBatch:
         if not (self.policy.allows(len(self._live)) and self._be.multistep):
             return 1
         rules, groups = self.spec.rules, self._searches()
-        if groups.beams or groups.controlled or rules.every_step or any(  # the host must see every step
-                self._history.generated(int(rows[0])) <= len(o.forced) for rows, o in groups.forcing):
-            return 1
+        forcing = any(self._history.generated(int(rows[0])) <= len(o.forced) for rows, o in groups.forcing)
+        if groups.beams or groups.controlled is not None or rules.every_step or forcing:
+            return 1  # the host must see every step
         left = [a.options.max_new_tokens - len(a.search.tokens) for a in groups.greedy]
         due = min(left) - 1 if rules.eos_at_limit else max(left)
         return self.policy.steps(len(self._live), min(due, self.spec.max_len - self._cache.length))
@@ -247,7 +247,7 @@ class DecodeBatch:
         rules (service/runtime/controls.py, rules.py)."""
         rules, groups = self.spec.rules, self._searches()
         last = [a.rows for a in self._active.values() if a.search.at_limit] if rules.eos_at_limit else []
-        if groups.controlled or groups.forcing or last or rules.every_step:
+        if groups.controlled is not None or groups.forcing or last or rules.every_step:
             special = self.spec.special
             controls.process(logp, normalizer, groups.controlled, groups.forcing, self._history, special.eos,
                              special.unk, rules, last)

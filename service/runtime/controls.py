@@ -27,6 +27,8 @@ from numpy.lib.stride_tricks import sliding_window_view
 from service.domain.types import ResolvedOptions
 from service.runtime.rules import StepRules
 
+Controlled = tuple[np.ndarray, ResolvedOptions, bool]  # a request's rows, options, greedy (or sampling)
+
 
 class TokenHistory:
     """Per row: the decoder start and the tokens generated since, in a (rows, max_len + 1) int64 array."""
@@ -80,12 +82,35 @@ class TokenHistory:
 
 @dataclass(frozen=True)
 class RowGroup:
-    """Rows of the batch that share how a processor sees them: `logits` for greedy / sampling rows
-    (transformers applies processors to raw logits there), else log-probs (beam)."""
+    """The controlled rows of a batch, per row: options, and whether a processor sees logits (greedy and
+    sampling rows: transformers processes raw logits there) or log-probs (beam); with each control's
+    rows and values gathered once (the batch keeps the group until requests or rows change)."""
 
     rows: np.ndarray
     options: Sequence[ResolvedOptions]  # per row
     logits: np.ndarray  # bool per row
+
+    def __post_init__(self) -> None:
+        opts = self.options
+        penalty = np.array([o.repetition_penalty for o in opts], np.float64)
+        sizes = np.array([o.no_repeat_ngram_size for o in opts], np.int64)
+        derived = {
+            "penalized": np.flatnonzero(penalty != 1.0), "penalty": penalty,
+            "ngram": np.flatnonzero(sizes > 0), "sizes": sizes,
+            "suppressing": [i for i, o in enumerate(opts) if o.suppress_sequences],
+            "min_length": np.array([o.min_length for o in opts], np.int64),
+            "no_unk": self.rows[[o.disable_unk for o in opts]] if len(opts) else self.rows,
+        }
+        for name, value in derived.items():
+            object.__setattr__(self, name, value)
+
+    @classmethod
+    def of(cls, controlled: Sequence[Controlled]) -> RowGroup | None:
+        """The group of these requests (rows, options, greedy), None when there are none."""
+        if not controlled:
+            return None
+        return cls(np.concatenate([r for r, _, _ in controlled]), [o for r, o, _ in controlled for _ in r],
+                   np.concatenate([np.full(len(r), greedy) for r, _, greedy in controlled]))
 
 
 def repetition_penalty(logp: np.ndarray, normalizer: np.ndarray | None, rows: np.ndarray, penalty: np.ndarray,
@@ -111,8 +136,8 @@ def repetition_penalty(logp: np.ndarray, normalizer: np.ndarray | None, rows: np
         change = np.exp(np.take_along_axis(new, order, axis=1))
         change -= np.exp(np.take_along_axis(old, order, axis=1))
     total = np.maximum(1.0 + np.where(first, change, 0.0).sum(axis=1), np.finfo(np.float64).tiny)
-    shift = np.where(on_logits, np.log(total), 0.0).astype(np.float32)
-    logp[rows[on_logits]] -= shift[on_logits, None]
+    for row, shift in zip(rows[on_logits].tolist(), np.log(total[on_logits]).tolist(), strict=True):
+        logp[row] -= np.float32(shift)  # in place, a row at a time: no copy of the rows' log-probs
 
 
 def no_repeat_ngrams(logp: np.ndarray, rows: np.ndarray, sizes: np.ndarray, history: TokenHistory) -> None:
@@ -152,23 +177,20 @@ def apply(logp: np.ndarray, normalizer: np.ndarray | None, group: RowGroup, hist
           eos: int, unk: int) -> None:
     """Every control of the group's rows on this step's log-probs, in place, in transformers' order
     (the bundle's rules come after: rules.py)."""
-    rows, opts = group.rows, group.options
-    penalty = np.array([o.repetition_penalty for o in opts], np.float64)
-    if (hit := penalty != 1.0).any():
-        repetition_penalty(logp, normalizer, rows[hit], penalty[hit], group.logits[hit], history)
-    sizes = np.array([o.no_repeat_ngram_size for o in opts], np.int64)
-    if (hit := sizes > 0).any():
-        no_repeat_ngrams(logp, rows[hit], sizes[hit], history)
-    if any(o.suppress_sequences for o in opts):
-        hit = [i for i, o in enumerate(opts) if o.suppress_sequences]
-        suppress_sequences(logp, rows[hit], [opts[i].suppress_sequences for i in hit], history)
-    generated = history.length[rows] - 1
-    short = [i for i, o in enumerate(opts) if generated[i] < o.min_length]
-    if short:  # MinLengthLogitsProcessor
-        logp[rows[short], eos] = -np.inf
-    unknown = [i for i, o in enumerate(opts) if o.disable_unk]
-    if unknown:
-        logp[rows[unknown], unk] = -np.inf
+    rows, g = group.rows, group
+    if len(g.penalized):
+        hit = g.penalized
+        repetition_penalty(logp, normalizer, rows[hit], g.penalty[hit], g.logits[hit], history)
+    if len(g.ngram):
+        no_repeat_ngrams(logp, rows[g.ngram], g.sizes[g.ngram], history)
+    if g.suppressing:
+        hit = g.suppressing
+        suppress_sequences(logp, rows[hit], [g.options[i].suppress_sequences for i in hit], history)
+    short = rows[history.length[rows] - 1 < g.min_length]
+    if len(short):  # MinLengthLogitsProcessor
+        logp[short, eos] = -np.inf
+    if len(g.no_unk):
+        logp[g.no_unk, unk] = -np.inf
 
 
 def suppress_at_begin(logp: np.ndarray, rows: np.ndarray, ids: Sequence[int]) -> None:
@@ -176,21 +198,15 @@ def suppress_at_begin(logp: np.ndarray, rows: np.ndarray, ids: Sequence[int]) ->
     logp[np.asarray(rows)[:, None], np.asarray(ids)[None, :]] = -np.inf
 
 
-Controlled = tuple[np.ndarray, ResolvedOptions, bool]  # a request's rows, options, greedy (or sampling)
-
-
-def process(logp: np.ndarray, normalizer: np.ndarray | None, controlled: Sequence[Controlled],
+def process(logp: np.ndarray, normalizer: np.ndarray | None, controlled: RowGroup | None,
             forcing: Sequence[tuple[np.ndarray, ResolvedOptions]], history: TokenHistory, eos: int,
             unk: int, rules: StepRules, at_limit: Sequence[np.ndarray]) -> None:
-    """One step's log-probs made what the searches must see, in place: the controls of `controlled`
-    requests (rows, options, greedy or sampling), then the bundle's rules with the forced tokens of
+    """One step's log-probs made what the searches must see, in place: the controls of the `controlled`
+    rows, then the bundle's rules with the forced tokens of
     `forcing` requests (rows, options: a target language, a prefix) and the begin-suppressed ids at
     their first free position, and eos at `at_limit` rows. Requests in neither list pay nothing here."""
-    if controlled:
-        rows = np.concatenate([r for r, _, _ in controlled])
-        opts = [o for r, o, _ in controlled for _ in range(len(r))]
-        logits = np.concatenate([np.full(len(r), greedy) for r, _, greedy in controlled])
-        apply(logp, normalizer, RowGroup(rows, opts, logits), history, eos, unk)
+    if controlled is not None:
+        apply(logp, normalizer, controlled, history, eos, unk)
     forced, first = [], []
     for rows, options in forcing:
         n, prefix = history.generated(int(rows[0])), options.forced
