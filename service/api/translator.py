@@ -18,6 +18,7 @@ from grpc import aio
 from protos.translator.v1 import translator_pb2 as pb
 from protos.translator.v1 import translator_pb2_grpc as pb_grpc
 from service.api.common import check_max_output_tokens, check_text_count, deadline_of, streams_pieces
+from service.api.score import score
 from service.domain.errors import InvalidInput
 from service.domain.types import BatchingMode, DecodeOptions, FinishReason, Hypothesis, Result, TokenEvent
 from service.models.repository import ModelRepository
@@ -203,6 +204,12 @@ class TranslatorServicer(pb_grpc.TranslatorServicer):
                 else:
                     yield pb.TranslateStreamResponse(
                         result=result_message(event, request.options, runner), request_id=request_id)
+
+    async def Score(  # noqa: N802 - gRPC method name
+        self, request: pb.ScoreRequest, context: aio.ServicerContext
+    ) -> pb.ScoreResponse:
+        """Score each target given its source (forced decoding): service/api/score.py."""
+        return await score(self.models, request, context)
 
     async def GetModelInfo(  # noqa: N802 - gRPC method name
         self, request: pb.GetModelInfoRequest, context: aio.ServicerContext
