@@ -273,7 +273,7 @@ class DecodeBatch:
         tokens = picked.argmax(axis=-1)
         for i in self._searches().sampling:
             a = greedy[i]
-            tokens[i] = sampling.draw(sampling.warp(picked[i], a.options), a.rng)
+            tokens[i] = sampling.draw(*sampling.candidates(picked[i], a.options), a.rng)
         return self._consume(greedy, rows, tokens, picked[np.arange(len(tokens)), tokens], attn, events)
 
     def _consume(self, greedy: list[ActiveRequest], rows: np.ndarray | slice, tokens: np.ndarray,

@@ -142,10 +142,10 @@ def test_draws_follow_the_warped_softmax():
     rng = np.random.default_rng(11)
     logp = log_softmax(rng.normal(0, 1.5, V)).astype(np.float32)
     options = resolved(temperature=0.8, top_k=12, seed=3)
-    scores = sampling.warp(logp, options)
+    scores = sampling.warp(logp, options).astype(np.float64)
     probs = np.exp(scores - np.logaddexp.reduce(scores))
-    draws = sampling.generator(options)
-    counts = np.bincount([sampling.draw(scores, draws) for _ in range(20_000)], minlength=V)
+    draws, kept = sampling.generator(options), sampling.candidates(logp, options)
+    counts = np.bincount([sampling.draw(*kept, draws) for _ in range(20_000)], minlength=V)
     kept = probs > 0
     assert counts[~kept].sum() == 0  # never a removed token
     expected = probs[kept] * counts.sum()
@@ -158,7 +158,7 @@ def test_draws_follow_the_warped_softmax():
 
 def test_a_seed_draws_the_same_tokens():
     options = resolved(temperature=1.0, seed=42)
-    scores = sampling.warp(log_softmax(np.linspace(0, 3, V)).astype(np.float32), options)
+    kept = sampling.candidates(log_softmax(np.linspace(0, 3, V)).astype(np.float32), options)
     first, second = sampling.generator(options), sampling.generator(options)
-    drawn = [sampling.draw(scores, first) for _ in range(50)]
-    assert drawn == [sampling.draw(scores, second) for _ in range(50)] and len(set(drawn)) > 1
+    drawn = [sampling.draw(*kept, first) for _ in range(50)]
+    assert drawn == [sampling.draw(*kept, second) for _ in range(50)] and len(set(drawn)) > 1
