@@ -10,7 +10,11 @@ same export and verification as our own checkpoints (export/build.py `package`),
 with the `tokenizer`, `generation` (and `languages`) objects of interface/generation.py. The rules of
 the checkpoint's generation settings that change generate's output (bad_words_ids, suppress_tokens,
 forced_eos_token_id, renormalize_logits) become `generation`'s suppress_ids, forced_eos_at_limit and
-renormalize; verification decodes with them.
+renormalize; verification decodes with them. The bundle's beam search is transformers' own
+(`generation.beam_search` "transformers", with the checkpoint's early_stopping), its
+begin_suppress_tokens become begin_suppress_ids, and what generate decodes with by default (num_beams,
+max_length, min_length, no_repeat_ngram_size, length_penalty, repetition_penalty) becomes
+`generation.defaults`: a request that leaves an option unset decodes as transformers' pipeline does.
 """
 
 from __future__ import annotations
@@ -41,14 +45,18 @@ from export.export import ExportError
 from export.hf_mapping import Pretrained, UnsupportedModel, load_pretrained, read_config
 from export.hf_tokenizer import TokenizerMismatch, read_tokenizer
 from export.verify import ParityError
-from interface.generation import FORMAT_WITH_GENERATION
+from interface.generation import FORMAT_WITH_GENERATION, parse_defaults
 from model.config import ModelConfig
 
 # transformers' generation settings worth knowing when comparing outputs (recorded; the rules among
 # them, bad_words_ids, suppress_tokens, forced_eos_token_id and renormalize_logits, are applied too)
-GENERATION_KEYS = ("num_beams", "max_length", "max_new_tokens", "length_penalty", "early_stopping",
-                   "bad_words_ids", "suppress_tokens", "forced_bos_token_id", "forced_eos_token_id",
-                   "renormalize_logits", "no_repeat_ngram_size")
+GENERATION_KEYS = ("num_beams", "max_length", "max_new_tokens", "min_length", "length_penalty",
+                   "early_stopping", "bad_words_ids", "suppress_tokens", "begin_suppress_tokens",
+                   "forced_bos_token_id", "forced_eos_token_id", "renormalize_logits", "no_repeat_ngram_size",
+                   "repetition_penalty", "do_sample")
+# generation.defaults (interface/generation.py), named as transformers names them
+DEFAULT_KEYS = ("num_beams", "max_length", "min_length", "no_repeat_ngram_size", "length_penalty",
+                "repetition_penalty")
 
 
 def generation_settings(model_dir: Path, hf: dict[str, Any]) -> dict[str, Any]:
@@ -95,6 +103,31 @@ def generation_rules(settings: dict[str, Any], cfg: ModelConfig) -> dict[str, An
             "renormalize": settings.get("renormalize_logits") is True}
 
 
+def generation_search(settings: dict[str, Any], cfg: ModelConfig) -> dict[str, Any]:
+    """`generation`'s search and defaults (interface/generation.py) of the checkpoint's settings:
+    transformers' beam search with its early_stopping, begin_suppress_tokens -> begin_suppress_ids, and
+    the settings of DEFAULT_KEYS that are set -> defaults (max_new_tokens, which wins over max_length in
+    generate, as the max_length it means: max_new_tokens + the decoder start). UnsupportedModel for what a
+    bundle cannot state."""
+    early = settings.get("early_stopping", False)
+    if not isinstance(early, bool) and early != "never":
+        raise UnsupportedModel(f"early_stopping {early!r} is not true, false or 'never'")
+    begin = _ids(settings.get("begin_suppress_tokens"))
+    outside = [i for i in begin if not isinstance(i, int) or not 0 <= i < cfg.vocab_size]
+    if outside:
+        raise UnsupportedModel(f"begin_suppress_tokens holds {outside[0]!r}, not an id of the model's "
+                               f"vocabulary of {cfg.vocab_size}")
+    defaults = {k: settings[k] for k in DEFAULT_KEYS if settings.get(k) is not None}
+    if settings.get("max_new_tokens") is not None:
+        defaults["max_length"] = settings["max_new_tokens"] + 1
+    try:
+        parse_defaults(defaults)
+    except ValueError as e:
+        raise UnsupportedModel(f"the checkpoint's generation settings: {e}") from None
+    return {"beam_search": "transformers", "early_stopping": early, "begin_suppress_ids": begin,
+            "defaults": defaults}
+
+
 def pretrained_source(model_dir: Path, opts: BuildOptions) -> tuple[ModelSource, Pretrained]:
     """The imported model, its tokenizer files and its format-2 manifest objects, ready for `package`."""
     if not model_dir.is_dir():
@@ -107,7 +140,7 @@ def pretrained_source(model_dir: Path, opts: BuildOptions) -> tuple[ModelSource,
         raise UnsupportedModel(f"generation_config.json starts the decoder from {start}, config.json from "
                                f"{model.cfg.start_id}")
     tok = read_tokenizer(model_dir, info.family, model.cfg)
-    tok.generation |= generation_rules(settings, model.cfg)
+    tok.generation |= generation_rules(settings, model.cfg) | generation_search(settings, model.cfg)
     model.cfg = replace(model.cfg, bos_id=tok.special["bos"], unk_id=tok.special["unk"])
     extra = tok.manifest() | {"pretrained": {
         "family": info.family, "architecture": info.architecture, "model_dir": model_dir.name,

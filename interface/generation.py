@@ -32,6 +32,25 @@ from pretrained checkpoints (export/pretrained.py, format_version 2) state them:
             is spread over the others, which changes scores (and beam ranks), not greedy tokens.
         A token's log-prob as processed is what a hypothesis's log_prob sums (a forced token adds
         0, a suppressed id's mass is lost unless renormalized), as transformers' beam scores.
+    "generation": {..., "beam_search": "transformers", "early_stopping": false, "begin_suppress_ids": [],
+                   "defaults": {"num_beams": 4, "max_length": 512}}
+        beam_search (default "gnmt"): the beam search of beam_size > 1. "gnmt" is ours
+            (service/runtime/search.py: finished beams stay in the beam, length penalty
+            ((5 + len) / 6) ** alpha, alpha 0 by default); "transformers" is transformers' generate's
+            (service/runtime/pooled_beam.py: finished hypotheses leave for a pool of num_beams, score
+            sum / generated_len ** length_penalty, length_penalty 1 by default): imported checkpoints
+            use it, so that they decode as transformers' pipeline does;
+        early_stopping (default false; true, false or "never"): transformers' early_stopping, the
+            "transformers" search's stopping rule;
+        begin_suppress_ids (default []): ids never generated at the first position after the decoder's
+            prompt (after a forced first token when there is one): transformers'
+            begin_suppress_tokens (SuppressTokensAtBeginLogitsProcessor); eos may be one;
+        defaults (default {}): what the checkpoint's generation config decodes with when a request
+            leaves the option unset, in transformers' terms: num_beams (our beam_size), max_length
+            (the decoder start included: our max_new_tokens max_length - 1, at most the model's
+            limit), min_length (the decoder start included: our min_length max(0, min_length - 1)),
+            no_repeat_ngram_size, length_penalty (our alpha, >= 0), repetition_penalty (> 0). A
+            request's own value wins; the server's limits (--max-beam, --max-output-tokens) bound them.
     "languages": {"codes": {"en": 128022, "de": 128020}, "source_prefix": true, "forced_target": true}
         many-to-many models only: a request names its source and target language by code; with
         source_prefix the source starts with its language's id, with forced_target the first
@@ -40,10 +59,13 @@ from pretrained checkpoints (export/pretrained.py, format_version 2) state them:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 TOKENIZER_KINDS = ("tokenizers", "sentencepiece")
+BEAM_SEARCHES = ("gnmt", "transformers")  # ours, and transformers' generate's
+EARLY_STOPPING = (False, True, "never")  # transformers' early_stopping values
 FORMAT_WITH_GENERATION = 2  # the first bundle format_version that may hold the objects above
 
 
@@ -65,6 +87,32 @@ class TokenizerSpec:
 
 
 @dataclass(frozen=True)
+class GenerationDefaults:
+    """`generation.defaults`: a checkpoint's generation settings, in transformers' terms (None: unset)."""
+
+    num_beams: int | None = None
+    max_length: int | None = None  # the decoder start included
+    min_length: int | None = None  # the decoder start included
+    no_repeat_ngram_size: int | None = None
+    length_penalty: float | None = None
+    repetition_penalty: float | None = None
+
+    @property
+    def max_new_tokens(self) -> int | None:
+        """max_length in our terms: generated tokens (eos included), without the decoder start."""
+        return None if self.max_length is None else self.max_length - 1
+
+    @property
+    def min_new_tokens(self) -> int | None:
+        """min_length in our terms: tokens generated before eos may be, without the decoder start."""
+        return None if self.min_length is None else max(0, self.min_length - 1)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The set values, as bundle.json states them."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+
+
+@dataclass(frozen=True)
 class GenerationSpec:
     """bundle.json's `generation`; None fields follow the special tokens (bos / [eos])."""
 
@@ -73,6 +121,10 @@ class GenerationSpec:
     suppress_ids: tuple[int, ...] = ()  # never generated
     forced_eos_at_limit: bool = False  # eos is the last token max_new_tokens allows
     renormalize: bool = False  # log-softmax again after suppressing and forcing
+    beam_search: str = "gnmt"  # BEAM_SEARCHES: ours, or transformers' generate's
+    early_stopping: bool | str = False  # EARLY_STOPPING: the "transformers" search's stopping rule
+    begin_suppress_ids: tuple[int, ...] = ()  # never generated at the first position after the prompt
+    defaults: GenerationDefaults = GenerationDefaults()  # what a request leaves unset decodes with
 
 
 @dataclass(frozen=True)
@@ -115,13 +167,59 @@ def parse_generation(value: Any) -> GenerationSpec:
     for key, flag in flags.items():
         if not isinstance(flag, bool):
             raise ValueError(f"'generation.{key}' must be true or false")
+    search, early = value.get("beam_search", "gnmt"), value.get("early_stopping", False)
+    if search not in BEAM_SEARCHES:
+        raise ValueError(f"'generation.beam_search' must be one of {', '.join(BEAM_SEARCHES)}, "
+                         f"got {search!r}")
+    if not isinstance(early, bool) and early != "never":
+        raise ValueError(f"'generation.early_stopping' must be true, false or \"never\", got {early!r}")
+    begin = value.get("begin_suppress_ids", [])
+    if not isinstance(begin, list) or not all(_is_id(i) for i in begin):
+        raise ValueError("'generation.begin_suppress_ids' must be a list of token ids")
     return GenerationSpec(start, tuple(suffix) if suffix is not None else None,
-                          tuple(dict.fromkeys(suppress)), **flags)
+                          tuple(dict.fromkeys(suppress)), **flags, beam_search=search, early_stopping=early,
+                          begin_suppress_ids=tuple(dict.fromkeys(begin)),
+                          defaults=parse_defaults(value.get("defaults")))
+
+
+def parse_defaults(value: Any) -> GenerationDefaults:
+    """GenerationDefaults of `generation.defaults` (None: none); ValueError saying what is wrong."""
+    if value is None:
+        return GenerationDefaults()
+    if not isinstance(value, dict):
+        raise ValueError("'generation.defaults' must be an object")
+    known = [f.name for f in fields(GenerationDefaults)]
+    unknown = sorted(set(value) - set(known))
+    if unknown:
+        raise ValueError(f"'generation.defaults' holds {', '.join(map(repr, unknown))}; it may hold "
+                         f"{', '.join(known)}")
+    lowest = {"num_beams": 1, "max_length": 2, "min_length": 0, "no_repeat_ngram_size": 0}
+    for key, low in lowest.items():
+        got = value.get(key)
+        if got is not None and (not _is_int(got) or got < low):
+            raise ValueError(f"'generation.defaults.{key}' must be an integer >= {low}, got {got!r}")
+    for key, low, strict in (("length_penalty", 0.0, False), ("repetition_penalty", 0.0, True)):
+        got = value.get(key)
+        if got is not None and (not _is_number(got) or got < low or (strict and got == low)):
+            raise ValueError(f"'generation.defaults.{key}' must be a finite number {'>' if strict else '>='} "
+                             f"{low:g}, got {got!r}")
+    return GenerationDefaults(**{k: float(v) if k.endswith("penalty") else v
+                                 for k, v in value.items() if v is not None})
+
+
+def _is_int(value: Any) -> bool:
+    """An int, not a bool."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    """A finite int or float, not a bool."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _is_id(value: Any) -> bool:
     """A token id: a non-negative int (not a bool)."""
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return _is_int(value) and value >= 0
 
 
 def parse_languages(value: Any) -> LanguageSpec:

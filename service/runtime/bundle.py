@@ -179,6 +179,7 @@ def _generation_objects(root: Path,
     ids = {"generation.decoder_start_id": ([generation.decoder_start_id], target),
            "generation.source_suffix": (list(generation.source_suffix or ()), source),
            "generation.suppress_ids": (list(generation.suppress_ids), target),
+           "generation.begin_suppress_ids": (list(generation.begin_suppress_ids), target),
            "languages.codes": (list(languages.codes.values()), min(used, default=target))}
     for key, (values, vocab) in ids.items():
         bad = [i for i in values if i is not None and not 0 <= i < vocab]

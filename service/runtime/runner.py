@@ -13,6 +13,7 @@ what fits, step until done).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections import deque
@@ -22,6 +23,7 @@ from typing import Any
 
 import onnxruntime as ort
 
+from interface.generation import GenerationDefaults
 from interface.names import decoder_inputs
 from service.domain.errors import BundleError, InvalidInput
 from service.domain.languages import Languages
@@ -123,7 +125,8 @@ class Runner:
         self.spec = ModelSpec(self.source_vocab_size, self.max_len, n_layers, heads, d_head, self.special,
                               self.kv_cache, self.sessions.cache_dtype,
                               self.special.bos if start is None else start,
-                              StepRules.of(self.bundle.generation))
+                              StepRules.of(self.bundle.generation), self.bundle.generation.beam_search,
+                              self.bundle.generation.early_stopping)
         if io_binding or (io_binding is None and self.provider == CUDA):
             device = "cuda" if self.provider == CUDA else "cpu"
             device_id = device_id if device == "cuda" else 0
@@ -145,7 +148,12 @@ class Runner:
         self.source_suffix: list[int] = [self.special.eos] if suffix is None else list(suffix)
         spec = b.languages
         self.languages = Languages(dict(spec.codes), spec.source_prefix, spec.forced_target)
-        self.defaults = ModelDefaults()  # what a request leaves unset decodes with
+        self.defaults = model_defaults(b.generation.defaults)  # what a request leaves unset decodes with
+        try:
+            DecodeOptions().resolved(self.max_len, DEFAULT_MAX_BEAM, defaults=self.defaults)
+        except InvalidInput as e:
+            raise BundleError(f"the generation defaults of bundle {b.path} are not valid options: {e}"
+                              ) from None
         special = (self.special.pad, self.special.bos, self.special.eos, self.special.unk)
         self.tokenizer: TextTokenizer = load_tokenizer(b.tokenizer, b.path, self.special.unk, special,
                                                        list(spec.codes.values()))
@@ -209,8 +217,14 @@ class Runner:
     def limits(self, **lowered: Any) -> RequestLimits:
         """The request limits of this model (max_len, languages, defaults, vocabulary), lowered by
         RequestLimits.of's keyword arguments (max_beam, max_source_tokens, max_output_tokens)."""
-        return RequestLimits.of(self.max_len, self.longest_token, **{"max_beam": self.max_beam, **lowered},
-                                languages=self.languages, defaults=self.defaults, vocab_size=self.vocab_size)
+        max_beam = lowered.pop("max_beam", self.max_beam)
+        return RequestLimits.of(self.max_len, self.longest_token, max_beam, **lowered,
+                                languages=self.languages, defaults=self.bounded_defaults(max_beam),
+                                vocab_size=self.vocab_size)
+
+    def bounded_defaults(self, max_beam: int) -> ModelDefaults:
+        """The model's defaults with the beam no wider than max_beam (a server's --max-beam bounds them)."""
+        return dataclasses.replace(self.defaults, beam_size=max(1, min(self.defaults.beam_size, max_beam)))
 
     def decode_tokens(self, ids: Sequence[int]) -> str:
         """Text of generated ids (special tokens skipped)."""
@@ -221,7 +235,8 @@ class Runner:
         asked = options or DecodeOptions()
         if not isinstance(asked, DecodeOptions):
             raise InvalidInput(f"options must be DecodeOptions, got {type(asked).__name__}")
-        return asked.resolved(self.max_len, self.max_beam, self.languages, self.defaults, self.vocab_size,
+        defaults = self.bounded_defaults(self.max_beam)
+        return asked.resolved(self.max_len, self.max_beam, self.languages, defaults, self.vocab_size,
                               self.encode_target)
 
     def make_request(self, source: str | Sequence[int], options: DecodeOptions | None = None,
@@ -311,6 +326,19 @@ class Runner:
         else:
             raise RuntimeError("decoding did not finish within its step budget")
         return [results[r.id] for r in requests]
+
+
+def model_defaults(given: GenerationDefaults) -> ModelDefaults:
+    """What a request leaves unset decodes with: a bundle's generation defaults (a checkpoint's generation
+    config, in transformers' terms: max_length and min_length count the decoder start) in ours."""
+    d = ModelDefaults()
+    penalty = given.repetition_penalty
+    return ModelDefaults(
+        beam_size=d.beam_size if given.num_beams is None else given.num_beams,
+        max_new_tokens=given.max_new_tokens, alpha=given.length_penalty,
+        min_length=d.min_length if given.min_new_tokens is None else given.min_new_tokens,
+        no_repeat_ngram_size=given.no_repeat_ngram_size or d.no_repeat_ngram_size,
+        repetition_penalty=d.repetition_penalty if penalty is None else penalty)
 
 
 def check_decoder_inputs(decoder: ort.InferenceSession, n_layers: int, kv_cache: str, path: Path) -> None:

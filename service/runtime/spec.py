@@ -1,5 +1,5 @@
 """What a decode batch needs to know of the model it runs: sizes, special ids, the decoder's start id,
-the per-step rules of its bundle, cache layout, limits.
+the per-step rules of its bundle, its beam search, cache layout, limits.
 
 Built once by the Runner from the bundle and its open sessions, and handed down to every
 `DecodeBatch`, which reads nothing else of the Runner.
@@ -16,7 +16,9 @@ from interface.names import ATTENTION_MASK, INPUT_IDS
 from service.domain.errors import InvalidInput
 from service.domain.types import Request, ResolvedOptions
 from service.runtime.bundle import SpecialIds
+from service.runtime.pooled_beam import PooledBeamSearch
 from service.runtime.rules import StepRules
+from service.runtime.search import BeamSearch, GreedySearch
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,22 @@ class ModelSpec:
     cache_dtype: type  # numpy float32, or float16 for an fp16 variant
     decoder_start: int  # the decoder's first input: bos, or the bundle's generation.decoder_start_id
     rules: StepRules = StepRules()  # the bundle's suppressed ids, eos at the limit, renormalization
+    beam_search: str = "gnmt"  # beam_size > 1: "gnmt" (search.py) or "transformers" (pooled_beam.py)
+    early_stopping: bool | str = False  # the "transformers" search's stopping rule
+
+    def new_search(self, options: ResolvedOptions, src_len: int) -> GreedySearch | BeamSearch:
+        """The search of a request's rows: greedy for beam_size 1, else the bundle's beam search; the
+        forced tokens are the "transformers" search's prompt when a target prefix is among them
+        (transformers gets them as decoder_input_ids, the target language included), else a forced
+        target language is generated."""
+        eos, pad, limit = self.special.eos, self.special.pad, self.rules.eos_at_limit
+        if options.beam_size == 1:
+            return GreedySearch(options, src_len, eos, limit)
+        if self.beam_search == "transformers":
+            prompt = len(options.forced) if options.target_prefix else 0
+            return PooledBeamSearch(options, src_len, eos, pad, limit, prompt=prompt,
+                                    early_stopping=self.early_stopping)
+        return BeamSearch(options, src_len, eos, pad, limit)
 
     def encoder_feeds(self, sources: Sequence[Sequence[int]]) -> dict[str, np.ndarray]:
         """The encoder's inputs for these sources: ids right-padded with pad, and the attention mask."""
