@@ -53,7 +53,8 @@ class StepRules:
     @classmethod
     def of(cls, spec: GenerationSpec) -> StepRules:
         """The rules a bundle's generation object states (none for format 1)."""
-        return cls(tuple(spec.suppress_ids), spec.forced_eos_at_limit, spec.renormalize)
+        return cls(tuple(spec.suppress_ids), spec.forced_eos_at_limit, spec.renormalize,
+                   tuple(spec.begin_suppress_ids))
 
     @property
     def every_step(self) -> bool:
