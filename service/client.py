@@ -89,8 +89,8 @@ def _count(text: str) -> int:
         value = int(text)
     except ValueError:
         value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
+    if not 0 <= value < 2**64:  # the widest proto field is a uint64
+        raise argparse.ArgumentTypeError(f"must be an integer between 0 and {2**64 - 1}, got {text!r}")
     return value
 
 
