@@ -180,3 +180,9 @@ bench-http: $(STAMP) protos perf-analyzer-tools
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
+
+# Score (forced decoding) throughput against greedy translation throughput, same pairs, one run
+# (bench/scoring.py; the default model, CPU, a minute or so).
+.PHONY: bench-scoring
+bench-scoring: $(STAMP) protos
+	$(PY) -m bench.scoring --pairs 128 --repeat 3

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from service.api.http import generate, kserve_rest
+from service.api.http import generate, kserve_rest, score
 from service.api.http.body import LIMITS_KEY
 from service.api.http.errors import observe
 from service.api.kserve import InferenceServicer
@@ -49,6 +49,7 @@ def make_app(servicer: InferenceServicer, max_body_bytes: int, read_timeout_s: f
     app[LIMITS_KEY] = (max_body_bytes, read_timeout_s)
     kserve_rest.add_routes(app)
     generate.add_routes(app)
+    score.add_routes(app)
     # every route's series from the start, as gRPC's: rate() sees the first request of each
     metrics.init_request_counts(sorted({r.canonical for r in app.router.resources()}), protocol="http")
     return app
