@@ -123,7 +123,10 @@ def check_deserialize(raw: bytes, count: int) -> list[bytes] | None:
 
 
 PARAMETER_KEYS = (*kserve_codec.MAX_OUTPUT_TOKENS_KEYS, kserve_codec.BEAM_SIZE_KEY, kserve_codec.STREAM_KEY,
-                  kserve_codec.EMPTY_FINAL_KEY, "priority")
+                  kserve_codec.EMPTY_FINAL_KEY, "priority", *kserve_codec.MIN_OUTPUT_TOKENS_KEYS,
+                  *kserve_codec.COUNT_KEYS, kserve_codec.SEED_KEY, *kserve_codec.REAL_KEYS,
+                  *kserve_codec.FLAG_KEYS, kserve_codec.TARGET_PREFIX_KEY, *kserve_codec.LIST_KEYS,
+                  *kserve_codec.UNOFFERED_KEYS)  # the controlled-decoding parameters too
 long_digits = st.builds(lambda pad, digit, n: pad + digit * n, st.sampled_from(["", "0" * 5000, " "]),
                         st.sampled_from("0123456789"), st.integers(1, 6000))
 parameter_values = st.one_of(
