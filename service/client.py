@@ -35,6 +35,10 @@ def build_parser() -> argparse.ArgumentParser:
     tls.add_client_flags(parser)
     parser.add_argument("--stream", action="store_true", help="print pieces as they are generated (one text)")
     parser.add_argument("--alignment", action="store_true", help="print the cross-attention alignment")
+    parser.add_argument("--score", action="append", default=[], metavar="TARGET",
+                        help="score TARGET given the text at its position instead of translating (one "
+                             "--score per text; translator.v1 Score): prints score (mean), log_prob (sum), "
+                             "then token:log-prob of every target token, eos included")
     parser.add_argument("--scores", action="store_true", help="print score and log-probability")
     parser.add_argument("--n-best", type=int, default=0, help="hypotheses per text (needs --beam >= N)")
     parser.add_argument("--beam", type=int, default=0, help="beam size (default: the server's, greedy)")
@@ -215,6 +219,19 @@ def _infer_v2(channel: grpc.Channel, args: argparse.Namespace, out: TextIO) -> N
         out.write(element.decode("utf-8") + "\n")
 
 
+def _score(channel: grpc.Channel, args: argparse.Namespace, out: TextIO) -> None:
+    """Native Score: one line per (text, target) pair, then its alignment rows when asked."""
+    options = pb.ScoreOptions(return_alignment=args.alignment, return_tokens=True,
+                              source_language=args.source_language, target_language=args.target_language)
+    request = pb.ScoreRequest(sources=args.texts, targets=args.score, options=options, model=args.model,
+                              model_version=args.model_version)
+    for r in pb_grpc.TranslatorStub(channel).Score(request, timeout=args.timeout).results:
+        pieces = " ".join(f"{t}:{lp:.4f}" for t, lp in zip(r.tokens, r.log_probs, strict=True))
+        out.write(f"{r.score:.6f}\t{r.log_prob:.6f}\t{pieces}\n")
+        for row in r.alignment:
+            out.write("  " + " ".join(f"{w:.3f}" for w in row.weights) + "\n")
+
+
 def run(args: argparse.Namespace, out: TextIO) -> None:
     """Perform the requested call and print its answer."""
     with tls.open_channel(args.address, args.ca_cert, args.client_cert, args.client_key,
@@ -225,6 +242,8 @@ def run(args: argparse.Namespace, out: TextIO) -> None:
             info = stub.GetModelInfo(which, timeout=args.timeout)
             as_dict = json_format.MessageToDict(info, always_print_fields_with_no_presence=True)
             out.write(json.dumps(as_dict, indent=2) + "\n")
+        elif args.score:
+            _score(channel, args, out)
         elif args.v2:
             _infer_v2(channel, args, out)
         else:
@@ -237,6 +256,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.info and not args.texts:
         parser.error("give at least one text (or --info)")
+    if args.score and (len(args.score) != len(args.texts) or args.stream or args.v2 or args.info):
+        parser.error("--score: one --score TARGET per text, without --stream, --v2 or --info")
     if args.stream and len(args.texts) != 1:
         parser.error("--stream translates exactly one text")
     if args.v2 and (args.stream or args.alignment or args.scores or args.n_best > 1 or args.alternatives):
