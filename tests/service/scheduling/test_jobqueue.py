@@ -14,7 +14,7 @@ from service.scheduling.jobs import Job, RequestStatus
 
 def job(tokens: int, beam: int = 1, deadline: float | None = None, joins_previous: bool = False) -> Job:
     """A queued job whose source has `tokens` ids (no event loop needed: the queue never touches it)."""
-    request = Request(list(range(tokens)), DecodeOptions(beam_size=beam, n_best=1))
+    request = Request(list(range(tokens)), DecodeOptions(beam_size=beam, n_best=1).resolved(64, 8))
     return Job(request, None, None, deadline, 0.0, joins_previous=joins_previous)  # type: ignore[arg-type]
 
 
