@@ -34,7 +34,7 @@ from grpc import aio
 from protos.inference import grpc_service_pb2 as pb
 from protos.inference import grpc_service_pb2_grpc as pb_grpc
 from protos.inference import model_config_pb2 as config_pb
-from service.api import kserve_codec
+from service.api import kserve_codec, kserve_score
 from service.api.common import (
     MODEL_NAME,
     check_max_output_tokens,
@@ -311,9 +311,25 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         """Translate the TEXT tensor with the model named."""
         return await self.infer(request, deadline_of(context))
 
+    @staticmethod
+    async def _score(model: ServedModel, request: pb.ModelInferRequest, deadline: float | None,
+                     final: bool | None = None) -> pb.ModelInferResponse:
+        """The score outputs of a request with a TARGET input (service/api/kserve_score.py)."""
+        sources, targets, options = kserve_score.decode_score_request(request)
+        check_text_count(len(sources), model.scheduler.settings.max_batch_size)
+        results = await model.scheduler.score(sources, targets, options, deadline)
+        response = pb.ModelInferResponse(model_name=model.name, model_version=str(model.version),
+                                         id=request.id)
+        kserve_score.encode_score_outputs(response, results, kserve_score.wanted(request))
+        if final is not None:
+            kserve_codec.set_final(response, final)
+        return response
+
     async def infer(self, request: pb.ModelInferRequest, deadline: float | None) -> pb.ModelInferResponse:
         """ModelInfer of any protocol (the HTTP server's infer and generate come here too)."""
         async with self.models.use(request.model_name, request.model_version, deadline) as model:
+            if kserve_score.is_score(request):
+                return await self._score(model, request, deadline)
             decoded, options = self._prepare(request, model)
             if decoded.options.stream:
                 raise InvalidInput(f"parameter {kserve_codec.STREAM_KEY} needs the ModelStreamInfer RPC "
@@ -326,6 +342,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         """The responses of one request of a stream; the last one (only one unless streaming) is final.
         (The HTTP server's generate_stream reads them too.)"""
         async with self.models.use(request.model_name, request.model_version, deadline) as model:
+            if kserve_score.is_score(request):
+                yield await self._score(model, request, deadline, final=True)
+                return
             decoded, options = self._prepare(request, model)
             request_id = decoded.request_id
             greedy = streams_pieces(options, model.scheduler.limits.defaults)

@@ -147,32 +147,36 @@ def _typed_fields(tensor: Message) -> list[str]:
     return [descriptor.name for descriptor, _ in tensor.contents.ListFields()]
 
 
-def _single_input(request: Message) -> Message:
-    """The TEXT input tensor of the request, checked for name, datatype and shape."""
+def check_input_names(request: Message, expected: Sequence[str]) -> None:
+    """InvalidTensor unless the request's inputs are exactly `expected`, in that order."""
     names = [tensor.name for tensor in request.inputs]
     if not names:
-        raise InvalidTensor(f"missing input {INPUT_NAME}: the request has no inputs")
-    if names != [INPUT_NAME]:
+        raise InvalidTensor(f"missing input {expected[0]}: the request has no inputs")
+    if names != list(expected):
         more = f" and {len(names) - 4} more" if len(names) > 4 else ""
         listed = ", ".join(shown(n) for n in names[:4]) + more
-        raise InvalidTensor(f"expected exactly one input named {INPUT_NAME}, got {listed}")
-    tensor = request.inputs[0]
+        wanted = " and ".join(expected)
+        wanted = f"one input named {wanted}" if len(expected) == 1 else f"the inputs {wanted}"
+        raise InvalidTensor(f"expected exactly {wanted}, got {listed}")
+
+
+def _bytes_input(tensor: Message) -> Message:
+    """A BYTES input tensor (of a name check_input_names accepted) checked for datatype and shape [N >= 1]."""
+    name = tensor.name
     if tensor.datatype != BYTES_DATATYPE:
-        raise InvalidTensor(
-            f"input {INPUT_NAME} has datatype {tensor.datatype[:SHOWN_CHARS] or '(empty)'}, "
-            f"expected {BYTES_DATATYPE}"
-        )
+        got = tensor.datatype[:SHOWN_CHARS] or "(empty)"
+        raise InvalidTensor(f"input {name} has datatype {got}, expected {BYTES_DATATYPE}")
     shape = list(tensor.shape)
     if len(shape) != 1:
-        raise InvalidTensor(f"input {INPUT_NAME} must be 1-D with shape [N], got shape {shown(shape)}")
+        raise InvalidTensor(f"input {name} must be 1-D with shape [N], got shape {shown(shape)}")
     if shape[0] < 0:
-        raise InvalidTensor(f"input {INPUT_NAME} has invalid shape {shape}: N must be the element count")
+        raise InvalidTensor(f"input {name} has invalid shape {shape}: N must be the element count")
     if shape[0] == 0:
-        raise InvalidTensor(f"input {INPUT_NAME} is empty (shape [0]): send at least one text")
+        raise InvalidTensor(f"input {name} is empty (shape [0]): send at least one text")
     return tensor
 
 
-def _decode_utf8(elements: Sequence[bytes]) -> list[str]:
+def _decode_utf8(elements: Sequence[bytes], name: str = INPUT_NAME) -> list[str]:
     """Decode every element as UTF-8, naming the first element that is not."""
     texts = []
     for index, element in enumerate(elements):
@@ -180,34 +184,41 @@ def _decode_utf8(elements: Sequence[bytes]) -> list[str]:
             texts.append(element.decode("utf-8"))
         except UnicodeDecodeError as exc:
             raise InvalidTensor(
-                f"element {index} of input {INPUT_NAME} is not valid UTF-8 ({exc.reason} at byte {exc.start})"
+                f"element {index} of input {name} is not valid UTF-8 ({exc.reason} at byte {exc.start})"
             ) from None
     return texts
 
 
 def decode_text_input(request: Message) -> list[str]:
     """The N texts of the TEXT input (BYTES, shape [N]) from raw or typed contents."""
-    tensor = _single_input(request)
+    check_input_names(request, [INPUT_NAME])
+    return decode_texts(request, 0)
+
+
+def decode_texts(request: Message, index: int) -> list[str]:
+    """The N texts of the request's index-th input (BYTES, shape [N]) from raw or typed contents."""
+    tensor = _bytes_input(request.inputs[index])
+    name = tensor.name  # one of the names check_input_names accepted
     count = int(tensor.shape[0])
     typed = _typed_fields(tensor)
     raw_entries = len(request.raw_input_contents)
     if raw_entries and typed:
         raise InvalidTensor(
-            f"input {INPUT_NAME} has both raw_input_contents and contents.{typed[0]}: send only one"
+            f"input {name} has both raw_input_contents and contents.{typed[0]}: send only one"
         )
     if raw_entries:
         if raw_entries != len(request.inputs):
             raise InvalidTensor(
                 f"raw_input_contents has {raw_entries} entries for {len(request.inputs)} input(s)"
             )
-        return _decode_utf8(deserialize_bytes(request.raw_input_contents[0], count))
+        return _decode_utf8(deserialize_bytes(request.raw_input_contents[index], count), name)
     if not typed:
         raise InvalidTensor(
-            f"input {INPUT_NAME} has no data: send raw_input_contents or contents.bytes_contents"
+            f"input {name} has no data: send raw_input_contents or contents.bytes_contents"
         )
     if typed != ["bytes_contents"]:
         raise InvalidTensor(
-            f"{BYTES_DATATYPE} data of input {INPUT_NAME} belongs in contents.bytes_contents, "
+            f"{BYTES_DATATYPE} data of input {name} belongs in contents.bytes_contents, "
             f"got contents.{', contents.'.join(typed)}"
         )
     elements = list(tensor.contents.bytes_contents)
@@ -215,7 +226,7 @@ def decode_text_input(request: Message) -> list[str]:
         raise InvalidTensor(
             f"shape declares {count} elements but contents.bytes_contents holds {len(elements)}"
         )
-    return _decode_utf8(elements)
+    return _decode_utf8(elements, name)
 
 
 def check_requested_outputs(request: Message) -> None:

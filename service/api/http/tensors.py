@@ -20,6 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from protos.inference import grpc_service_pb2 as pb
 from service.api import kserve_codec
 from service.api.kserve_codec import shown
@@ -30,6 +32,7 @@ BINARY_SIZE_KEY = "binary_data_size"
 BINARY_OUTPUT_KEY = "binary_data_output"  # request parameter: every output as binary data
 BINARY_KEY = "binary_data"  # requested output parameter
 TIMEOUT_KEY = "timeout"  # request parameter, Triton's: microseconds for the request (tritonclient sets it)
+NUMERIC = {"FP32": "<f4", "INT32": "<i4"}  # the numeric datatypes of our outputs, as little-endian numpy
 MAX_ELEMENTS = 1 << 20  # most elements a JSON data array may hold (the body limit comes first)
 
 
@@ -243,9 +246,11 @@ def infer_response(response: pb.ModelInferResponse, binary: bool) -> tuple[dict[
         if binary:
             entry["parameters"] = {BINARY_SIZE_KEY: len(raw)}
             data.append(raw)
-        else:
+        elif tensor.datatype == kserve_codec.BYTES_DATATYPE:
             count = int(tensor.shape[0]) if tensor.shape else 0
             entry["data"] = [e.decode("utf-8") for e in kserve_codec.deserialize_bytes(raw, count)]
+        else:  # numbers (a score's outputs): flattened in row-major order, as the protocol's JSON form
+            entry["data"] = np.frombuffer(raw, NUMERIC[tensor.datatype]).tolist()
         outputs.append(entry)
     payload["outputs"] = outputs
     return payload, b"".join(data)
