@@ -12,8 +12,9 @@ response of a stream carries `triton_final_response` (false on pieces, true on t
 Tensors and parameters are decoded and encoded by service/api/kserve_codec.py; errors are domain
 exceptions mapped by service/api/interceptor.py with the table of service/api/status.py (inside
 ModelStreamInfer they travel as `error_message`, prefixed with the request id as Triton does,
-and the stream goes on). ModelConfig reports the server's real batching settings;
-ModelStatistics reports service/ops/statistics.py (process-wide). The repository extension
+and the stream goes on). ModelConfig reports the server's real batching settings and
+ModelStatistics service/ops/statistics.py (service/api/kserve_model.py). A request with a TARGET
+input beside TEXT is scored instead (service/api/kserve_score.py). The repository extension
 (RepositoryIndex, RepositoryModelLoad, RepositoryModelUnload) asks service/models/repository.py.
 Shared-memory, trace and log RPCs answer UNIMPLEMENTED (from the generated base class).
 """
@@ -33,8 +34,7 @@ from grpc import aio
 
 from protos.inference import grpc_service_pb2 as pb
 from protos.inference import grpc_service_pb2_grpc as pb_grpc
-from protos.inference import model_config_pb2 as config_pb
-from service.api import kserve_codec, kserve_score
+from service.api import kserve_codec, kserve_model, kserve_score
 from service.api.common import (
     MODEL_NAME,
     check_max_output_tokens,
@@ -44,15 +44,13 @@ from service.api.common import (
 )
 from service.api.status import status_of
 from service.domain.errors import InvalidInput, UnknownModel
-from service.domain.types import BatchingMode, DecodeOptions, TokenEvent
+from service.domain.types import DecodeOptions, TokenEvent
 from service.models.layout import ModelSettings
 from service.models.repository import ModelRepository
 from service.models.served import ServedModel
-from service.ops import statistics
 
 log = logging.getLogger(__name__)
 
-PLATFORM = "onnxruntime_onnx"
 MAX_ECHOED_ID_CHARS = 256  # a request id quoted in an in-stream error message
 EXTENSIONS = ["parameters", "model_configuration", "statistics", "model_repository"]
 LOAD_CONFIG_KEY = "config"  # RepositoryModelLoad: JSON settings over the model's own (Triton's `config`)
@@ -94,77 +92,6 @@ def decode_options(options: kserve_codec.InferOptions, max_len: int) -> DecodeOp
 def _given(value: Any, default: Any) -> Any:
     """value, or default when it is None (not given)."""
     return default if value is None else value
-
-
-def _tensor(name: str) -> pb.ModelMetadataResponse.TensorMetadata:
-    """Metadata of a 1-D BYTES tensor of any length."""
-    metadata = pb.ModelMetadataResponse.TensorMetadata
-    return metadata(name=name, datatype=kserve_codec.BYTES_DATATYPE, shape=[-1])
-
-
-def model_config(model: ServedModel) -> config_pb.ModelConfig:
-    """The Triton model configuration of a served model, with its real batching settings.
-
-    max_batch_size is 0, Triton's "the model batches by itself": a request's TEXT shape [N] is
-    its full shape (no implicit batch dimension), so Triton tools send shape [N] tensors. The
-    server's own batching is described by `dynamic_batching` (absent in mode none; max queue
-    delay 0 in continuous mode, where texts join before any decoder step), its bounded queue by
-    `default_queue_policy.max_queue_size` (in texts), and everything else in `parameters`.
-    """
-    runner, scheduler = model.runner, model.scheduler
-    text = config_pb.TYPE_STRING
-    gpu = runner.provider.startswith("CUDA")
-    config = config_pb.ModelConfig(
-        name=model.name, platform=PLATFORM, backend="onnxruntime", max_batch_size=0,
-        version_policy=config_pb.ModelVersionPolicy(latest=config_pb.ModelVersionPolicy.Latest(num_versions=1)),
-        input=[config_pb.ModelInput(name=kserve_codec.INPUT_NAME, data_type=text, dims=[-1])],
-        output=[config_pb.ModelOutput(name=kserve_codec.OUTPUT_NAME, data_type=text, dims=[-1])],
-        instance_group=[config_pb.ModelInstanceGroup(
-            name=model.name, count=1,
-            kind=config_pb.ModelInstanceGroup.KIND_GPU if gpu else config_pb.ModelInstanceGroup.KIND_CPU)],
-        model_transaction_policy=config_pb.ModelTransactionPolicy(decoupled=False),
-    )
-    settings = scheduler.settings
-    if scheduler.mode != BatchingMode.NONE:
-        batching = config.dynamic_batching
-        if scheduler.mode == BatchingMode.DYNAMIC:
-            batching.preferred_batch_size.append(settings.max_batch_size)
-            batching.max_queue_delay_microseconds = round(settings.max_queue_delay_ms * 1000)
-        batching.default_queue_policy.max_queue_size = settings.queue_size
-    parameters = {
-        "batching_mode": scheduler.mode.value, "max_batch_size": settings.max_batch_size,
-        "max_texts_per_request": settings.max_batch_size, "max_batch_tokens": settings.max_batch_tokens,
-        "max_queue_delay_ms": settings.max_queue_delay_ms,
-        "queue_size": settings.queue_size, "max_beam_size": scheduler.limits.max_beam,
-        "max_output_tokens": scheduler.limits.max_output_tokens,
-        "max_source_tokens": scheduler.limits.max_source_tokens,
-        "execution_provider": runner.provider, "variant": runner.variant_name,
-        "stream_parameter": kserve_codec.STREAM_KEY,
-    }
-    for key, value in parameters.items():
-        config.parameters[key].string_value = str(value)
-    return config
-
-
-def _duration(value: statistics.Duration) -> pb.StatisticDuration:
-    """A StatisticDuration message."""
-    return pb.StatisticDuration(count=value.count, ns=value.ns)
-
-
-def model_statistics(snapshot: statistics.Snapshot, name: str, version: str) -> pb.ModelStatistics:
-    """The ModelStatistics message of a model (definitions in service/ops/statistics.py)."""
-    return pb.ModelStatistics(
-        name=name, version=version, last_inference=snapshot.last_inference_ms,
-        inference_count=snapshot.inference_count, execution_count=snapshot.execution_count,
-        inference_stats=pb.InferStatistics(
-            success=_duration(snapshot.success), fail=_duration(snapshot.fail),
-            queue=_duration(snapshot.queue),
-            compute_input=_duration(snapshot.compute_input), compute_infer=_duration(snapshot.compute_infer),
-            compute_output=_duration(snapshot.compute_output),
-        ),
-        batch_stats=[pb.InferBatchStatistics(batch_size=size, compute_infer=_duration(runs))
-                     for size, runs in sorted(snapshot.batches.items())],
-    )
 
 
 def stream_error(request: pb.ModelInferRequest, exc: BaseException) -> pb.ModelStreamInferResponse:
@@ -219,8 +146,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         async with self.models.use(request.name, request.version, deadline_of(context)) as model:
             versions = [m.version for m in self.models.loaded(model.name)] or [model.version]
             return pb.ModelMetadataResponse(
-                name=model.name, versions=[str(v) for v in versions], platform=PLATFORM,
-                inputs=[_tensor(kserve_codec.INPUT_NAME)], outputs=[_tensor(kserve_codec.OUTPUT_NAME)],
+                name=model.name, versions=[str(v) for v in versions], platform=kserve_model.PLATFORM,
+                inputs=[kserve_model.tensor(kserve_codec.INPUT_NAME)],
+                outputs=[kserve_model.tensor(kserve_codec.OUTPUT_NAME)],
             )
 
     async def ModelConfig(  # noqa: N802 - gRPC method name
@@ -228,7 +156,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     ) -> pb.ModelConfigResponse:
         """The Triton model configuration (see `model_config`)."""
         async with self.models.use(request.name, request.version, deadline_of(context)) as model:
-            return pb.ModelConfigResponse(config=model_config(model))
+            return pb.ModelConfigResponse(config=kserve_model.model_config(model))
 
     async def ModelStatistics(  # noqa: N802 - gRPC method name
         self, request: pb.ModelStatisticsRequest, context: aio.ServicerContext
@@ -240,7 +168,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         else:
             chosen = self.models.loaded()
         return pb.ModelStatisticsResponse(model_stats=[
-            model_statistics(m.scheduler.recorder.stats.snapshot(), m.name, str(m.version))
+            kserve_model.model_statistics(m.scheduler.recorder.stats.snapshot(), m.name, str(m.version))
             for m in chosen])  # by name and version (ModelRepository.loaded)
 
     async def RepositoryIndex(  # noqa: N802 - gRPC method name
