@@ -1,6 +1,8 @@
 """Bundles of imported checkpoints (`python -m export.pretrained`): the format-2 manifest that
-interface/generation.py declares, tokenizer files that give the transformers tokenizer's ids, and
-greedy and beam outputs of the ONNX graphs token-identical to transformers' generate."""
+interface/generation.py declares, tokenizer files that give the transformers tokenizer's ids, greedy
+and beam outputs of the ONNX graphs token-identical to transformers' generate (searching as our frozen
+beams do: tests/support/bundle_search.py), and the runtime serving what generate gives (its own beam
+search: the bundles state transformers')."""
 
 from __future__ import annotations
 
@@ -14,11 +16,13 @@ from interface import names
 from interface.generation import FORMAT_WITH_GENERATION, parse_generation, parse_languages, parse_tokenizer
 from model.checkpoint import file_sha256
 from tests.support.bundle_search import hf_search, onnx_search
+from tests.support.hf_generate import hf_generate
 from tests.support.hf_models import M2M_CODES, NLLB_CODES, language_id, parallel
 
 MAX_NEW = 20
 TARGET = {"m2m100": "de", "nllb": "deu_Latn"}  # forced first token of the many-to-many models
 NO_RULES = {"suppress_ids": [], "forced_eos_at_limit": False, "renormalize": False}  # none in their configs
+SEARCH = {"beam_search": "transformers", "early_stopping": False, "begin_suppress_ids": [], "defaults": {}}
 
 
 def manifest(bundle) -> dict:
@@ -46,7 +50,7 @@ def test_marian_manifest_states_tokenizer_and_generation(hf_bundles, hf_dirs, na
         assert (bundle / f).read_bytes() == (hf_dirs[name] / f).read_bytes()
     assert json.loads((bundle / "vocab.json").read_text(encoding="utf-8")) == tok.get_vocab()
     pad, eos = tok.pad_token_id, tok.eos_token_id
-    assert m["generation"] == {"decoder_start_id": pad, "source_suffix": [eos], **NO_RULES}  # starts from pad
+    assert m["generation"] == {"decoder_start_id": pad, "source_suffix": [eos], **NO_RULES, **SEARCH}  # pad
     gen = parse_generation(m["generation"])
     assert (gen.decoder_start_id, gen.source_suffix, gen.suppress_ids) == (pad, (eos,), ())
     assert m["special_tokens"] == {"pad": pad, "bos": pad, "eos": eos, "unk": tok.unk_token_id}  # bos: start
@@ -76,7 +80,7 @@ def test_many_to_many_manifest_states_languages(hf_bundles, hf_dirs, name):
     assert tok.get_vocab().items() <= vocab.items()
     assert all(tok.convert_ids_to_tokens(i) in vocab for i in languages.codes.values())  # language tokens
     assert m["generation"] == {"decoder_start_id": tok.eos_token_id, "source_suffix": [tok.eos_token_id],
-                               **NO_RULES}
+                               **NO_RULES, **SEARCH}
     assert m["special_tokens"] == {"pad": 1, "bos": 0, "eos": 2, "unk": 3}  # fairseq's
     assert m["model"]["position_offset"] == 2 and m["model"]["position_table"] == "fairseq"
 
@@ -116,20 +120,23 @@ def test_greedy_and_beam_are_token_identical_to_generate(hf_bundles, hf_dirs, na
 
 @pytest.mark.parametrize("name", ["marian", "marian-separate", "m2m100", "nllb"])
 def test_the_runtime_serves_generates_tokens_and_text(hf_bundles, hf_dirs, name):
-    """End to end: the torch-free runner on the bundle, from text to text, against generate + decode."""
+    """End to end: the torch-free runner on the bundle, from text to text, against generate + decode (its own
+    greedy and beam search: tokens, and sequences_scores as the beam hypothesis's score)."""
     from service.domain.types import DecodeOptions
     from service.runtime.runner import Runner
 
     model, tok = hf(hf_dirs, name)
     texts = [s for s, _ in parallel(12, 7)]
     languages = {"source_language": tok.src_lang, "target_language": TARGET[name]} if name in TARGET else {}
-    forced = language_id(tok, TARGET[name]) if name in TARGET else None
+    forced = {"forced_bos_token_id": language_id(tok, TARGET[name])} if name in TARGET else {}
     runner = Runner(hf_bundles[name], providers=["CPUExecutionProvider"])
+    sources = [tok(t)["input_ids"] for t in texts]
     for beam in (1, 4):
         served = runner.translate(texts, DecodeOptions(beam_size=beam, max_new_tokens=MAX_NEW, **languages))
-        theirs = hf_search(model, [tok(t)["input_ids"] for t in texts], beam, MAX_NEW, forced)
-        assert [h[0].tokens for h in served] == theirs
-        assert [h[0].text for h in served] == [tok.decode(t, skip_special_tokens=True) for t in theirs]
+        theirs = [g[0] for g in hf_generate(model, sources, beam, MAX_NEW, **forced)]
+        assert [h[0].tokens for h in served] == [g.tokens for g in theirs]
+        assert [h[0].text for h in served] == [tok.decode(g.tokens, skip_special_tokens=True) for g in theirs]
+        assert [h[0].score for h in served] == pytest.approx([g.score for g in theirs], abs=1e-4)
 
 
 def test_imported_bundles_are_verified_in_every_lowering(hf_bundles):

@@ -1,7 +1,9 @@
 """OPUS-MT's generation rules carried by an imported bundle and applied by the runtime: pad never generated
 (bad_words_ids [[pad]]), eos forced as the last token the length limit allows (forced_eos_token_id),
 log-probs renormalized after both (renormalize_logits); served token- and score-identical to
-transformers' generate with the checkpoint's own settings, greedy and beam, in every batching mode.
+transformers' generate with the checkpoint's own settings, greedy and beam (the bundle's beam search is
+generate's own: service/runtime/pooled_beam.py; a beam hypothesis's score is its sequences_scores), in
+every batching mode.
 
 The tiny Marian checkpoint's pad has an output bias that makes its logit the largest at many steps,
 so that without the rules generate (and the runtime) emit pad."""
@@ -19,12 +21,13 @@ from export.build import BuildOptions
 from export.hf_mapping import UnsupportedModel, load_pretrained
 from export.pretrained import generation_rules, import_pretrained
 from export.pretrained import main as cli_main
-from interface.generation import GenerationSpec
+from interface.generation import GenerationDefaults, GenerationSpec
 from service.domain.types import BatchingMode, DecodeOptions, FinishedEvent, FinishReason
 from service.runtime.bundle import load_bundle
 from service.runtime.runner import Runner
 from service.scheduling.scheduler import make_scheduler
-from tests.support.bundle_search import hf_scored_search, right_pad
+from tests.support.bundle_search import right_pad
+from tests.support.hf_generate import hf_generate
 from tests.support.hf_models import Shape, marian_dir, parallel
 from tests.support.scheduling import run
 
@@ -82,18 +85,26 @@ def sources(hf) -> list[list[int]]:
     return [hf[1](s)["input_ids"] for s, _ in parallel(12, 7)]
 
 
-def served(bundle: Path, sources, beam: int, max_new: int) -> list[tuple[list[int], float, FinishReason]]:
-    """(tokens, log_prob, finish reason) of the best hypothesis of each source, served by the runner."""
+def served(bundle: Path, sources, beam: int, max_new: int
+           ) -> list[tuple[list[int], float, FinishReason, float]]:
+    """(tokens, score, finish reason, log_prob) of the best hypothesis of each source, served by the runner
+    (greedy: the score is the log_prob)."""
     runner = Runner(bundle, providers=["CPUExecutionProvider"])
     hyps = runner.translate(sources, DecodeOptions(beam_size=beam, max_new_tokens=max_new))
-    return [(h[0].tokens, h[0].log_prob, h[0].finish_reason) for h in hyps]
+    return [(h[0].tokens, h[0].score, h[0].finish_reason, h[0].log_prob) for h in hyps]
+
+
+def hf_scored_search(model, sources, beam: int, max_new: int, rules=None) -> list[tuple[list[int], float]]:
+    """generate's best hypothesis of each source and its score (beam search: sequences_scores; greedy: the
+    processed log-probs of its tokens summed)."""
+    return [(g[0].tokens, g[0].score) for g in hf_generate(model, sources, beam, max_new, rules)]
 
 
 def assert_same(ours, theirs) -> None:
-    """Our (tokens, log_prob, reason) equal generate's (tokens, score)."""
-    assert [t for t, _, _ in ours] == [t for t, _ in theirs]
-    for (_, lp, _), (_, score) in zip(ours, theirs, strict=True):
-        assert lp == pytest.approx(score, abs=2e-4)
+    """Our (tokens, score, ...) equal generate's (tokens, score)."""
+    assert [o[0] for o in ours] == [t for t, _ in theirs]
+    for o, (_, score) in zip(ours, theirs, strict=True):
+        assert o[1] == pytest.approx(score, abs=2e-4)
 
 
 def test_the_manifest_states_the_checkpoints_rules(bundles, hf):
@@ -101,10 +112,15 @@ def test_the_manifest_states_the_checkpoints_rules(bundles, hf):
     pad, eos = tok.pad_token_id, tok.eos_token_id
     manifest = json.loads((bundles["opus"] / "bundle.json").read_text(encoding="utf-8"))
     assert manifest["generation"] == {"decoder_start_id": pad, "source_suffix": [eos], "suppress_ids": [pad],
-                                      "forced_eos_at_limit": True, "renormalize": True}
+                                      "forced_eos_at_limit": True, "renormalize": True,
+                                      "beam_search": "transformers", "early_stopping": False,
+                                      "begin_suppress_ids": [],
+                                      "defaults": {"num_beams": 4, "max_length": 64}}
     assert rules == {"bad_words_ids": [[pad]], "forced_eos_token_id": eos, "renormalize_logits": True}
     assert manifest["pretrained"]["generation_defaults"] == {**rules, "num_beams": 4, "max_length": 64}
-    assert load_bundle(bundles["opus"]).generation == GenerationSpec(pad, (eos,), (pad,), True, True)
+    defaults = GenerationDefaults(num_beams=4, max_length=64)
+    assert load_bundle(bundles["opus"]).generation == GenerationSpec(pad, (eos,), (pad,), True, True,
+                                                                     "transformers", defaults=defaults)
     assert manifest["verification"]["greedy_identical"] == 8  # verified with the rules
 
 
@@ -124,8 +140,8 @@ def test_served_as_generate_with_the_checkpoints_rules(bundles, hf, sources, bea
     theirs = hf_scored_search(model, sources, beam, MAX_NEW, rules)
     ours = served(bundles["opus"], sources, beam, MAX_NEW)
     assert_same(ours, theirs)
-    assert not any(tok.pad_token_id in t for t, _, _ in ours)
-    assert sum(r == FinishReason.EOS for _, _, r in ours) >= 6  # most stop at their own eos
+    assert not any(tok.pad_token_id in o[0] for o in ours)
+    assert sum(o[2] == FinishReason.EOS for o in ours) >= 6  # most stop at their own eos
     plain = served(bundles["plain"], sources, beam, MAX_NEW)
     assert sum(a[0] != b[0] for a, b in zip(ours, plain, strict=True)) >= 6  # the rules matter
 
@@ -136,7 +152,7 @@ def test_eos_is_forced_at_the_limit(bundles, hf, sources, beam):
     theirs = hf_scored_search(model, sources, beam, LIMIT, rules)
     ours = served(bundles["opus"], sources, beam, LIMIT)
     assert_same(ours, theirs)
-    limited = [len(t) == LIMIT - 1 and r == FinishReason.LENGTH for t, _, r in ours]  # the eos was forced
+    limited = [len(o[0]) == LIMIT - 1 and o[2] == FinishReason.LENGTH for o in ours]  # the eos was forced
     assert sum(limited) >= 6
     unforced = served(bundles["unforced"], sources, beam, LIMIT)
     assert all(len(u[0]) == LIMIT for u, hit in zip(unforced, limited, strict=True) if hit)
@@ -148,7 +164,7 @@ def test_renormalization_changes_beam_scores(bundles, hf, sources):
     ours = served(bundles["unnormalized"], sources, 4, MAX_NEW)
     assert_same(ours, theirs)
     renormalized = served(bundles["opus"], sources, 4, MAX_NEW)  # pad's probability given back to the others
-    assert sum(b[1] > a[1] + 0.01 for a, b in zip(ours, renormalized, strict=True)) >= 10
+    assert sum(b[3] > a[3] + 0.01 for a, b in zip(ours, renormalized, strict=True)) >= 10  # log-probs
 
 
 def test_rows_joining_a_batch_at_different_steps_follow_their_own_limits(bundles, hf, sources):
@@ -167,7 +183,7 @@ def test_rows_joining_a_batch_at_different_steps_follow_their_own_limits(bundles
     for i, (request, (_, beam, limit)) in enumerate(zip(requests, plan, strict=True)):
         ((tokens, score),) = hf_scored_search(model, [sources[i]], beam, limit, rules)
         hyp = results[request.id]
-        assert hyp.tokens == tokens and hyp.log_prob == pytest.approx(score, abs=2e-4)
+        assert hyp.tokens == tokens and hyp.score == pytest.approx(score, abs=2e-4)
 
 
 @pytest.mark.parametrize("mode", [m.value for m in BatchingMode])
@@ -188,7 +204,7 @@ def test_every_batching_mode_applies_the_rules(bundles, hf, mode):
     for text, o, hyp in zip(texts, opts, run(main()), strict=True):
         ((tokens, score),) = hf_scored_search(model, [tok(text)["input_ids"]], o.beam_size, o.max_new_tokens,
                                               rules)
-        assert hyp.tokens == tokens and hyp.log_prob == pytest.approx(score, abs=2e-4)
+        assert hyp.tokens == tokens and hyp.score == pytest.approx(score, abs=2e-4)
 
 
 # ----- what the exporter verifies, writes and refuses ------------------------------------------------
@@ -208,7 +224,7 @@ def test_verification_decodes_under_the_rules(bundles, opus_dir, sources):
         suppress, at_limit = rules.suppress_ids, rules.forced_eos_at_limit
         ours = greedy_onnx(enc, dec, src, cfg.start_id, cfg.eos_id, cfg.pad_id, limit, suppress, at_limit)
         ref = [h.tokens for h in greedy_decode(model, torch.from_numpy(src), limit, suppress, at_limit)]
-        assert ours == ref == [t for t, _, _ in served(bundles[name], sources, 1, limit)]
+        assert ours == ref == [o[0] for o in served(bundles[name], sources, 1, limit)]
         assert any(cfg.pad_id in t for t in ours) == (name == "plain")
 
 
