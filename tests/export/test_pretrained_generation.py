@@ -184,6 +184,7 @@ def test_the_scheduler_serves_the_checkpoints_defaults(bundles, hf, texts, mode)
 
     async def main():
         s = make_scheduler(mode, runner, max_batch_size=12, max_queue_delay_ms=2.0)
+        assert s.limits.resolve(DecodeOptions()).beam_size == 4  # GetModelInfo's defaults read these limits
         await s.start()
         got = await asyncio.gather(*(s.submit([t], o) for t, o in zip(texts, opts, strict=True)))
         await s.drain(5)
@@ -224,6 +225,26 @@ def test_a_many_to_many_model_searches_as_generate(hf_bundles, hf_dirs):
                                                    target_prefix=prefix[1:], **langs))
     theirs = hf_generate(model, sources, 3, 20 - len(prefix), prompt=prefix)
     assert_generated(after(served, len(prefix)), theirs)
+
+
+def test_sources_are_encoded_as_marian_tokenizer_without_punctuation_normalization(bundles, hf):
+    """transformers 5's MarianTokenizer sets up sacremoses' MosesPunctNormalizer when it is installed but
+    never applies it when it encodes (its `normalize` is called by neither `__call__` nor `_tokenize`), so
+    neither does the runtime: curly quotes, guillemets and non-breaking spaces reach SentencePiece as they
+    are, and the served translations of such texts are generate's."""
+    import torch
+
+    model, tok, _ = hf
+    texts = ["the cat \u201csaw\u201d anna", "\u00ab the big dog \u00bb", "we\u00a0eat bread",
+             "it\u2019s the day\u2026", "the cat \u2013 a dog"]
+    runner = runner_of(bundles["opus"])
+    ids = [tok(t)["input_ids"] for t in texts]
+    assert runner.encode_texts(texts) == ids
+    assert sum(tok.unk_token_id in i for i in ids) >= 3  # what a normalizer would have changed
+    with torch.no_grad():
+        out = model.generate(**tok(texts, return_tensors="pt", padding=True))
+    served = runner.translate(texts, DecodeOptions())
+    assert [h[0].text for h in served] == tok.batch_decode(out, skip_special_tokens=True)
 
 
 # ----- the search alone, on a synthetic distribution -------------------------------------------------
