@@ -32,6 +32,7 @@ from torch import Tensor, nn
 
 from export.attention import AttentionLowering, PlainAttention
 from export.fused import CACHE_LENGTHS, CROSS_LENGTHS, KEY_PADDING
+from export.logits import decode_with_normalizer
 from interface import names
 from model.transformer import Transformer
 
@@ -101,7 +102,8 @@ class EncoderGraph(nn.Module):
 
 
 class DecoderGraph(nn.Module):
-    """New tokens + caches -> log-probs, updated self-attention cache, cross-attention."""
+    """New tokens + caches -> log-probs, updated self-attention cache, cross-attention, and the
+    log-normalizer of the logits (export/logits.py)."""
 
     def __init__(self, model: Transformer) -> None:
         """Wrap model (shared, not copied)."""
@@ -128,17 +130,18 @@ class DecoderGraph(nn.Module):
         self, input_ids: Tensor, position_ids: Tensor, self_mask: Tensor | None,
         encoder_attention_mask: Tensor, cache: tuple[Tensor, ...],
     ) -> tuple[Tensor, ...]:
-        """The model's decode() on flat caches; flat outputs."""
+        """The model's decode() on flat caches; flat outputs, then the logsumexp of the logits the
+        log-probs came from (the generator's own, recorded by `decode_with_normalizer`)."""
         n = self.n_layers
         past = [(cache[2 * i], cache[2 * i + 1]) for i in range(n)]
         cross = [(cache[2 * (n + i)], cache[2 * (n + i) + 1]) for i in range(n)]
         src_mask = encoder_attention_mask.bool().unsqueeze(1)  # (B, 1, S)
         modules = [layer.cross_attn for layer in self.model.decoder.layers]
         with attached(modules, KEY_PADDING, source_padding(encoder_attention_mask)):
-            logp, presents, weights = self.model.decode(
-                input_ids, cross, src_mask, past, position_ids, self_mask)
+            logp, presents, weights, lse = decode_with_normalizer(
+                self.model, input_ids, cross, src_mask, past, position_ids, self_mask)
         flat = [t for kv in presents for t in kv]  # each (B, H, P+T or M, Dh)
-        return (logp, *flat, weights.mean(dim=1))  # (B, T, V), ..., (B, T, S)
+        return (logp, *flat, weights.mean(dim=1), lse)  # (B, T, V), ..., (B, T, S), (B, T)
 
 
 class InplaceDecoderGraph(DecoderGraph):

@@ -1,8 +1,9 @@
 """The multi-step decoder: an ONNX `Loop` around the verified in-place decoder, greedy, K steps per run.
 
 The loop body is the decoder graph itself, its values renamed into the body's scope (its weights
-stay initializers of the outer graph, which the body reads from there), followed by the greedy
-choice: argmax of the step's log-probs, the chosen token's log-prob, the finished flags (eos
+stay initializers of the outer graph, which the body reads from there), less the nodes of the
+outputs the loop does not read (the log-normalizer), followed by the greedy choice: argmax of the
+step's log-probs, the chosen token's log-prob, the finished flags (eos
 emitted, or a row the caller marked finished), and the next step's inputs (the chosen token,
 positions and `seqlens_k` one further). The cross-attention K/V and source lengths are read from
 the outer scope: they do not change within a run. The loop stops after `max_steps` steps or once
@@ -47,6 +48,17 @@ def _const(name: str, dtype: int, value: int | list[int]) -> onnx.NodeProto:
     """A Constant node: a scalar, or a 1-D tensor for a list."""
     dims, vals = ([len(value)], value) if isinstance(value, list) else ([], [value])
     return helper.make_node("Constant", [], [name], value=helper.make_tensor(name, dtype, dims, vals))
+
+
+def _live(nodes: list[onnx.NodeProto], outputs: set[str]) -> list[onnx.NodeProto]:
+    """The nodes that `outputs` need, in order: the decoder's outputs the loop does not read (its
+    log-normalizer) are not computed in the body."""
+    while True:
+        used = {x for node in nodes for x in node.input} | outputs
+        kept = [node for node in nodes if any(o in used for o in node.output if o)]
+        if len(kept) == len(nodes):
+            return nodes
+        nodes = kept
 
 
 def _value(name: str, elem: int, shape: list | None = None) -> onnx.ValueInfoProto:
@@ -111,6 +123,7 @@ def multistep_decoder(decoder: onnx.ModelProto, n_layers: int, eos_id: int) -> o
                     *(_value("out_" + p, cache_type) for p in presents),
                     _value("scan_tokens", TensorProto.INT64), _value("scan_logprobs", TensorProto.FLOAT),
                     _value("scan_cross", logp_type)]
+    nodes = _live(nodes, {v.name for v in body_outputs})
     body = helper.make_graph(nodes, "decoder_step", body_inputs, body_outputs)
     loop = helper.make_node(
         "Loop", [names.MAX_STEPS, "loop_cond", *carried, names.FINISHED, *caches],
@@ -127,8 +140,9 @@ def multistep_decoder(decoder: onnx.ModelProto, n_layers: int, eos_id: int) -> o
                      *(_value(p, cache_type, cache_shape) for p in presents)]
     start = helper.make_node("Constant", [], ["loop_cond"], name="loop_cond",
                              value=helper.make_tensor("true", TensorProto.BOOL, [], [1]))
+    read = {x for node in nodes for x in node.input}  # the decoder's weights the body still reads
     graph = helper.make_graph([start, loop], "multistep_decoder", graph_inputs, graph_outputs,
-                              initializer=list(g.initializer))
+                              initializer=[t for t in g.initializer if t.name in read])
     model = helper.make_model(graph, opset_imports=list(decoder.opset_import), ir_version=decoder.ir_version,
                               producer_name="translator export.multistep")
     assert [i.name for i in model.graph.input] == names.multistep_inputs(n_layers)

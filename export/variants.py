@@ -16,6 +16,7 @@ from export.cuda_kernels import missing_cuda_kernels
 from export.cuda_variant import cuda_cross_attention
 from export.export import ExportError, pin_ir_version
 from export.verify import cpu_session
+from interface import names
 
 # Offline optimization level. BASIC only applies provider-independent rewrites that keep standard
 # ONNX ops (constant folding, redundant Cast/Reshape/Identity elimination, Transpose/MatMul
@@ -26,14 +27,18 @@ from export.verify import cpu_session
 # EXTENDED/ALL fusions at load time, for the provider it actually uses.
 OFFLINE_LEVEL = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
 OFFLINE_LEVEL_NAME = "basic"
+FLOAT32_OUTPUTS = (names.LOG_NORMALIZER,)  # float32 in the fp16 variant too (a few numbers per row)
 
 
 def to_fp16(src: Path, dst: Path) -> None:
     """Write the CUDA provider's fp16 variant of src; ExportError if a node has no CUDA kernel."""
     # the decoder's shared-KV cross-attention as MultiHeadAttention plus standard ops for the
-    # alignment weights (export/cuda_variant.py); then fp16 weights, activations and float I/O
-    # (keep_io_types=False: the K/V caches and log-probs are fp16 too, which halves cache traffic)
-    proto = convert_float_to_float16(cuda_cross_attention(onnx.load(src)), keep_io_types=False)
+    # alignment weights (export/cuda_variant.py); then fp16 weights, activations and float I/O (the
+    # K/V caches and log-probs are fp16 too, which halves cache traffic), but for the decoder's
+    # log-normalizer: computed in fp16, cast to float32 on the way out (the interface's type)
+    proto = cuda_cross_attention(onnx.load(src))
+    float32 = [o.name for o in proto.graph.output if o.name in FLOAT32_OUTPUTS]
+    proto = convert_float_to_float16(proto, keep_io_types=float32)
     for init in proto.graph.initializer:  # the converter stores fp16 as int32_data (~2x the bytes)
         if init.data_type == onnx.TensorProto.FLOAT16 and not init.raw_data:
             init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init), init.name))

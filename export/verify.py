@@ -2,7 +2,8 @@
 
 Checks: onnx.checker and IR version of both graphs; ONNX Runtime (CPU) vs PyTorch on shapes other
 than the export example (batch, src_len, past_len incl. an empty cache, new_len), comparing
-log-probabilities, present K/V, cross-attention K/V and weights; full greedy decoding with ONNX
+log-probabilities, the log-normalizer (logsumexp of the model's logits, export/logits.py), present
+K/V, cross-attention K/V and weights; full greedy decoding with ONNX
 Runtime token-identical to `model.decoding.greedy_decode`, both under the rules of the bundle's
 `generation` object (suppressed ids, eos at the limit). Used by the export CLI and the tests.
 
@@ -23,6 +24,7 @@ import onnxruntime as ort
 import torch
 
 from export.cases import DEFAULT_CASES, Case, fit_case
+from export.logits import decode_with_normalizer
 from export.verify_inplace import BoundCache, garbage_cache, row_past_lens, row_references, run_shape
 from interface import names
 from interface.generation import GenerationSpec
@@ -43,6 +45,7 @@ class VerifyReport:
 
     encoder_max_diff: float = 0.0  # cross-attention K/V from encoder.onnx
     logprobs_max_diff: float = 0.0
+    log_normalizer_max_diff: float = 0.0  # logsumexp of the logits
     present_max_diff: float = 0.0  # updated self-attention cache
     cross_attentions_max_diff: float = 0.0
     kv_cache: str = "concat"  # decoder interface, names.KV_CACHES
@@ -88,6 +91,11 @@ def check_graphs(paths: list[Path]) -> None:
         ir = onnx.load(str(path), load_external_data=False).ir_version
         if ir > MAX_IR_VERSION:
             raise ParityError(f"{path.name}: ir_version {ir} > {MAX_IR_VERSION} (onnxruntime 1.31 refuses)")
+
+
+def has_normalizer(dec: ort.InferenceSession) -> bool:
+    """Whether the decoder outputs `log_normalizer` (decoders exported before it end at cross_attentions)."""
+    return names.LOG_NORMALIZER in [o.name for o in dec.get_outputs()]
 
 
 def kv_cache_of(dec: ort.InferenceSession) -> str:
@@ -175,7 +183,8 @@ def compare_case(
     enc: ort.InferenceSession, dec: ort.InferenceSession, model: Transformer, case: Case,
     rng: np.random.Generator,
 ) -> dict[str, float]:
-    """Run one shape through both runtimes; return the max abs diff per output kind.
+    """Run one shape through both runtimes; return the max abs diff per output kind ("log_normalizer"
+    only where the decoder has that output).
 
     An in-place decoder runs `run_shape(case)` (see there) and is compared row by row.
     """
@@ -202,18 +211,21 @@ def compare_case(
         self_mask[1::2, 0] = 0  # some rows with a masked (padding) slot in the cache
     tokens = rng.integers(4, cfg.vocab_size, (case.batch, case.new_len))
     positions = np.tile(np.arange(case.past_len, total), (case.batch, 1))
-    logp_t, presents_t, weights_t = model.decode(
-        torch.from_numpy(tokens), cross_t, src_mask, past_t, torch.from_numpy(positions),
+    logp_t, presents_t, weights_t, lse_t = decode_with_normalizer(
+        model, torch.from_numpy(tokens), cross_t, src_mask, past_t, torch.from_numpy(positions),
         torch.from_numpy(self_mask).bool(),
     )
     empty = np.zeros((case.batch, cfg.n_heads, 0, cfg.d_head), np.float32)
     past = [t.numpy() for t in _flat(past_t)] if past_t else [empty] * (2 * n)
     enc_mask = encoder_feeds(src, cfg.pad_id)[names.ATTENTION_MASK]
     feeds = decoder_feeds(tokens, positions, self_mask, enc_mask, past, cross)
-    out = dec.run(names.decoder_outputs(n), feeds)
-    diffs["logprobs"] = _diff(out[0], logp_t)
-    diffs["present"] = _max_diff(out[1:-1], _flat(presents_t))
-    diffs["cross_attentions"] = _diff(out[-1], weights_t.mean(dim=1))
+    with_lse = has_normalizer(dec)
+    out = dict(zip(wanted := names.decoder_outputs(n, with_lse), dec.run(wanted, feeds), strict=True))
+    diffs["logprobs"] = _diff(out[names.LOGPROBS], logp_t)
+    diffs["present"] = _max_diff([out[p] for p in names.self_cache_io(n).values()], _flat(presents_t))
+    diffs["cross_attentions"] = _diff(out[names.CROSS_ATTENTIONS], weights_t.mean(dim=1))
+    if with_lse:
+        diffs["log_normalizer"] = _diff(out[names.LOG_NORMALIZER], lse_t)
     return diffs
 
 
@@ -241,13 +253,18 @@ def compare_inplace(
     positions = np.array([np.arange(p, p + new_len) for p in lens], np.int64)
     seqlens_k, enc_mask = np.array(lens) + new_len - 1, (src != cfg.pad_id).astype(np.int64)
     feeds = decoder_feeds(tokens, positions, None, enc_mask, past, cross, seqlens_k)
-    out = dec.run(names.decoder_outputs(n), feeds)
-    diffs = {"logprobs": 0.0, "present": 0.0, "cross_attentions": 0.0}
-    for r, (p, (logp_t, presents_t, weights_t)) in enumerate(zip(lens, refs, strict=True)):
-        valid = [o[r : r + 1, :, : p + new_len] for o in out[1:-1]]  # the row's columns only
-        got = {"logprobs": _diff(out[0][r : r + 1], logp_t), "present": _max_diff(valid, _flat(presents_t)),
-               "cross_attentions": _diff(out[-1][r : r + 1, :, : src_lens[r]],
+    with_lse = has_normalizer(dec)
+    out = dict(zip(wanted := names.decoder_outputs(n, with_lse), dec.run(wanted, feeds), strict=True))
+    presents = [out[p] for p in names.self_cache_io(n).values()]
+    diffs = dict.fromkeys(["logprobs", "present", "cross_attentions"] + ["log_normalizer"] * with_lse, 0.0)
+    for r, (p, (logp_t, presents_t, weights_t, lse_t)) in enumerate(zip(lens, refs, strict=True)):
+        valid = [o[r : r + 1, :, : p + new_len] for o in presents]  # the row's columns only
+        got = {"logprobs": _diff(out[names.LOGPROBS][r : r + 1], logp_t),
+               "present": _max_diff(valid, _flat(presents_t)),
+               "cross_attentions": _diff(out[names.CROSS_ATTENTIONS][r : r + 1, :, : src_lens[r]],
                                          weights_t.mean(dim=1)[..., : src_lens[r]])}
+        if with_lse:
+            got["log_normalizer"] = _diff(out[names.LOG_NORMALIZER][r : r + 1], lse_t)
         diffs = {k: max(v, got[k]) for k, v in diffs.items()}
     return diffs
 
@@ -294,7 +311,7 @@ def greedy_onnx(
         if bound is not None:
             logp = bound.run(step_in)
         else:
-            logp, *past = dec.run(names.decoder_outputs(n)[:-1], step_in)
+            logp, *past = dec.run([names.LOGPROBS, *names.self_cache_io(n).values()], step_in)
         scores = logp[:, -1].astype(np.float32)
         scores[:, list(suppress)] = -np.inf
         if eos_at_limit and step == max_new_tokens - 1:
@@ -354,12 +371,15 @@ def verify_bundle(
     check_graphs(paths)
     enc, dec = (open_session(p) for p in paths)
     report, rng = VerifyReport(kv_cache=kv_cache_of(dec)), np.random.default_rng(seed)
+    if not has_normalizer(dec):
+        raise ParityError(f"{names.DECODER_FILE} has no {names.LOG_NORMALIZER} output")
     for case in (run_shape(fit_case(c, model.cfg.max_len), report.kv_cache) for c in cases):
         d = compare_case(enc, dec, model, case, rng)
         report.cases.append([case.batch, case.src_len, case.past_len, case.new_len])
         report.row_past_lens.append(row_past_lens(case, report.kv_cache))
         report.encoder_max_diff = max(report.encoder_max_diff, d["encoder"])
         report.logprobs_max_diff = max(report.logprobs_max_diff, d["logprobs"])
+        report.log_normalizer_max_diff = max(report.log_normalizer_max_diff, d["log_normalizer"])
         report.present_max_diff = max(report.present_max_diff, d["present"])
         report.cross_attentions_max_diff = max(report.cross_attentions_max_diff, d["cross_attentions"])
         worst = max(d, key=d.get)

@@ -15,6 +15,7 @@ import onnxruntime as ort
 import torch
 
 from export.cases import Case
+from export.logits import decode_with_normalizer
 from interface import names
 from model.transformer import Transformer
 
@@ -44,9 +45,10 @@ def garbage_cache(n: int, shape: tuple[int, ...], rng: np.random.Generator) -> l
 def row_references(
     model: Transformer, tokens: np.ndarray, lens: list[int], src_mask: torch.Tensor,
     cross_t: list[tuple[torch.Tensor, torch.Tensor]], past: list[np.ndarray], rng: np.random.Generator,
-) -> list[tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]]:
+) -> list[tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor, torch.Tensor]]:
     """Per row r: a random prefix of lens[r] tokens decoded into past[*][r, :, :lens[r]], then
-    `model.decode` of tokens[r] at positions lens[r].. over that cache -> (logprobs, presents, weights)."""
+    `model.decode` of tokens[r] at positions lens[r].. over that cache -> (logprobs, presents, weights,
+    log-normalizer of the logits)."""
     cfg, new_len = model.cfg, tokens.shape[1]
     refs = []
     for r, p in enumerate(lens):
@@ -58,7 +60,8 @@ def row_references(
             for buf, t in zip(past, [t for kv in past_r for t in kv], strict=True):
                 buf[r, :, :p] = t[0].numpy()
         positions = torch.arange(p, p + new_len)[None]
-        refs.append(model.decode(torch.from_numpy(tokens[r : r + 1]), cross_r, mask_r, past_r, positions))
+        new = torch.from_numpy(tokens[r : r + 1])
+        refs.append(decode_with_normalizer(model, new, cross_r, mask_r, past_r, positions))
     return refs
 
 
@@ -82,7 +85,7 @@ class BoundCache:
         for name, value in feeds.items():
             if name not in bound:
                 binding.bind_cpu_input(name, value)
-        binding.bind_output(names.LOGPROBS)  # output 0; cross_attentions is not computed
+        binding.bind_output(names.LOGPROBS)  # output 0; cross_attentions and log_normalizer are not computed
         for (past, present), value in self.values.items():
             binding.bind_ortvalue_input(past, value)
             binding.bind_ortvalue_output(present, value)

@@ -92,7 +92,8 @@ class Stepper:
         if self.bound is not None:
             logp = self.bound.run(feeds)
         else:
-            logp, *self.past = self.dec.run(names.decoder_outputs(len(self.cross) // 2)[:-1], feeds)
+            presents = names.self_cache_io(len(self.cross) // 2).values()
+            logp, *self.past = self.dec.run([names.LOGPROBS, *presents], feeds)
         return logp[:, -1].astype(np.float32)
 
 

@@ -19,6 +19,11 @@ decoder.onnx, kv_cache "concat" (one step, or several new tokens)
  -> logprobs             float  [batch, new_len, vocab]   log-softmax over the vocabulary
     present.{i}.decoder.key/value  float [batch, heads, past_len + new_len, head_dim]
     cross_attentions     float  [batch, new_len, src_len]  last layer, mean over heads
+    log_normalizer       float32 [batch, new_len]         logsumexp of the logits over the vocabulary
+                                                          (float32 in the fp16 variant too), so that
+                                                          logits = logprobs + log_normalizer[..., None]
+Decoders exported before `log_normalizer` existed end at cross_attentions
+(`decoder_outputs(n, normalizer=False)`); a runtime tells them apart by the decoder's output names.
 
 decoder.onnx, kv_cache "inplace" (export/inplace.py): the same but for the masks
     seqlens_k            int32  [batch]                   per row: cache length after the step - 1
@@ -61,6 +66,7 @@ KV_CACHES = ("concat", "inplace")
 ENCODER_ATTENTION_MASK = "encoder_attention_mask"
 ENCODER_SEQLENS_K, ENCODER_TOTAL_LENGTH = "encoder_seqlens_k", "encoder_total_sequence_length"  # in-place
 LOGPROBS, CROSS_ATTENTIONS = "logprobs", "cross_attentions"
+LOG_NORMALIZER = "log_normalizer"  # logsumexp of the logits: logits = logprobs + log_normalizer[..., None]
 MAX_STEPS, FINISHED = "max_steps", "finished"  # multi-step decoder inputs
 TOKENS, TOKEN_LOGPROBS, STEP_CROSS_ATTENTIONS = "tokens", "token_logprobs", "step_cross_attentions"
 
@@ -118,12 +124,13 @@ def decoder_inputs(n_layers: int, kv_cache: str = "concat") -> list[str]:
     return names
 
 
-def decoder_outputs(n_layers: int) -> list[str]:
-    """Decoder graph outputs, in order."""
+def decoder_outputs(n_layers: int, normalizer: bool = True) -> list[str]:
+    """Decoder graph outputs, in order; without `normalizer`, those of a decoder exported before
+    `log_normalizer` (the same list without its last entry)."""
     names = [LOGPROBS]
     for i in range(n_layers):
         names += [present_name(i, "decoder", "key"), present_name(i, "decoder", "value")]
-    return names + [CROSS_ATTENTIONS]
+    return names + [CROSS_ATTENTIONS] + ([LOG_NORMALIZER] if normalizer else [])
 
 
 def multistep_inputs(n_layers: int) -> list[str]:
@@ -149,6 +156,7 @@ def dynamic_axes(n_layers: int, kv_cache: str = "concat") -> dict[str, dict[str,
         ATTENTION_MASK: {0: "batch", 1: "total_len"},
         ENCODER_ATTENTION_MASK: {0: "batch", 1: "src_len"},
         LOGPROBS: {0: "batch", 1: "new_len"},
+        LOG_NORMALIZER: {0: "batch", 1: "new_len"},
         CROSS_ATTENTIONS: {0: "batch", 1: "new_len", 2: "src_len"},
     }
     for i in range(n_layers):

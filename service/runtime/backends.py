@@ -15,11 +15,16 @@ spare rows) as device OrtValues. With an in-place decoder each self-attention ca
 as its own `present.*` output too, so the decoder writes the new column into it; otherwise every
 `present.*` output is bound to the device and the OrtValues ORT allocates become the next past.
 Rows joining or leaving, compaction and beam reordering are device-to-device row copies; only
-log-probs and cross-attention weights come back to the host. The Runner selects it only when the
-CUDA provider is really active (or when asked to, which the tests do on the CPU device to exercise
-the binding and device-memory logic).
+log-probs, cross-attention weights and the log-normalizer come back to the host. The Runner selects
+it only when the CUDA provider is really active (or when asked to, which the tests do on the CPU
+device to exercise the binding and device-memory logic).
 
 Every run first calls the backend's `fault_hook` (tests inject failures and stalls through it).
+
+`decode` returns (log-probs, cross-attention, presents, log-normalizer): the last is the logsumexp of
+the step's logits, float32 (n_rows, new_len), so that logits = log-probs + normalizer[..., None]
+(`interface/names.py` `LOG_NORMALIZER`), or None where the bundle's decoder was exported before that
+output existed (`has_normalizer` False); such a bundle runs exactly as before.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ import onnxruntime as ort
 from interface.names import (
     CROSS_ATTENTIONS,
     INPUT_IDS,
+    LOG_NORMALIZER,
     LOGPROBS,
     STEP_CROSS_ATTENTIONS,
     TOKEN_LOGPROBS,
@@ -45,6 +51,13 @@ from service.runtime.devicemem import CacheTensor, DeviceMemory, HostArrays, Mem
 from service.runtime.sessions import CROSS_KEY, ORT_DTYPES, Sessions
 
 FaultHook = Callable[[str], None]  # called with "encoder" or "decoder" before each run
+# one decoder run: log-probs (B, T, V), cross-attention (B, T, S), presents, log-normalizer (B, T) or None
+Decoded = tuple[np.ndarray, np.ndarray, list[CacheTensor], np.ndarray | None]
+
+
+def has_log_normalizer(session: ort.InferenceSession) -> bool:
+    """Whether a decoder session outputs `log_normalizer` (decoders exported before it do not)."""
+    return LOG_NORMALIZER in {o.name for o in session.get_outputs()}
 
 
 class Backend(Protocol):
@@ -52,14 +65,16 @@ class Backend(Protocol):
 
     memory: Memory  # where cache tensors live and how their rows are copied
     fault_hook: FaultHook | None
+    has_normalizer: bool  # the decoder outputs log_normalizer (decode's 4th value is not None)
 
     def encode(self, feeds: dict[str, np.ndarray]) -> list[CacheTensor]:
         """Cross-attention K/V of every decoder layer, each (B, H, S, Dh), in the backend's memory."""
         ...
 
     def decode(self, feeds: dict[str, np.ndarray], past: dict[str, CacheTensor], inplace: bool = False
-               ) -> tuple[np.ndarray, np.ndarray, list[CacheTensor]]:
-        """One decoder run: log-probs (B, T, V), cross-attention (B, T, S), presents (none if inplace)."""
+               ) -> Decoded:
+        """One decoder run: log-probs (B, T, V), cross-attention (B, T, S), presents (none if inplace),
+        log-normalizer float32 (B, T) on the host (None when `has_normalizer` is False)."""
         ...
 
     def to_host(self, x: CacheTensor) -> np.ndarray:
@@ -78,6 +93,11 @@ class Backend(Protocol):
         ...
 
 
+def _float32(x: np.ndarray) -> np.ndarray:
+    """x as float32 (no copy when it already is: the exported graphs output float32)."""
+    return x.astype(np.float32, copy=False)
+
+
 class DecoderBinding:
     """A decoder IO binding that rebinds only what changed since the last run.
 
@@ -85,8 +105,8 @@ class DecoderBinding:
     place between runs (next tokens, lengths, cache rows) and the next run sees the edits; an
     array is rebound only when a different object comes under its name. The bound arrays are
     kept alive, so an identity check is enough. Self-attention caches of an in-place decoder
-    are bound as their present outputs too; log-probs and cross-attention go to output buffers
-    reused while their shapes stay the same.
+    are bound as their present outputs too; log-probs, cross-attention and the log-normalizer (where
+    the decoder has it) go to output buffers reused while their shapes stay the same.
     """
 
     def __init__(self, session: ort.InferenceSession, in_place: dict[str, str]) -> None:
@@ -94,9 +114,10 @@ class DecoderBinding:
         self.io = session.io_binding()
         outputs = {o.name: o for o in session.get_outputs()}
         self._out_dtypes = (ORT_DTYPES[outputs[LOGPROBS].type], ORT_DTYPES[outputs[CROSS_ATTENTIONS].type])
+        self._lse_dtype = ORT_DTYPES[outputs[LOG_NORMALIZER].type] if LOG_NORMALIZER in outputs else None
         self._vocab = int(outputs[LOGPROBS].shape[-1])
         self._bound: dict[str, np.ndarray | None] = {}
-        self._out: tuple[np.ndarray, np.ndarray] | None = None
+        self._out: tuple[np.ndarray, np.ndarray, np.ndarray | None] | None = None
 
     def bind(self, name: str, arr: np.ndarray) -> None:
         """Bind arr under name unless it is already the bound object."""
@@ -112,18 +133,25 @@ class DecoderBinding:
             self.io.bind_ortvalue_output(self.in_place[name], value)
         self._bound[name] = arr
 
-    def outputs(self, rows: int, steps: int, src: int) -> tuple[np.ndarray, np.ndarray]:
-        """Output buffers (rows, steps, V) and (rows, steps, S), bound; reused while shapes match."""
+    def outputs(self, rows: int, steps: int, src: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """Output buffers (rows, steps, V), (rows, steps, S) and (rows, steps) (None without a
+        log-normalizer), bound; reused while shapes match."""
         if self._out is None or self._out[1].shape != (rows, steps, src):
             logp = np.empty((rows, steps, self._vocab), self._out_dtypes[0])
             attn = np.empty((rows, steps, src), self._out_dtypes[1])
             self.io.bind_ortvalue_output(LOGPROBS, ort.OrtValue.ortvalue_from_numpy(logp))
             self.io.bind_ortvalue_output(CROSS_ATTENTIONS, ort.OrtValue.ortvalue_from_numpy(attn))
-            self._out = (logp, attn)
+            lse = None
+            if self._lse_dtype is not None:
+                lse = np.empty((rows, steps), self._lse_dtype)
+                self.io.bind_ortvalue_output(LOG_NORMALIZER, ort.OrtValue.ortvalue_from_numpy(lse))
+            self._out = (logp, attn, lse)
         return self._out
 
-    def run(self, feeds: dict[str, np.ndarray], past: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        """One run; log-probs and cross-attention are views of buffers the next run overwrites."""
+    def run(self, feeds: dict[str, np.ndarray], past: dict[str, np.ndarray]
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """One run; log-probs, cross-attention and log-normalizer are views of buffers the next run
+        overwrites."""
         for name, arr in feeds.items():
             self.bind(name, arr)
         for name, arr in past.items():
@@ -143,6 +171,7 @@ class _SessionBackend:
         self.sessions = sessions
         self.fault_hook: FaultHook | None = None
         self.in_place = self_cache_io(n_layers)  # past name -> present name of the self-attention cache
+        self.has_normalizer = has_log_normalizer(sessions.decoder)
 
     def _before(self, stage: str) -> None:
         """Call the fault hook, if any, before a run of "encoder" or "decoder"."""
@@ -199,8 +228,9 @@ class HostBackend(_SessionBackend):
     def __init__(self, sessions: Sessions, n_layers: int) -> None:
         super().__init__(sessions, n_layers)
         self.memory = HostArrays()
-        self.outputs = decoder_outputs(n_layers)
-        assert self.outputs[0] == LOGPROBS and self.outputs[-1] == CROSS_ATTENTIONS
+        self.outputs = decoder_outputs(n_layers, self.has_normalizer)
+        self._presents = slice(1, 1 + 2 * n_layers)
+        assert self.outputs[0] == LOGPROBS and self.outputs[1 + 2 * n_layers] == CROSS_ATTENTIONS
         self._local = threading.local()  # the thread's DecoderBinding (a binding is not thread-safe)
 
     def encode(self, feeds: dict[str, np.ndarray]) -> list[CacheTensor]:
@@ -210,21 +240,24 @@ class HostBackend(_SessionBackend):
 
     def decode(
         self, feeds: dict[str, np.ndarray], past: dict[str, CacheTensor], inplace: bool = False
-    ) -> tuple[np.ndarray, np.ndarray, list[CacheTensor]]:
-        """One decoder run: log-probs (B, T, V), cross-attention (B, T, S), presents (B, H, P+T, Dh).
+    ) -> Decoded:
+        """One decoder run: log-probs (B, T, V), cross-attention (B, T, S), presents (B, H, P+T, Dh),
+        log-normalizer float32 (B, T) or None (a decoder without that output).
 
         inplace: the self-attention arrays of `past` are updated in place; no presents returned,
-        and the log-probs / cross-attention are buffers that this thread's next run overwrites.
+        and the log-probs / cross-attention / log-normalizer are buffers that this thread's next run
+        overwrites.
         """
         self._before("decoder")
         if not inplace:
             out = self.sessions.decoder.run(self.outputs, {**feeds, **past})
-            return out[0], out[-1], out[1:-1]
+            lse = _float32(out[-1]) if self.has_normalizer else None
+            return out[0], out[self._presents.stop], out[self._presents], lse
         binding = getattr(self._local, "binding", None)
         if binding is None:
             binding = self._local.binding = DecoderBinding(self.sessions.decoder, self.in_place)
-        logp, attn = binding.run(feeds, past)
-        return logp, attn, []
+        logp, attn, lse = binding.run(feeds, past)
+        return logp, attn, [], None if lse is None else _float32(lse)
 
 
 class IoBindingBackend(_SessionBackend):
@@ -234,7 +267,7 @@ class IoBindingBackend(_SessionBackend):
         super().__init__(sessions, n_layers)
         self.device, self.device_id = device, device_id
         self.memory = DeviceMemory(device, device_id)
-        self.presents = decoder_outputs(n_layers)[1:-1]
+        self.presents = list(self.in_place.values())  # present.{i}.decoder.key/value, in the graph's order
         self._encoder_outputs = [o.name for o in sessions.encoder.get_outputs()]
 
     def encode(self, feeds: dict[str, np.ndarray]) -> list[CacheTensor]:
@@ -250,16 +283,18 @@ class IoBindingBackend(_SessionBackend):
 
     def decode(
         self, feeds: dict[str, np.ndarray], past: dict[str, CacheTensor], inplace: bool = False
-    ) -> tuple[np.ndarray, np.ndarray, list[CacheTensor]]:
-        """One decoder run; presents stay on the device as OrtValues.
+    ) -> Decoded:
+        """One decoder run; presents stay on the device as OrtValues, log-probs, cross-attention and
+        the log-normalizer (float32 (B, T), None for a decoder without it) come back to the host.
 
         inplace (export/inplace.py): each self-attention cache OrtValue is bound as its own
         present too, so the decoder writes the new column into it; no presents returned.
         """
         self._before("decoder")
         binding = self.sessions.decoder.io_binding()
-        binding.bind_output(LOGPROBS, "cpu")  # outputs come back in binding order
-        binding.bind_output(CROSS_ATTENTIONS, "cpu")
+        host = [LOGPROBS, CROSS_ATTENTIONS, *([LOG_NORMALIZER] if self.has_normalizer else [])]
+        for name in host:  # outputs come back in binding order
+            binding.bind_output(name, "cpu")
         for name, arr in feeds.items():
             binding.bind_cpu_input(name, arr)
         for name, value in past.items():
@@ -273,4 +308,5 @@ class IoBindingBackend(_SessionBackend):
         out = binding.get_outputs()
         # copies: on the CPU device numpy() is a view of memory that dies with the OrtValue
         logp, attn = (np.array(x.numpy(), copy=True) for x in out[:2])
-        return logp, attn, [] if inplace else list(out[2:])
+        lse = np.array(out[2].numpy(), np.float32, copy=True) if self.has_normalizer else None
+        return logp, attn, [] if inplace else list(out[len(host):]), lse

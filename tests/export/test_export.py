@@ -114,7 +114,7 @@ def test_example_sizes_are_distinct_and_never_one(tiny_model):
 ])
 def test_parity_with_pytorch(sessions, tiny_model, case):
     diffs = compare_case(*sessions, tiny_model, case, np.random.default_rng(case.src_len))
-    assert set(diffs) == {"encoder", "logprobs", "present", "cross_attentions"}
+    assert set(diffs) == {"encoder", "logprobs", "log_normalizer", "present", "cross_attentions"}
     assert max(diffs.values()) <= ATOL, diffs
 
 
@@ -130,12 +130,15 @@ def test_dynamic_axes_follow_the_inputs(sessions, tiny_model, batch, src_len, pa
     positions = np.tile(np.arange(past_len, past_len + new_len), (batch, 1))
     feeds = decoder_feeds(tokens, positions, np.ones((batch, past_len + new_len), np.int64),
                           np.ones((batch, src_len), np.int64), past, cross)
-    out = dec.run(names.decoder_outputs(n), feeds)
-    assert out[0].shape == (batch, new_len, cfg.vocab_size)
-    assert all(p.shape == (batch, cfg.n_heads, past_len + new_len, cfg.d_head) for p in out[1:-1])
-    assert out[-1].shape == (batch, new_len, src_len)
-    np.testing.assert_allclose(np.exp(out[0]).sum(-1), 1.0, atol=1e-4)  # log-softmax rows
-    np.testing.assert_allclose(out[-1].sum(-1), 1.0, atol=1e-5)  # attention rows
+    out = dict(zip(names.decoder_outputs(n), dec.run(names.decoder_outputs(n), feeds), strict=True))
+    assert out[names.LOGPROBS].shape == (batch, new_len, cfg.vocab_size)
+    presents = [out[p] for p in names.self_cache_io(n).values()]
+    assert all(p.shape == (batch, cfg.n_heads, past_len + new_len, cfg.d_head) for p in presents)
+    assert out[names.CROSS_ATTENTIONS].shape == (batch, new_len, src_len)
+    assert out[names.LOG_NORMALIZER].shape == (batch, new_len)
+    assert out[names.LOG_NORMALIZER].dtype == np.float32
+    np.testing.assert_allclose(np.exp(out[names.LOGPROBS]).sum(-1), 1.0, atol=1e-4)  # log-softmax rows
+    np.testing.assert_allclose(out[names.CROSS_ATTENTIONS].sum(-1), 1.0, atol=1e-5)  # attention rows
 
 
 @torch.inference_mode()
@@ -159,10 +162,10 @@ def test_empty_cache_matches_pytorch_without_cache(sessions, tiny_model):
 
 
 def _run_decoder(dec, n, tokens, positions, self_mask, src_mask, past, cross):
-    """logprobs and presents of one decoder call."""
+    """logprobs, presents and cross-attention of one decoder call."""
     feeds = decoder_feeds(tokens, positions, self_mask, src_mask, past, cross)
     out = dec.run(names.decoder_outputs(n), feeds)
-    return out[0], out[1:-1], out[-1]
+    return out[0], out[1 : 1 + 2 * n], out[1 + 2 * n]
 
 
 def test_padded_rows_match_unpadded_single_rows(sessions, tiny_model):
@@ -219,9 +222,18 @@ def test_greedy_is_token_identical(sessions, tiny_model, tiny_checkpoint, tiny_c
 
 def test_verification_fails_for_a_different_model(tiny_concat_bundle, tiny_model):
     other = copy.deepcopy(tiny_model)
-    with torch.no_grad():
-        other.generator.proj.bias.add_(0.01 * torch.arange(other.cfg.vocab_size) / other.cfg.vocab_size)
+    with torch.no_grad():  # pad's logit: its log-prob moves by about 0.01, the normalizer hardly (pad is
+        other.generator.proj.bias[other.cfg.pad_id] += 0.01  # never probable), which the next test moves
     with pytest.raises(ParityError, match="logprobs"):
+        verify_bundle(tiny_concat_bundle, other, sources=[[5, 2]], cases=(Case(2, 4, 1, 1),))
+
+
+def test_verification_sees_a_wrong_log_normalizer(tiny_concat_bundle, tiny_model):
+    """Logits one larger everywhere: the same log-probs and greedy tokens, a log-normalizer one larger."""
+    other = copy.deepcopy(tiny_model)
+    with torch.no_grad():
+        other.generator.proj.bias.add_(1.0)
+    with pytest.raises(ParityError, match="log_normalizer differs by 1"):
         verify_bundle(tiny_concat_bundle, other, sources=[[5, 2]], cases=(Case(2, 4, 1, 1),))
 
 
@@ -256,6 +268,7 @@ def test_bundle_json_hashes_and_contents(tiny_concat_bundle, tiny_checkpoint, ti
     assert manifest["variants"] == {"fp16": FP16_FILES}
     assert manifest["provider_variants"] == {"CUDAExecutionProvider": "fp16"}
     assert manifest["verification"]["logprobs_max_diff"] <= ATOL
+    assert 0 < manifest["verification"]["log_normalizer_max_diff"] <= ATOL
     assert manifest["verification"]["greedy_identical"] == manifest["verification"]["greedy_sources"] > 0
     tokenizer = tokenizer_path(tiny_checkpoint, state)
     assert (tiny_concat_bundle / names.TOKENIZER_FILE).read_bytes() == tokenizer.read_bytes()
@@ -263,9 +276,12 @@ def test_bundle_json_hashes_and_contents(tiny_concat_bundle, tiny_checkpoint, ti
 
 def test_fp16_variant_runs_close_to_pytorch(tiny_concat_bundle, tiny_model):
     proto = onnx.load(str(tiny_concat_bundle / FP16_FILES["decoder"]))
-    assert proto.graph.output[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT16
+    types = {o.name: o.type.tensor_type.elem_type for o in proto.graph.output}
+    assert types[names.LOGPROBS] == onnx.TensorProto.FLOAT16
+    assert types[names.LOG_NORMALIZER] == onnx.TensorProto.FLOAT  # float32 in the fp16 variant too
     result = verify_fp16(tiny_concat_bundle, tiny_model, [[5, 6, 2]], **FP16_FILES)
     assert 0 < result["logprobs_max_diff"] <= FP16_ATOL["logprobs"]
+    assert 0 < result["log_normalizer_max_diff"] <= FP16_ATOL["log_normalizer"]
     assert result["greedy_identical"] + result["greedy_near_ties"] == result["greedy_sources"] == 1
 
 
@@ -282,6 +298,7 @@ def test_optimized_graphs_stay_standard_and_keep_parity(tiny_concat_bundle, tiny
     assert len(onnx.load(str(tmp_path / names.DECODER_FILE)).graph.node) <= before
     report = verify_bundle(tmp_path, tiny_model, sources=[[5, 6, 2], [7, 2]], cases=(Case(3, 10, 4, 2),))
     assert report.logprobs_max_diff <= ATOL and report.greedy_identical == 2
+    assert 0 < report.log_normalizer_max_diff <= ATOL
 
 
 def test_metrics_from_a_test_split(tiny_checkpoint, tiny_corpus, tiny_model):

@@ -67,7 +67,7 @@ def onnx_search(bundle: Path, source: list[int], beam: int, max_new: int, forced
         if bound is not None:
             logp = bound.run(feeds)[:, -1].astype(np.float32)
         else:
-            out = dec.run(names.decoder_outputs(n)[:-1], feeds)
+            out = dec.run([names.LOGPROBS, *names.self_cache_io(n).values()], feeds)
             logp, past = out[0][:, -1].astype(np.float32), out[1:]
         logp[:, list(suppress)] = -np.inf
         if step == 0 and forced is not None:
