@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from bench.clean_messages import internals_in
 from protos.inference import grpc_service_pb2 as v2
 from protos.translator.v1 import translator_pb2 as pb
-from service.api import kserve_codec
+from service.api import kserve_codec, kserve_parameters
 from service.api.kserve_codec import decode_request, deserialize_bytes, serialize_bytes
 from service.api.status import MAX_MESSAGE_CHARS
 from service.domain.errors import InvalidInput, InvalidTensor
@@ -122,11 +122,10 @@ def check_deserialize(raw: bytes, count: int) -> list[bytes] | None:
     return found
 
 
-PARAMETER_KEYS = (*kserve_codec.MAX_OUTPUT_TOKENS_KEYS, kserve_codec.BEAM_SIZE_KEY, kserve_codec.STREAM_KEY,
-                  kserve_codec.EMPTY_FINAL_KEY, "priority", *kserve_codec.MIN_OUTPUT_TOKENS_KEYS,
-                  *kserve_codec.COUNT_KEYS, kserve_codec.SEED_KEY, *kserve_codec.REAL_KEYS,
-                  *kserve_codec.FLAG_KEYS, kserve_codec.TARGET_PREFIX_KEY, *kserve_codec.LIST_KEYS,
-                  *kserve_codec.UNOFFERED_KEYS)  # the controlled-decoding parameters too
+_p = kserve_parameters
+PARAMETER_KEYS = (*_p.MAX_OUTPUT_TOKENS_KEYS, _p.BEAM_SIZE_KEY, _p.STREAM_KEY, _p.EMPTY_FINAL_KEY, "priority",
+                  *_p.MIN_OUTPUT_TOKENS_KEYS, *_p.COUNT_KEYS, _p.SEED_KEY, *_p.REAL_KEYS, *_p.FLAG_KEYS,
+                  _p.TARGET_PREFIX_KEY, *_p.LIST_KEYS, *_p.UNOFFERED_KEYS)  # the controlled-decoding ones too
 long_digits = st.builds(lambda pad, digit, n: pad + digit * n, st.sampled_from(["", "0" * 5000, " "]),
                         st.sampled_from("0123456789"), st.integers(1, 6000))
 parameter_values = st.one_of(
@@ -173,8 +172,8 @@ def _add_input(draw: st.DrawFn, request: v2.ModelInferRequest) -> None:
 _whole = st.one_of(st.tuples(st.sampled_from(["int64_param", "uint64_param"]), st.integers(1, 12)),
                    st.tuples(st.just("string_param"), st.integers(1, 12).map(str)))
 sane_parameters = st.fixed_dictionaries({}, optional={  # valid, mostly (stream needs ModelStreamInfer)
-    "max_output_tokens": _whole, kserve_codec.BEAM_SIZE_KEY: _whole,
-    kserve_codec.STREAM_KEY: st.tuples(st.just("bool_param"), st.booleans())})
+    "max_output_tokens": _whole, kserve_parameters.BEAM_SIZE_KEY: _whole,
+    kserve_parameters.STREAM_KEY: st.tuples(st.just("bool_param"), st.booleans())})
 
 
 @st.composite
@@ -252,15 +251,16 @@ def check_decode(request: v2.ModelInferRequest) -> kserve_codec.DecodedRequest |
     assert decoded.request_id == request.id
     given = request.parameters
     options = decoded.options
-    for key in kserve_codec.MAX_OUTPUT_TOKENS_KEYS:
+    for key in kserve_parameters.MAX_OUTPUT_TOKENS_KEYS:
         if key in given:
             assert options.max_output_tokens == _number(given[key]) >= 1
-    if not any(key in given for key in kserve_codec.MAX_OUTPUT_TOKENS_KEYS):
+    if not any(key in given for key in kserve_parameters.MAX_OUTPUT_TOKENS_KEYS):
         assert options.max_output_tokens is None
-    beam = kserve_codec.BEAM_SIZE_KEY
+    beam = kserve_parameters.BEAM_SIZE_KEY
     assert options.beam_size == (_number(given[beam]) if beam in given else None)
-    assert options.stream == (kserve_codec.STREAM_KEY in given and _flag(given[kserve_codec.STREAM_KEY]))
-    empty_final = kserve_codec.EMPTY_FINAL_KEY
+    stream = kserve_parameters.STREAM_KEY
+    assert options.stream == (stream in given and _flag(given[stream]))
+    empty_final = kserve_parameters.EMPTY_FINAL_KEY
     assert options.empty_final_response == (empty_final in given and _flag(given[empty_final]))
     return decoded
 

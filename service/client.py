@@ -21,7 +21,7 @@ from protos.inference import grpc_service_pb2 as v2
 from protos.inference import grpc_service_pb2_grpc as v2_grpc
 from protos.translator.v1 import translator_pb2 as pb
 from protos.translator.v1 import translator_pb2_grpc as pb_grpc
-from service.api import kserve_codec, tls
+from service.api import kserve_codec, kserve_parameters, tls
 from service.api.common import MODEL_NAME
 
 
@@ -195,21 +195,21 @@ def _infer_v2(channel: grpc.Channel, args: argparse.Namespace, out: TextIO) -> N
     request.inputs.add(name=kserve_codec.INPUT_NAME, datatype=kserve_codec.BYTES_DATATYPE, shape=[count])
     request.raw_input_contents.append(kserve_codec.serialize_bytes(t.encode("utf-8") for t in args.texts))
     if args.beam:
-        request.parameters[kserve_codec.BEAM_SIZE_KEY].int64_param = args.beam
+        request.parameters[kserve_parameters.BEAM_SIZE_KEY].int64_param = args.beam
     if args.max_tokens:
         request.parameters["max_output_tokens"].int64_param = args.max_tokens
-    for key in kserve_codec.LANGUAGE_KEYS:
+    for key in kserve_parameters.LANGUAGE_KEYS:
         if getattr(args, key):
             request.parameters[key].string_param = getattr(args, key)
     for flag, (_, key) in CONTROLS.items():
         if getattr(args, flag) is not None:
             _set_parameter(request, key, getattr(args, flag))
     if args.prefix:
-        _set_parameter(request, kserve_codec.TARGET_PREFIX_KEY, args.prefix)
+        _set_parameter(request, kserve_parameters.TARGET_PREFIX_KEY, args.prefix)
     if args.prefix_ids:
-        _set_parameter(request, kserve_codec.TARGET_PREFIX_IDS_KEY, args.prefix_ids)
+        _set_parameter(request, kserve_parameters.TARGET_PREFIX_IDS_KEY, args.prefix_ids)
     if args.suppress or args.suppress_ids:
-        _set_parameter(request, kserve_codec.SUPPRESS_KEY, [*args.suppress, *args.suppress_ids])
+        _set_parameter(request, kserve_parameters.SUPPRESS_KEY, [*args.suppress, *args.suppress_ids])
     if args.disable_unk:
         _set_parameter(request, "disable_unk", True)
     response = v2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=args.timeout)

@@ -9,6 +9,7 @@ from grpc import aio
 from service.domain.errors import InvalidInput
 from service.domain.types import DecodeOptions, ModelDefaults
 
+SHOWN_CHARS = 80  # longest echo of a client-supplied value in an error message
 MODEL_NAME = "translator"
 MODEL_VERSION = "1"
 
@@ -40,3 +41,9 @@ def streams_pieces(options: DecodeOptions, defaults: ModelDefaults) -> bool:
     sampling (beam_size 1, the model's default when unset, and no alternatives)."""
     beam = defaults.beam_size if options.beam_size is None else options.beam_size
     return beam == 1 and not options.return_alternatives
+
+
+def shown(value: object, limit: int = SHOWN_CHARS) -> str:
+    """repr() of a client-supplied value for an error message, cut to `limit` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

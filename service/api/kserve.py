@@ -34,7 +34,7 @@ from grpc import aio
 
 from protos.inference import grpc_service_pb2 as pb
 from protos.inference import grpc_service_pb2_grpc as pb_grpc
-from service.api import kserve_codec, kserve_model, kserve_score
+from service.api import kserve_codec, kserve_model, kserve_parameters, kserve_score
 from service.api.common import (
     MODEL_NAME,
     check_max_output_tokens,
@@ -71,7 +71,7 @@ def check_repository(name: str) -> None:
                            "named by the empty string")
 
 
-def decode_options(options: kserve_codec.InferOptions, max_len: int) -> DecodeOptions:
+def decode_options(options: kserve_parameters.InferOptions, max_len: int) -> DecodeOptions:
     """DecodeOptions from v2 request parameters, unset ones the model's default (the scheduler validates
     them, as for the native API)."""
     check_max_output_tokens(options.max_output_tokens, max_len, "parameter max_output_tokens/max_tokens")
@@ -260,7 +260,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 return await self._score(model, request, deadline)
             decoded, options = self._prepare(request, model)
             if decoded.options.stream:
-                raise InvalidInput(f"parameter {kserve_codec.STREAM_KEY} needs the ModelStreamInfer RPC "
+                raise InvalidInput(f"parameter {kserve_parameters.STREAM_KEY} needs the ModelStreamInfer RPC "
                                    "(a unary call has a single response)")
             texts = await self._translate(model, decoded, options, deadline)
             return self._response(model, decoded.request_id, texts)
@@ -281,8 +281,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 yield self._response(model, request_id, texts, final=True)
                 return
             if len(decoded.texts) != 1:
-                raise InvalidInput(f"parameter {kserve_codec.STREAM_KEY} streams one text per request (input "
-                                   f"{kserve_codec.INPUT_NAME} shape [1]), got {len(decoded.texts)}")
+                raise InvalidInput(f"parameter {kserve_parameters.STREAM_KEY} streams one text per request "
+                                   f"(input {kserve_codec.INPUT_NAME} shape [1]), got {len(decoded.texts)}")
             stream_options = dataclasses.replace(options, stream=True)
             async for event in model.scheduler.stream(decoded.texts[0], stream_options, deadline):
                 if isinstance(event, TokenEvent):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from protos.inference import grpc_service_pb2 as pb
 from protos.inference import model_config_pb2 as config_pb
-from service.api import kserve_codec
+from service.api import kserve_codec, kserve_parameters
 from service.domain.types import BatchingMode
 from service.models.served import ServedModel
 from service.ops import statistics
@@ -56,7 +56,7 @@ def model_config(model: ServedModel) -> config_pb.ModelConfig:
         "max_output_tokens": scheduler.limits.max_output_tokens,
         "max_source_tokens": scheduler.limits.max_source_tokens,
         "execution_provider": runner.provider, "variant": runner.variant_name,
-        "stream_parameter": kserve_codec.STREAM_KEY,
+        "stream_parameter": kserve_parameters.STREAM_KEY,
     }
     for key, value in parameters.items():
         config.parameters[key].string_value = str(value)

@@ -15,13 +15,8 @@ from collections.abc import Sequence
 import numpy as np
 from google.protobuf.message import Message
 
-from service.api.kserve_codec import (
-    INPUT_NAME,
-    LANGUAGE_KEYS,
-    check_input_names,
-    decode_texts,
-    shown,
-)
+from service.api.kserve_codec import INPUT_NAME, check_input_names, decode_texts, shown
+from service.api.kserve_parameters import LANGUAGE_KEYS
 from service.domain.errors import InvalidTensor
 from service.domain.types import ScoreOptions, ScoreResult
 

@@ -26,7 +26,7 @@ from typing import Any
 from aiohttp import web
 
 from protos.inference import grpc_service_pb2 as pb
-from service.api import kserve_codec
+from service.api import kserve_codec, kserve_parameters
 from service.api.http import tensors
 from service.api.http.body import json_object, read_body
 from service.api.http.errors import CODE_KEY, json_response
@@ -49,7 +49,7 @@ def generate_request(request: web.Request, body: dict[str, Any], stream: bool
     if not isinstance(parameters, dict):
         raise InvalidInput(f"parameters must be a JSON object, got {shown(parameters)}")
     merged = {k: v for k, v in body.items() if k not in (TEXT_KEY, "parameters")} | parameters
-    merged.pop(kserve_codec.STREAM_KEY, None)  # the endpoint says whether to stream
+    merged.pop(kserve_parameters.STREAM_KEY, None)  # the endpoint says whether to stream
     deadline = None
     if tensors.TIMEOUT_KEY in merged:
         micros = merged.pop(tensors.TIMEOUT_KEY)
@@ -60,8 +60,8 @@ def generate_request(request: web.Request, body: dict[str, Any], stream: bool
                                    model_version=request.match_info.get("version", ""))
     tensors.set_parameters(message.parameters, merged, "generate request")
     if stream:
-        message.parameters[kserve_codec.STREAM_KEY].bool_param = True
-        message.parameters[kserve_codec.EMPTY_FINAL_KEY].bool_param = True  # pieces only: no repeat
+        message.parameters[kserve_parameters.STREAM_KEY].bool_param = True
+        message.parameters[kserve_parameters.EMPTY_FINAL_KEY].bool_param = True  # pieces only: no repeat
     tensor = message.inputs.add(name=kserve_codec.INPUT_NAME, datatype=kserve_codec.BYTES_DATATYPE, shape=[1])
     tensor.contents.bytes_contents.append(text.encode("utf-8", "surrogatepass"))
     return message, deadline

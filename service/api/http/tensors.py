@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from protos.inference import grpc_service_pb2 as pb
-from service.api import kserve_codec
+from service.api import kserve_codec, kserve_parameters
 from service.api.kserve_codec import shown
 from service.domain.errors import InvalidTensor
 
@@ -47,7 +47,7 @@ class HttpInferRequest:
 
 def parameter_field(key: str, value: Any) -> str:
     """The parameter field of a JSON value: bool_param, int64_param, double_param or string_param (a
-    JSON array for a parameter that takes one: kserve_codec.LIST_KEYS)."""
+    JSON array for a parameter that takes one: kserve_parameters.LIST_KEYS)."""
     if isinstance(value, bool):
         return "bool_param"
     if isinstance(value, int):
@@ -58,9 +58,10 @@ def parameter_field(key: str, value: Any) -> str:
         return "double_param"
     if isinstance(value, str):
         return "string_param"
-    if isinstance(value, list) and key in kserve_codec.LIST_KEYS:
+    if isinstance(value, list) and key in kserve_parameters.LIST_KEYS:
         return "string_param"  # the JSON array itself, as gRPC clients send it
-    arrays = f" (only {', '.join(kserve_codec.LIST_KEYS)} take arrays)" if isinstance(value, list) else ""
+    listed = ", ".join(kserve_parameters.LIST_KEYS)
+    arrays = f" (only {listed} take arrays)" if isinstance(value, list) else ""
     raise InvalidTensor(f"parameter {key} must be a string, number or boolean{arrays}, got {shown(value)}")
 
 

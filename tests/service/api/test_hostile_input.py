@@ -11,7 +11,8 @@ from bench import hostile
 from protos.inference import grpc_service_pb2 as v2
 from protos.translator.v1 import translator_pb2 as pb
 from service.api import kserve, translator
-from service.api.kserve_codec import deserialize_bytes, parse_parameters, serialize_bytes
+from service.api.kserve_codec import deserialize_bytes, serialize_bytes
+from service.api.kserve_parameters import parse_parameters
 from service.domain.errors import InvalidInput, InvalidTensor
 from tests.support.properties import FAST, MAX_BEAM, MAX_LEN
 

@@ -14,16 +14,15 @@ from tritonclient.utils import deserialize_bytes_tensor, serialize_byte_tensor
 from protos.inference import grpc_service_pb2
 from service.api.kserve_codec import (
     DecodedRequest,
-    InferOptions,
     check_requested_outputs,
     decode_request,
     decode_text_input,
     deserialize_bytes,
     encode_translation_output,
-    parse_parameters,
     serialize_bytes,
     set_final,
 )
+from service.api.kserve_parameters import InferOptions, parse_parameters
 from service.domain.errors import InvalidTensor
 from tests.support.kserve import text_input
 

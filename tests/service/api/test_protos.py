@@ -296,6 +296,7 @@ def test_translator_service_shape() -> None:
     flags = {m.name: (m.client_streaming, m.server_streaming) for m in service.methods}
     assert flags == {
         "Translate": (False, False), "TranslateStream": (False, True), "GetModelInfo": (False, False),
+        "Score": (False, False),
     }
     options = translator_pb2.TranslateOptions()
     assert not options.HasField("length_penalty")
