@@ -21,6 +21,7 @@ from export.build import BuildOptions
 from export.hf_mapping import UnsupportedModel, load_pretrained
 from export.pretrained import generation_search, import_pretrained
 from interface.generation import GenerationDefaults, parse_generation
+from service.domain.errors import BundleError
 from service.domain.types import BatchingMode, DecodeOptions, FinishReason, ModelDefaults, ResolvedOptions
 from service.runtime.pooled_beam import PooledBeamSearch
 from service.runtime.runner import Runner
@@ -151,6 +152,30 @@ def test_length_penalty_and_early_stopping_as_generate(bundles, hf, texts, bundl
     if early is not False and alpha != 0.0:  # the setting matters here: False would find others
         plain = runner_of(bundles["opus"]).translate(texts, DecodeOptions(beam_size=beam, alpha=alpha))
         assert any(a[0].tokens != b[0].tokens for a, b in zip(served, plain, strict=True))
+
+
+def test_every_default_of_a_generation_config_as_generate(bundles, hf, texts, tmp_path):
+    """A checkpoint config's num_beams, max_length, min_length, no_repeat_ngram_size, repetition_penalty
+    and length_penalty as defaults: DecodeOptions() decodes as generate with those settings (min_length
+    and max_length count the decoder start there); a request's own values win; a default that is no valid
+    option is refused when the bundle loads."""
+    model, tok, rules = hf
+    given = {"num_beams": 3, "max_length": 12, "min_length": 6, "no_repeat_ngram_size": 2,
+             "repetition_penalty": 1.4, "length_penalty": 0.5}
+    runner = runner_of(restated(bundles["opus"], tmp_path / "config", defaults=given))
+    assert runner.defaults == ModelDefaults(3, 11, 0.5, 5, 2, 1.4)
+    served = runner.translate(texts, DecodeOptions())
+    theirs = hf_generate(model, [tok(t)["input_ids"] for t in texts], 3, None, rules, **given)
+    assert_generated(served, theirs)
+    assert all(len(h[0].tokens) >= 5 for h in served)
+    plain = runner.translate(texts, DecodeOptions(beam_size=3, max_new_tokens=11, alpha=0.5, min_length=0,
+                                                  no_repeat_ngram_size=0, repetition_penalty=1.0))
+    assert sum(a[0].tokens != b[0].tokens for a, b in zip(served, plain, strict=True)) >= 5  # they matter
+    assert plain == runner_of(bundles["opus"]).translate(texts, DecodeOptions(beam_size=3, max_new_tokens=11,
+                                                                              alpha=0.5))
+    bad = restated(bundles["opus"], tmp_path / "bad", defaults={"no_repeat_ngram_size": 99})
+    with pytest.raises(BundleError, match="generation defaults .* not valid options: no_repeat_ngram_size"):
+        runner_of(bad)
 
 
 @pytest.mark.parametrize("beam", [2, 4])
