@@ -26,6 +26,10 @@ backend, where joins, leaves, compaction and beam reordering stay on the device.
 
 Runs. A run takes one step, or several greedy steps with a bundle's multi-step decoder when the
 batch's `StepPolicy` allows (service/runtime/stepping.py); requests join and leave between runs.
+
+Controls. Between the decoder and the searches, each step's log-probs get the requests' forced tokens,
+controls and the bundle's rules (service/runtime/controls.py, rules.py), on the rows that ask for them;
+a sampling row draws its token (sampling.py); a run with such a row takes one step.
 """
 
 from __future__ import annotations
@@ -179,10 +183,9 @@ class DecodeBatch:
         if steps > 1:
             done = self._run_steps(steps, feeds, past, events)
         else:
-            out = self._be.decode(feeds, past, self._cache.inplace)
-            logp, attn, present = out[0], out[1], out[2]
+            logp, attn, present, norm = self._be.decode(feeds, past, self._cache.inplace)
             logp, attn = logp[:, -1].astype(np.float32, copy=False), attn[:, -1]  # (n_rows, V), (n_rows, S)
-            norm = out[3][:, -1] if len(out) > 3 and out[3] is not None else None  # (n_rows,): logits - logp
+            norm = None if norm is None else norm[:, -1]  # (n_rows,): logits - logp (None: an older bundle)
             self._process(logp, norm)
             self._cache.advance(present, self._live)
             groups = self._searches()
