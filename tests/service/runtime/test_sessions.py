@@ -56,7 +56,7 @@ def test_rebinds_what_changed_and_sees_in_place_edits(decoder):
     binding = DecoderBinding(decoder, names.self_cache_io(n_layers))
     feeds, past = random_step(decoder, 0)
     expected = plain_logprobs(decoder, feeds, past)
-    logp, _ = binding.run(feeds, past)
+    logp, *_ = binding.run(feeds, past)
     np.testing.assert_allclose(logp, expected, atol=1e-5)
 
     # the same objects edited in place: not rebound, the next run reads the new values
@@ -66,14 +66,14 @@ def test_rebinds_what_changed_and_sees_in_place_edits(decoder):
     for name, arr in past.items():
         arr[...] = other_past[name]
     expected = plain_logprobs(decoder, feeds, past)
-    again, _ = binding.run(feeds, past)
+    again, *_ = binding.run(feeds, past)
     assert again is logp  # the output buffer is reused while its shape is the same
     np.testing.assert_allclose(again, expected, atol=1e-5)
 
     # new objects of other shapes (more rows, a longer source): rebound, new output buffers
     feeds, past = random_step(decoder, 2, rows=5, src=6)
     expected = plain_logprobs(decoder, feeds, past)
-    logp, attn = binding.run(feeds, past)
+    logp, attn, *_ = binding.run(feeds, past)
     assert logp.shape[0] == 5 and attn.shape == (5, 1, 6)
     np.testing.assert_allclose(logp, expected, atol=1e-5)
 
@@ -102,7 +102,7 @@ def test_non_contiguous_inputs_are_bound_as_copies(decoder):
     wide = np.zeros((len(feeds[names.INPUT_IDS]), 3), np.int64)
     wide[:, 1] = feeds[names.INPUT_IDS][:, 0]
     feeds[names.INPUT_IDS] = wide[:, 1:2]  # a strided view
-    logp, _ = binding.run(feeds, past)
+    logp, *_ = binding.run(feeds, past)
     np.testing.assert_allclose(logp, expected, atol=1e-5)
     wide[:, 1] = (wide[:, 1] + 1) % 50 + 4  # edited after a copy was bound: seen at the next run
     changed, past2 = dict(feeds), {k: v for k, v in past.items()}
