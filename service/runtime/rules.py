@@ -48,7 +48,7 @@ class StepRules:
     suppress: tuple[int, ...] = ()
     eos_at_limit: bool = False
     renormalize: bool = False
-    begin_suppress: tuple[int, ...] = ()  # never the first token after the forced ones (service/runtime/controls.py)
+    begin_suppress: tuple[int, ...] = ()  # never the first token after the forced ones (controls.py)
 
     @classmethod
     def of(cls, spec: GenerationSpec) -> StepRules:
