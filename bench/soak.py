@@ -4,11 +4,13 @@
     python -m bench.soak --requests 300 --concurrency 16 --bundle my-bundle --sources pairs.tsv
 
 Starts `python -m service.server` on a free 127.0.0.1 port (bench/serverproc.py), computes every
-valid text's reference in-process (service.runtime.runner.Runner, same bundle, decoded alone), warms the
-server up, then sends the mix of bench/soak_cases.py from `--concurrency` closed-loop users over
-several channels, with bursts of maximal requests beyond the queue every `--burst-every`
-requests. Optionally (`--inject-every N`) the server fails every N-th decoder step through the
-runner's fault hook (bench/faulty_server.py). Checks, all printed in the report (the last line is
+valid text's reference in-process (service.runtime.runner.Runner, same bundle, decoded alone), warms
+the server up, then sends the mix of bench/soak_cases.py from `--concurrency` closed-loop users over
+several channels and one HTTP connection pool (the server's HTTP port: KServe v2 REST infer in JSON
+and binary tensor data, generate, generate_stream as server-sent events, bench/soak_http_cases.py),
+with bursts of maximal requests beyond the queue every `--burst-every` requests. Optionally
+(`--inject-every N`) the server fails every N-th decoder step through the runner's fault hook
+(bench/faulty_server.py). Checks, all printed in the report (the last line is
 its JSON):
 
 - every request got exactly one terminal answer (lost = duplicated = hanging = 0), with an
@@ -16,7 +18,8 @@ its JSON):
 - every accepted valid request's result is token-identical to decoding it alone;
 - the server is SERVING at the end, and its RSS does not grow after its plateau: the median of the
   soak's second half within 5% of the first half's (RSS sampled at each twentieth);
-- `translator_requests_total{method,code}` grew by the driver's own counts; calls gRPC refused
+- `translator_requests_total{method,code}` grew by the driver's own counts (HTTP requests under
+  their route's path pattern, their HTTP status as the table's gRPC name); calls gRPC refused
   before any handler ran (a message over --max-message-bytes) are not in it and are left out, and
   a cancel or a too-short deadline may race the server's answer (see `compare_metrics`).
 
@@ -39,15 +42,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import aiohttp
 from grpc import aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.charts import from_results, record
 from bench.progress import Progress
-from bench.serverproc import ServerProcess
+from bench.serverproc import ServerProcess, free_port
 from bench.soak_calls import Record, Stubs, send
+from bench.soak_case import HTTP_METHODS
 from bench.soak_cases import VALID_KINDS, Case, Mix
+from bench.soak_http_calls import HttpClient
 from bench.workload import DEFAULT_BUNDLE, HELD_OUT, held_out_sources
 from service.runtime.runner import Runner
 
@@ -56,7 +62,8 @@ from service.runtime.runner import Runner
 RSS_GROWTH_LIMIT = 0.05
 RSS_SAMPLES = 20  # RSS read at each twentieth of the soak
 # kinds whose client-side code may differ from the server's count (see compare_metrics)
-RACING = {"cancel_stream": ("CANCELLED",), "short_deadline": ("DEADLINE_EXCEEDED",)}
+RACING = {"cancel_stream": ("CANCELLED",), "http_cancel_stream": ("CANCELLED",),
+          "short_deadline": ("DEADLINE_EXCEEDED",)}
 RACE_CODES = ("OK", "CANCELLED", "DEADLINE_EXCEEDED", "INTERNAL", "RESOURCE_EXHAUSTED")
 STATUS_PROBLEMS = ("status", "INVALID", "RESOURCE", "INTERNAL", "NOT_FOUND", "DEADLINE", "UNAVAILABLE")
 CHANNELS = 4
@@ -104,6 +111,7 @@ class Report:
     wrong_results: int = 0
     bad_status: int = 0
     valid_ok: int = 0
+    valid_ok_http: int = 0  # of valid_ok, sent over HTTP
     faults: dict[str, int] = field(default_factory=dict)  # requests per fault kind
     codes: dict[str, int] = field(default_factory=dict)  # terminal status codes
     problems: list[str] = field(default_factory=list)  # the first ones, with their request
@@ -159,14 +167,16 @@ async def serving(address: str) -> bool:
     return reply.status == health_pb2.HealthCheckResponse.SERVING
 
 
-async def drive(address: str, cases: Sequence[Case], concurrency: int, burst: list[Case], burst_every: int,
-                injected: bool, limit_s: float,
+async def drive(address: str, http_address: str, cases: Sequence[Case], concurrency: int, burst: list[Case],
+                burst_every: int, injected: bool, limit_s: float,
                 progress: Callable[[int], None] | None = None) -> list[Record]:
     """Closed loop: `concurrency` users take the next case (`progress(index)` is told); every
     burst_every-th case also fires the burst all at once. Bounded by limit_s (unfinished requests
     are then lost, and reported)."""
     channels = [aio.insecure_channel(address, options=CHANNEL_OPTIONS) for _ in range(CHANNELS)]
-    stubs = [Stubs(c) for c in channels]
+    session = aiohttp.ClientSession()
+    http = HttpClient(session, f"http://{http_address}")
+    stubs = [Stubs(c, http) for c in channels]
     records: list[Record] = []
     pending = iter(enumerate(cases))
 
@@ -188,6 +198,7 @@ async def drive(address: str, cases: Sequence[Case], concurrency: int, burst: li
     finally:
         for channel in channels:
             await channel.close()
+        await session.close()
     return records
 
 
@@ -233,6 +244,8 @@ def summarize(report: Report, records: Sequence[Record], sent: int) -> None:
     report.bad_status = sum(1 for r in records if any(p.startswith(STATUS_PROBLEMS) or "internals" in p
                                                       for p in r.problems))
     report.valid_ok = sum(1 for r in records if r.kind in VALID_KINDS and r.code == "OK" and not r.problems)
+    report.valid_ok_http = sum(1 for r in records if r.kind in VALID_KINDS and r.code == "OK"
+                               and not r.problems and r.method in HTTP_METHODS)
     report.faults = dict(sorted(Counter(r.kind for r in records if r.kind not in VALID_KINDS).items()))
     report.codes = dict(sorted(Counter(r.code for r in records).items()))
     report.problems = [f"#{r.index} {r.kind}: {p}" for r in records for p in r.problems][:50]
@@ -281,7 +294,9 @@ def run(settings: Settings, log=print) -> Report:
     burst = [mix.burst_case() for _ in range(burst_size)]
     n_bursts = settings.requests // settings.burst_every if settings.burst_every else 0
     sent = settings.requests + n_bursts * burst_size
-    args = ["--max-batch-size", str(settings.max_batch_size), "--queue-size", str(settings.queue_size),
+    http_address = f"127.0.0.1:{free_port()}"
+    args = ["--http-port", http_address.rsplit(":", 1)[1],
+            "--max-batch-size", str(settings.max_batch_size), "--queue-size", str(settings.queue_size),
             "--max-message-bytes", str(settings.max_message_bytes),
             "--max-connection-age-ms", str(settings.max_connection_age_ms), "--drain-grace-s", "10",
             "--max-output-tokens", str(settings.max_output_tokens)]
@@ -290,7 +305,7 @@ def run(settings: Settings, log=print) -> Report:
     injected = bool(settings.inject_every)
     with kind(settings.bundle, settings.batching, args, **extra) as server:
         log(f"server {server.address} (pid {server.pid}); warm-up: {warmup} requests of the mix, 2 bursts")
-        warm = asyncio.run(drive(server.address, warm_cases, settings.concurrency, burst,
+        warm = asyncio.run(drive(server.address, http_address, warm_cases, settings.concurrency, burst,
                                  max(1, warmup // 2), injected, 600))
         warm_problems = [f"warm-up #{r.index} {r.kind}: {p}" for r in warm for p in r.problems]
         time.sleep(1.0)
@@ -305,7 +320,7 @@ def run(settings: Settings, log=print) -> Report:
                 """Sample RSS where due, and count the request."""
                 sampler.progress(index)
                 bar.update(1, f"RSS {sampler.curve_mib[-1]} MiB" if sampler.curve_mib else "")
-            records = asyncio.run(drive(server.address, cases, settings.concurrency, burst,
+            records = asyncio.run(drive(server.address, http_address, cases, settings.concurrency, burst,
                                         settings.burst_every, injected, settings.max_minutes * 60, progress))
         report.elapsed_s = time.perf_counter() - t0
         report.rss_curve_mib = sampler.curve_mib
@@ -328,7 +343,8 @@ def print_report(report: Report, out=sys.stdout) -> None:
               f"duplicated {report.duplicated}, hanging {report.hanging}, "
               f"wrong results {report.wrong_results}, "
               f"bad statuses {report.bad_status}\n")
-    out.write(f"valid requests answered OK and token-identical: {report.valid_ok}\n")
+    out.write(f"valid requests answered OK and token-identical: {report.valid_ok} "
+              f"({report.valid_ok_http} over HTTP)\n")
     out.write(f"faults by kind: {report.faults}\nstatus codes: {report.codes}\n")
     out.write(f"SERVING at the end: {report.serving_at_end}; "
               f"RSS {report.rss_warm_kib / 1024:.1f} MiB after warm-up, "

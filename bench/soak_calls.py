@@ -1,5 +1,6 @@
-"""Send one soak case over grpc.aio and check its answer: one terminal answer, the right status,
-a clean message, the reference result, and no answer later than its deadline."""
+"""Send one soak case over grpc.aio (or HTTP: bench/soak_http_calls.py) and check its answer: one
+terminal answer, the right status, a clean message, the reference result, and no answer later than
+its deadline."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from dataclasses import dataclass, field
 from grpc import aio
 
 from bench.clean_messages import internals_in
-from bench.soak_cases import INFER, STREAM, STREAM_INFER, TRANSLATE, Case
+from bench.soak_case import HTTP_METHODS, INFER, STREAM, STREAM_INFER, TRANSLATE, Case
+from bench.soak_http_calls import HttpClient, send_http
 from protos.inference import grpc_service_pb2_grpc as v2_grpc
 from protos.translator.v1 import translator_pb2_grpc as pb_grpc
 from service.api import kserve_codec
@@ -34,11 +36,12 @@ class Record:
 
 
 class Stubs:
-    """The stubs of one grpc.aio channel."""
+    """The stubs of one grpc.aio channel, and the HTTP client (None: gRPC only)."""
 
-    def __init__(self, channel: aio.Channel) -> None:
+    def __init__(self, channel: aio.Channel, http: HttpClient | None = None) -> None:
         self.translator = pb_grpc.TranslatorStub(channel)
         self.v2 = v2_grpc.GRPCInferenceServiceStub(channel)
+        self.http = http
 
 
 def _tokens_problem(what: str, got: list[int], want: list[int]) -> list[str]:
@@ -147,7 +150,11 @@ async def send(index: int, case: Case, stubs: Stubs, injected_faults: bool = Fal
     record = Record(index, case.kind, case.method)
     start = time.perf_counter()
     try:
-        await SENDERS[case.method](case, stubs, record, injected_faults)
+        if case.method in HTTP_METHODS:
+            assert stubs.http is not None, "an HTTP case needs the server's HTTP port"
+            await send_http(case, stubs.http, record)
+        else:
+            await SENDERS[case.method](case, stubs, record, injected_faults)
     except aio.AioRpcError as exc:
         record.code, record.details, record.answers = exc.code().name, exc.details() or "", record.answers + 1
     except asyncio.CancelledError:

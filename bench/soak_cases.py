@@ -10,22 +10,16 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
+from bench.soak_case import INFER, STREAM, STREAM_INFER, TRANSLATE, VALID_DEADLINE_S, Case, Reference
+from bench.soak_http_cases import HTTP_MIX, HTTP_VALID_KINDS, HttpCases
 from protos.inference import grpc_service_pb2 as v2
 from protos.translator.v1 import translator_pb2 as pb
 from service.api import kserve_codec
 from service.domain.types import DecodeOptions
 from service.runtime.runner import Runner
 
-TRANSLATE = "translator.v1.Translator/Translate"
-STREAM = "translator.v1.Translator/TranslateStream"
-INFER = "inference.GRPCInferenceService/ModelInfer"
-STREAM_INFER = "inference.GRPCInferenceService/ModelStreamInfer"
-HEALTH = "grpc.health.v1.Health/Check"
-
-VALID_DEADLINE_S = 60.0  # generous: a valid request answered later than this counts as hanging
 # kind -> share of the mix; every kind but the valid ones is a fault
 MIX: dict[str, float] = {
     "translate": 0.26, "v2_infer": 0.10, "stream": 0.12, "v2_stream": 0.05, "cancel_stream": 0.06,
@@ -33,33 +27,11 @@ MIX: dict[str, float] = {
     "v2_wrong_datatype": 0.03, "v2_wrong_shape": 0.03, "v2_truncated_bytes": 0.03, "v2_bad_utf8": 0.03,
     "unknown_model": 0.03, "beam_out_of_range": 0.04, "v2_beam_out_of_range": 0.02,
     "too_many_texts": 0.02, "bad_option": 0.02, "v2_bad_parameter": 0.02,
-}
-VALID_KINDS = frozenset({"translate", "v2_infer", "stream", "v2_stream", "burst"})
+} | HTTP_MIX
+VALID_KINDS = frozenset({"translate", "v2_infer", "stream", "v2_stream", "burst"}) | HTTP_VALID_KINDS
 
 
-@dataclass
-class Reference:
-    """What decoding a text alone gives: the best hypothesis' tokens and text."""
-
-    tokens: list[int]
-    text: str
-
-
-@dataclass
-class Case:
-    """One request of the soak: its RPC, message(s), deadline and what may come back."""
-
-    kind: str
-    method: str  # the server's metric label of the RPC
-    request: Any  # the request message; for v2_stream, a list of them
-    deadline_s: float
-    allowed: frozenset[str]  # terminal status codes that are correct for this case
-    hint: str = ""  # a fragment the status message must contain when the code is not OK
-    references: list[Reference] = field(default_factory=list)  # valid cases: one per text
-    cancel_after: int = 0  # cancel_stream: pieces to read before cancelling
-
-
-class Mix:
+class Mix(HttpCases):
     """Builds cases from a pool of texts and the runner that provides the references."""
 
     def __init__(self, runner: Runner, sources: Sequence[str], max_batch: int, max_message_bytes: int,

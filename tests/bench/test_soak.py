@@ -11,6 +11,7 @@ import pytest
 from bench.soak import Report, Settings, compare_metrics, print_report, rss_growth, run, summarize
 from bench.soak_calls import Record, check
 from bench.soak_cases import MIX, TRANSLATE, VALID_KINDS, Case, Reference
+from bench.soak_http_calls import code_of, stream_error_code
 
 REQUESTS, BURST_EVERY, MAX_BATCH, QUEUE = 400, 100, 8, 32
 
@@ -33,6 +34,7 @@ def test_every_request_gets_exactly_one_clean_answer(report):
     assert set(report.faults) == set(MIX) - VALID_KINDS  # every kind of fault was sent
     assert report.codes["INTERNAL"] > 0  # the injected batch failures happened ...
     assert report.valid_ok >= 100  # ... and plenty of valid requests were checked token for token
+    assert report.valid_ok_http >= 30  # HTTP (infer JSON and binary, generate, generate_stream) among them
     assert report.codes["RESOURCE_EXHAUSTED"] > report.not_counted  # the bursts overflowed the queue
 
 
@@ -70,6 +72,24 @@ def test_the_checks_can_fail(record, found):
     """Bad answers are reported: a leaked internal, a late answer, two answers, a vague message."""
     check(_case(), record, injected_faults=False)
     assert any(found in p for p in record.problems), record.problems
+
+
+@pytest.mark.parametrize(("status", "message", "code"), [
+    (400, "x", "INVALID_ARGUMENT"), (404, "unknown model", "NOT_FOUND"), (413, "at most", "INVALID_ARGUMENT"),
+    (500, "error id 1", "INTERNAL"), (503, "the queue is full", "RESOURCE_EXHAUSTED"),
+    (503, "the server is shutting down", "UNAVAILABLE"), (504, "deadline", "DEADLINE_EXCEEDED"),
+    (418, "teapot", "HTTP 418"),
+])
+def test_http_answers_are_named_as_the_server_counts_them(status, message, code):
+    """An HTTP error's status (and, for 503, its message) gives the status table's gRPC name, which the
+    server's request counter uses; a status outside the table stays visible as itself."""
+    assert code_of(status, message) == code
+
+
+def test_errors_inside_a_stream_are_named_by_their_message():
+    assert stream_error_code("internal error (error id abc)") == "INTERNAL"
+    assert stream_error_code("the queue is full") == "RESOURCE_EXHAUSTED"
+    assert stream_error_code("the server shut down") == "UNAVAILABLE"
 
 
 def test_internals_in_a_message_are_reported():
