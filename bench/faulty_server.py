@@ -4,7 +4,8 @@
 
 Every N-th decoder step of the process raises inside the backend's decoder run
 (service/runtime/backends.py), as a failing model call would: that batch's requests must get
-INTERNAL and the server must keep serving.
+INTERNAL (over HTTP: 500 with a JSON error, or an error event once a generate_stream has begun), and
+the server must keep serving both protocols.
 """
 
 from __future__ import annotations

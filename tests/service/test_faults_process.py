@@ -1,7 +1,7 @@
-"""The real `python -m service.server` process: SIGTERM under full load drains cleanly (every call
-finishes or gets UNAVAILABLE within the grace period, exit code 0), and a missing, truncated,
-tampered or unloadable bundle stops it at start-up with a clear message and a non-zero exit code
-before it ever listens."""
+"""The real `python -m service.server` process: SIGTERM under full load drains cleanly (every call,
+gRPC or HTTP, finishes or gets UNAVAILABLE / 503 within the grace period, exit code 0), and a
+missing, truncated, tampered or unloadable bundle stops it at start-up with a clear message and a
+non-zero exit code before it ever listens."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import aiohttp
 import pytest
 from grpc import aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -23,7 +24,7 @@ from protos.translator.v1 import translator_pb2_grpc as pb_grpc
 from service.domain.types import DecodeOptions
 from service.runtime.bundle import file_sha256
 from tests.support import REPO_ROOT
-from tests.support.decoding import best_tokens
+from tests.support.decoding import best_texts, best_tokens
 from tests.support.metrics import key, scrape
 from tests.support.polling import wait_until
 from tests.support.server import NOT_SERVING, SERVING, TEXTS, ServerProcess, free_port, slow_server
@@ -32,12 +33,15 @@ GRACE_S = 2.0
 CALLS = 24
 
 
-async def load_then_signal(port: int, metrics_port: int, server: ServerProcess,
+async def load_then_signal(port: int, http_port: int, metrics_port: int, server: ServerProcess,
                            sig: signal.Signals) -> tuple[list, float, list[int], int]:
-    """CALLS concurrent calls (unary and streams), the signal once all are in; [(kind, code, message,
-    tokens)], the seconds from the signal to the last answer, the health statuses a Watch saw (from
-    before the signal until NOT_SERVING), and how many calls were unanswered at NOT_SERVING."""
-    async with aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+    """CALLS concurrent calls (gRPC unary and streams, HTTP generate), the signal once all are in;
+    [(kind, code, message, tokens or text)], the seconds from the signal to the last answer, the health
+    statuses a Watch saw (from before the signal until NOT_SERVING), and how many calls were unanswered
+    at NOT_SERVING."""
+    timeout = aiohttp.ClientTimeout(total=60)
+    async with aio.insecure_channel(f"127.0.0.1:{port}") as channel, \
+            aiohttp.ClientSession(timeout=timeout) as session:
         stub = pb_grpc.TranslatorStub(channel)
         options = pb.TranslateOptions(max_output_tokens=60)
         first_piece = asyncio.Event()
@@ -48,6 +52,14 @@ async def load_then_signal(port: int, metrics_port: int, server: ServerProcess,
                 return "unary", "OK", "", list(reply.results[0].hypotheses[0].token_ids)
             except aio.AioRpcError as exc:
                 return "unary", exc.code().name, exc.details(), None
+
+        async def http(text: str) -> tuple:
+            url = f"http://127.0.0.1:{http_port}/v2/models/translator/generate"
+            async with session.post(url, json={"text_input": text, "max_tokens": 60}) as answer:
+                body = await answer.json()
+            if answer.status == 200:
+                return "http", "OK", "", body["text_output"]
+            return "http", "UNAVAILABLE" if answer.status == 503 else str(answer.status), body["error"], None
 
         async def stream(text: str) -> tuple:
             tokens = []
@@ -64,8 +76,8 @@ async def load_then_signal(port: int, metrics_port: int, server: ServerProcess,
 
         watch = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(), timeout=60)
         statuses = [(await watch.read()).status]
-        calls = [asyncio.ensure_future((stream if i % 3 == 0 else unary)(TEXTS[i % len(TEXTS)]))
-                 for i in range(CALLS)]
+        kinds = (stream, http, unary)
+        calls = [asyncio.ensure_future(kinds[i % 3](TEXTS[i % len(TEXTS)])) for i in range(CALLS)]
         await asyncio.wait_for(first_piece.wait(), 60)
 
         def all_in() -> bool:
@@ -83,27 +95,29 @@ async def load_then_signal(port: int, metrics_port: int, server: ServerProcess,
             statuses.append((await watch.read()).status)
         unanswered = sum(not c.done() for c in calls)
         watch.cancel()
-        late = await unary(TEXTS[0])  # a call after the signal is refused
+        late = [await unary(TEXTS[0]), await http(TEXTS[0])]  # calls after the signal are refused
         results = await asyncio.gather(*calls)
-        return [*results, late], time.monotonic() - signalled, statuses, unanswered
+        return [*results, *late], time.monotonic() - signalled, statuses, unanswered
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_signal_under_load_answers_every_call_and_exits_zero(tiny_bundle, tmp_path, runner, sig):
-    """Health turns NOT_SERVING at once, while calls are still in flight; each call either completes
-    with the right tokens or gets UNAVAILABLE with a clear message, all within the grace period (plus
-    the server's margin); the process exits 0."""
+    """Health turns NOT_SERVING at once, while calls are still in flight; each call, gRPC or HTTP,
+    either completes with the right tokens (text over HTTP) or gets UNAVAILABLE (HTTP 503) with a clear
+    message, all within the grace period (plus the server's margin); the process exits 0."""
     # One text at a time, each decoder step slowed so that the longest text takes half the grace
     # period: the first calls finish within it, while all CALLS together take several times longer.
     want = [best_tokens(runner, t, DecodeOptions(max_new_tokens=60)) for t in TEXTS]
     steps = [len(tokens) + 1 for tokens in want]
     step_s = GRACE_S / 2 / max(steps)
     assert CALLS * min(steps) * step_s > 2 * GRACE_S
-    metrics_port = free_port()
+    texts = [best_texts(runner, [t], DecodeOptions(max_new_tokens=60))[0] for t in TEXTS]
+    metrics_port, http_port = free_port(), free_port()
     with slow_server(tiny_bundle, tmp_path, "--max-batch-size", "1", "--drain-grace-s", str(GRACE_S),
-                     "--metrics-port", str(metrics_port), step_s=step_s) as (server, port):
+                     "--metrics-port", str(metrics_port), "--http-port", str(http_port),
+                     step_s=step_s) as (server, port):
         answers, seconds, statuses, unanswered = asyncio.run(
-            asyncio.wait_for(load_then_signal(port, metrics_port, server, sig), 120))
+            asyncio.wait_for(load_then_signal(port, http_port, metrics_port, server, sig), 120))
         assert server.exit_code() == 0, server.logs()
     logs = server.logs()
     assert "draining" in logs and "Traceback" not in logs
@@ -111,12 +125,14 @@ def test_signal_under_load_answers_every_call_and_exits_zero(tiny_bundle, tmp_pa
     assert unanswered > 0  # ... while calls were still in flight: draining
     codes = [code for _, code, _, _ in answers]
     assert set(codes) <= {"OK", "UNAVAILABLE"}, answers
-    assert "OK" in codes[:-1] and "UNAVAILABLE" in codes[:-1]  # some finished in the grace period, some not
-    assert codes[-1] == "UNAVAILABLE" and "shutting down" in answers[-1][2]  # the call made after the signal
+    assert "OK" in codes[:-2] and "UNAVAILABLE" in codes[:-2]  # some finished in the grace period, some not
+    assert {kind for kind, code, _, _ in answers[:-2] if code == "UNAVAILABLE"} >= {"http"}, answers
+    for _, code, message, _ in answers[-2:]:  # the calls made after the signal, gRPC then HTTP
+        assert code == "UNAVAILABLE" and "shutting down" in message, answers[-2:]
     assert seconds < GRACE_S + 2.0 + 5.0  # grace + the server's margin + slack for a loaded machine
-    for i, (_, code, message, tokens) in enumerate(answers[:-1]):
+    for i, (kind, code, message, result) in enumerate(answers[:-2]):
         if code == "OK":
-            assert tokens == want[i % len(TEXTS)]
+            assert result == (texts if kind == "http" else want)[i % len(TEXTS)]
         else:
             assert "the server shut down" in message, message
 
