@@ -12,6 +12,7 @@ import pytest
 from service.domain.errors import BatchFailed, DeadlineExceeded, InvalidInput, NotReady
 from service.domain.types import DecodeOptions, Result, ScoreOptions, ScoreResult
 from service.scheduling.scheduler import make_scheduler
+from tests.support.polling import until
 from tests.support.scheduling import Gate, gate_on, run
 
 MODES = ("none", "dynamic", "continuous")
@@ -83,10 +84,9 @@ def test_a_queued_score_expires_is_withdrawn_when_cancelled_and_the_worker_goes_
             with pytest.raises(DeadlineExceeded):
                 await s.score(["we 5"], ["x"], ScoreOptions(), deadline=time.monotonic() + 0.2)
             cancelled = asyncio.ensure_future(s.score(["we 5"], ["x"], ScoreOptions()))
-            await asyncio.sleep(0.05)
+            await until(lambda: s.queue_depth == 1, "the score queued behind the busy row")
             cancelled.cancel()
-            await asyncio.sleep(0.05)
-            assert s.queue_depth == 0
+            await until(lambda: s.queue_depth == 0, "the cancelled score withdrawn from the queue")
             gate.release()
             await busy
         (r,) = await s.score(["we 5"], ["x"], ScoreOptions())
@@ -116,7 +116,8 @@ def test_drain_finishes_queued_scores(runner, sched_texts):
         s = make_scheduler("dynamic", runner, max_batch_size=2, max_queue_delay_ms=50.0)
         await s.start()
         calls = [asyncio.ensure_future(s.score([t], [t], ScoreOptions())) for t in sched_texts[:5]]
-        await asyncio.sleep(0)
+        await until(lambda: s.queue_depth + s.active_sequences > 0 or any(c.done() for c in calls),
+                    "the scores queued")
         await s.drain(10)
         return await asyncio.gather(*calls)
 
