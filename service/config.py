@@ -177,7 +177,7 @@ _FLAGS: list[tuple[str, Any, str]] = [
     ("--http-port", int, "HTTP/REST port (KServe v2 REST, Triton's generate and generate_stream; TLS as for "
      "gRPC); 0 = any free port, -1 = disabled"),
     ("--http-read-timeout-s", float, "HTTP: longest wait for a request body to arrive in full (slow or "
-     "short bodies get 400)"),
+     "short bodies get 408), and for a request's headers on an open connection (closed after)"),
     ("--metrics-port", int, "Prometheus /metrics HTTP port; 0 = any free port, -1 = disabled"),
     ("--metrics-host", str, "address the /metrics endpoint binds (0.0.0.0 for every interface)"),
     ("--batching", str, f"scheduler: {' | '.join(BATCHING_MODES)}"),

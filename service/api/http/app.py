@@ -6,8 +6,12 @@ handler when its client disconnects (`handler_cancellation`), which is how a gon
 leave the batch. uvicorn with starlette would bring ASGI and its own server lifecycle for the same.
 
 Limits: a body is at most `max_body_bytes` (the gRPC message limit, --max-message-bytes; 413
-beyond) and must arrive within `read_timeout_s` (--http-read-timeout-s; 400 after). TLS (and mutual
-TLS) uses the gRPC server's certificate, key and client CA.
+beyond) and must arrive within `read_timeout_s` (--http-read-timeout-s; 408 after, and the
+connection closes once aiohttp's lingering close, at most LINGER_S, has read what follows). The same
+time bounds a request's headers: aiohttp's keep-alive timeout, which closes a connection whose next
+request has not arrived in full that long after it opened or after its last answer (a slowloris
+sending headers byte by byte included: bytes do not extend it). Request lines and header fields are
+at most HEADER_BYTES. TLS (and mutual TLS) uses the gRPC server's certificate, key and client CA.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from service.ops import metrics
 log = logging.getLogger(__name__)
 
 HEADER_BYTES = 8190  # longest request line / header field (aiohttp's default)
+LINGER_S = 10.0  # after an answer to an unread body, the longest wait reading (and dropping) the rest
 
 
 def ssl_context(cert: Path, key: Path, client_ca: Path | None = None) -> ssl.SSLContext:
@@ -61,9 +66,11 @@ class HttpServer:
     def __init__(self, app: web.Application, host: str, port: int, context: ssl.SSLContext | None = None,
                  shutdown_timeout_s: float = 2.0) -> None:
         self.host, self.requested_port, self.context = host, port, context
+        _, read_timeout_s = app[LIMITS_KEY]
         self.runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
                                     shutdown_timeout=shutdown_timeout_s, max_line_size=HEADER_BYTES,
-                                    max_field_size=HEADER_BYTES)
+                                    max_field_size=HEADER_BYTES, keepalive_timeout=read_timeout_s,
+                                    lingering_time=LINGER_S)
         self.port = 0
         self.started = False
 

@@ -2,8 +2,9 @@
 
 Every failure is the client's and says why: a body larger than the limit is 413 before it is read
 (its Content-Length) or as soon as it passes the limit; a body that does not arrive in full within
-`timeout_s` (slow, or shorter than its Content-Length on an open connection), one the client cut
-short, malformed JSON and JSON of the wrong shape are InvalidInput (400).
+`timeout_s` (slow, or shorter than its Content-Length on an open connection) is 408 and its
+connection is closed; a body the client cut short, malformed JSON and JSON of the wrong shape are
+InvalidInput (400).
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ async def read_body(request: web.Request) -> bytes:
             return await request.read()
     except TimeoutError:
         got = "" if declared is None else f" of the {declared} bytes its Content-Length announced"
-        raise InvalidInput(f"the request body did not arrive in full{got} within {timeout_s:g} s "
-                           "(--http-read-timeout-s)") from None
+        raise RequestRejected(408, f"the request body did not arrive in full{got} within {timeout_s:g} s "
+                                   "(--http-read-timeout-s)") from None
     except web.HTTPRequestEntityTooLarge:
         raise RequestRejected(413, f"the request body is larger than {max_bytes} bytes, the most this server "
                                    "accepts (--max-message-bytes)") from None

@@ -34,7 +34,8 @@ CODE_KEY = web.RequestKey("code", str)  # a handler that answered an error itsel
 
 
 class RequestRejected(Exception):
-    """A request refused before it reaches a servicer, with its own HTTP status (413: too large)."""
+    """A request refused before it reaches a servicer, with its own HTTP status (413: too large, 408:
+    its body did not arrive in time)."""
 
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
@@ -86,7 +87,10 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
         return error_response(exc.status, _reason(exc))
     except RequestRejected as exc:
         code = HTTP_NAMES.get(exc.status, "INVALID_ARGUMENT")
-        return error_response(exc.status, str(exc))
+        response = error_response(exc.status, str(exc))
+        if exc.status == 408:  # the rest of a late body is no request: the connection ends after the answer
+            response.force_close()
+        return response
     except asyncio.CancelledError:  # the client went away (handler cancellation) or the server stops
         code = "CANCELLED"
         raise

@@ -1,12 +1,14 @@
 """Hostile HTTP: malformed and oversized bodies, lying lengths (Content-Length and Triton's
-Inference-Header-Content-Length), slow partial bodies bounded by the read timeout, and clients that
-disconnect mid-request. Each gets 400 / 413 with the reason (or nothing, when it is gone); after
+Inference-Header-Content-Length), slow partial bodies and slow headers bounded by the read timeout
+(a slowloris trickling bytes included), and clients that disconnect mid-request. Each gets 400 / 408
+/ 413 with the reason (or a closed connection: headers, or a client that is gone); after
 each the server still serves and nothing was lost: the scheduler's queue and active sequences
 return to 0 (awaited, bounded) and the request metrics count the outcome."""
 
 from __future__ import annotations
 
 import json
+import select
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -94,14 +96,64 @@ def test_an_oversized_body_is_413_announced_or_not(http_server, runner):
     assert_serves_and_nothing_is_left(http_server, runner)
 
 
-def test_a_body_shorter_than_its_content_length_times_out_as_400(http_server, runner):
-    """A client that sends less than its Content-Length and waits (or trickles): 400 once the read
-    timeout passes, bounded, whatever the client does."""
+def trickle(address: str, head: bytes, byte: bytes, pace_s: float = 0.05) -> tuple[bytes, bool]:
+    """Send `head`, then `byte` every pace_s (a slowloris) until the server answers or closes, for at
+    most TIMEOUT_S: (what the server sent, whether it closed the connection)."""
+    host, port = address.rsplit(":", 1)
+    received = b""
+    with socket.create_connection((host, int(port)), timeout=TIMEOUT_S) as sock:
+        sock.sendall(head)
+        for _ in range(int(TIMEOUT_S / pace_s)):
+            if select.select([sock], [], [], pace_s)[0]:  # the pace of the trickle, and the server's turn
+                try:
+                    chunk = sock.recv(65536)
+                except ConnectionResetError:
+                    return received, True
+                if not chunk:
+                    return received, True
+                received += chunk
+                continue
+            try:
+                sock.sendall(byte)
+            except (BrokenPipeError, ConnectionResetError):
+                return received, True
+    return received, False
+
+
+def test_a_body_shorter_than_its_content_length_times_out_as_408(http_server, runner):
+    """A client that sends less than its Content-Length and waits: 408 with the reason once the read
+    timeout passes, bounded, and the connection closes."""
     body = infer_body(TEXTS[:1])
     raw = raw_exchange(http_server.http_address, request_bytes(INFER, body[:-5], length=len(body)),
                        timeout=READ_TIMEOUT_S + TIMEOUT_S)
     status, message = error_of(raw)
-    assert status == 400 and "did not arrive in full" in message and str(len(body)) in message, message
+    assert status == 408 and "did not arrive in full" in message and str(len(body)) in message, message
+    assert first_response(raw)[1]["connection"].lower() == "close"
+    assert_serves_and_nothing_is_left(http_server, runner)
+
+
+def test_a_trickled_body_is_408_whatever_the_client_sends(http_server, runner):
+    """A body sent a byte at a time, each well within the timeout: bytes do not extend the deadline,
+    the request is answered 408 and the connection closed (within the read timeout and aiohttp's
+    lingering close), the server serves on."""
+    head = request_bytes(INFER, b'{"inputs": ', length=1 << 16, close=False)
+    received, closed = trickle(http_server.http_address, head, b" ")
+    status, message = error_of(received)
+    assert status == 408 and "did not arrive in full" in message, message
+    assert closed, received
+    assert_serves_and_nothing_is_left(http_server, runner)
+
+
+@pytest.mark.parametrize("head", [b"", b"POST /v2/models/translator/generate HTTP/1.1\r\nHost: test\r\n"],
+                         ids=["nothing", "partial-headers"])
+def test_slow_headers_are_closed_after_the_read_timeout(http_server, runner, head):
+    """A connection that sends no request, or headers a byte at a time (never a whole request): the
+    server closes it once the read timeout passes (bounded, bytes do not extend it), without a
+    request reaching any handler; the server serves on."""
+    before = metrics.counter_value(metrics.REQUESTS, protocol="http")
+    received, closed = trickle(http_server.http_address, head, b"X" if head else b"")
+    assert closed and received == b"", received
+    assert metrics.counter_value(metrics.REQUESTS, protocol="http") == before
     assert_serves_and_nothing_is_left(http_server, runner)
 
 
