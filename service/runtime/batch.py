@@ -45,9 +45,9 @@ from service.domain.types import Event, FinishedEvent, Hypothesis, Request, Toke
 from service.runtime import controls, sampling
 from service.runtime.active import ActiveRequest, StepGroups
 from service.runtime.backends import Backend
-from service.runtime.controls import TokenHistory
 from service.runtime.devicemem import CacheTensor
 from service.runtime.kvcache import ConcatCache, CrossCache, InplaceCache
+from service.runtime.rows import RowState
 from service.runtime.search import AlternativesSearch
 from service.runtime.spec import ModelSpec
 from service.runtime.stepping import SINGLE_STEP, StepPolicy
@@ -80,6 +80,7 @@ class DecodeBatch:
         self._cross = CrossCache(self._be, len(self._cross_names), self._heads, self._d_head, self._dtype,
                                  max_rows, self._source_lengths, spec.max_len)
         self._active: dict[Request, ActiveRequest] = {}
+        self._rows = RowState(spec.special.pad, spec.max_len)  # host-side state of each row (rows.py)
         self._reset()
 
     # ----- public state -------------------------------------------------------------------
@@ -95,13 +96,13 @@ class DecodeBatch:
     @property
     def used_rows(self) -> int:
         """Rows held by active requests (sum of their beam sizes: the live rows)."""
-        return int(np.count_nonzero(self._live))
+        return int(np.count_nonzero(self._rows.live))
 
     @property
     def tokens(self) -> int:
         """Tokens the active rows hold: source plus decoded so far, summed over rows (beams included)."""
-        live = self._live
-        return int(self._row_src[live].sum() + self._cache.filled()[live].sum())
+        live = self._rows.live
+        return int(self._rows.src[live].sum() + self._cache.filled()[live].sum())
 
     @property
     def free_rows(self) -> int:
@@ -111,7 +112,7 @@ class DecodeBatch:
     @property
     def shape(self) -> tuple[int, int, int]:
         """(rows incl. holes, self-attention cache length L, padded source length S)."""
-        return len(self._live), self._cache.length, self._cross.src
+        return len(self._rows.live), self._cache.length, self._cross.src
 
     def rows_of(self, request: Request) -> list[int]:
         """Row indices held by a request (empty if not active)."""
@@ -142,9 +143,7 @@ class DecodeBatch:
         lengths = np.array([len(r.source) for r in reqs], np.int64)[owner]
         self._cross.write(new, enc, owner)  # a request's K/V repeated over its beam rows
         self._cache.start(new)
-        self._history.start(new, self.spec.decoder_start)
-        self._next[new], self._score[new] = self.spec.decoder_start, 0.0
-        self._live[new], self._row_src[new] = True, lengths
+        self._rows.start(new, lengths, self.spec.decoder_start)
         eos, pad, limit = self.spec.special.eos, self.spec.special.pad, self.spec.rules.eos_at_limit
         for r, o, rr in zip(reqs, opts, rows, strict=True):
             n = len(r.source)
@@ -187,7 +186,7 @@ class DecodeBatch:
             logp, attn = logp[:, -1].astype(np.float32, copy=False), attn[:, -1]  # (n_rows, V), (n_rows, S)
             norm = None if norm is None else norm[:, -1]  # (n_rows,): logits - logp (None: an older bundle)
             self._process(logp, norm)
-            self._cache.advance(present, self._live)
+            self._cache.advance(present, self._rows.live)
             groups = self._searches()
             greedy, beams = groups.greedy, groups.beams
             done = self._advance_greedy(greedy, groups.greedy_rows, logp, attn, events) if greedy else []
@@ -200,32 +199,33 @@ class DecodeBatch:
     def _steps_now(self) -> int:
         """Steps of the next run: several only with a multi-step decoder, every request greedy and nothing
         due on the host (a forced token, a per-step rule, a last allowed token under eos-at-limit)."""
-        if not (self.policy.allows(len(self._live)) and self._be.multistep):
+        if not (self.policy.allows(len(self._rows.live)) and self._be.multistep):
             return 1
         rules, groups = self.spec.rules, self._searches()
-        forcing = any(self._history.generated(int(rows[0])) <= len(o.forced) for rows, o in groups.forcing)
+        history = self._rows.history
+        forcing = any(history.generated(int(rows[0])) <= len(o.forced) for rows, o in groups.forcing)
         if groups.beams or groups.controlled is not None or rules.every_step or forcing:
             return 1  # the host must see every step
         left = [a.options.max_new_tokens - len(a.search.tokens) for a in groups.greedy]
         due = min(left) - 1 if rules.eos_at_limit else max(left)
-        return self.policy.steps(len(self._live), min(due, self.spec.max_len - self._cache.length))
+        return self.policy.steps(len(self._rows.live), min(due, self.spec.max_len - self._cache.length))
 
     def _run_steps(self, steps: int, feeds: dict[str, np.ndarray], past: dict[str, CacheTensor],
                    events: list[Event]) -> list[ActiveRequest]:
         """Up to `steps` greedy steps in one run of the multi-step decoder; returns the finished."""
-        feeds = {**feeds, MAX_STEPS: np.array(steps, np.int64), FINISHED: ~self._live}
+        feeds = {**feeds, MAX_STEPS: np.array(steps, np.int64), FINISHED: ~self._rows.live}
         tokens, chosen, attn = self._be.decode_steps(feeds, past)  # (K, n_rows) twice, (K, n_rows, S)
         self.last_steps = len(tokens)  # <= steps: the run stops once every row has emitted eos
-        self._cache.advance([], self._live, self.last_steps)
+        self._cache.advance([], self._rows.live, self.last_steps)
         eos, done = self.spec.special.eos, []
         for a in self._searches().greedy:
             row, search = a.rows[0], a.search
-            taken, self._score[row] = search.take(tokens[:, row], chosen[:, row], self._score[row],
+            taken, self._rows.score[row] = search.take(tokens[:, row], chosen[:, row], self._rows.score[row],
                                                   attn[:, row])
-            self._history.extend(row, taken)
-            self._next[row] = taken[-1]
+            self._rows.history.extend(row, taken)
+            self._rows.next[row] = taken[-1]
             if search.done:
-                search.log_prob = self._score[row]
+                search.log_prob = self._rows.score[row]
                 done.append(a)
             if a.stream is not None:
                 events += [TokenEvent(a.request, t, a.stream(t)) for t in taken if t != eos]
@@ -237,10 +237,10 @@ class DecodeBatch:
         parts = (self._cache.feeds(steps), self._cache.past(), self._cross.tensors())
         if self._inputs is None or any(map(operator.is_not, parts, self._inputs_of)):
             lengths, past, cross = parts
-            source = self._cross.feeds(self._live, self._row_src)  # source mask, or lengths - 1 and S
+            source = self._cross.feeds(self._rows.live, self._rows.src)  # source mask, or lengths - 1 and S
             named = dict(zip(self._self_names, past, strict=True))
             named.update(zip(self._cross_names, cross, strict=True))
-            feeds = {INPUT_IDS: self._next[:, None], **lengths, **source}
+            feeds = {INPUT_IDS: self._rows.next[:, None], **lengths, **source}
             self._inputs, self._inputs_of = (feeds, named), parts
         return self._inputs
 
@@ -252,8 +252,8 @@ class DecodeBatch:
         last = [a.rows for a in self._active.values() if a.search.at_limit] if rules.eos_at_limit else []
         if groups.controlled is not None or groups.forcing or last or rules.every_step:
             special = self.spec.special
-            controls.process(logp, normalizer, groups.controlled, groups.forcing, self._history, special.eos,
-                             special.unk, rules, last)
+            controls.process(logp, normalizer, groups.controlled, groups.forcing, self._rows.history,
+                             special.eos, special.unk, rules, last)
 
     def _rows_changed(self) -> None:
         """Requests, rows or S changed: drop what is derived from them (rebuilt when next needed)."""
@@ -262,7 +262,7 @@ class DecodeBatch:
     def _searches(self) -> StepGroups:
         """The active requests grouped by what a step does with them; cached until requests or rows change."""
         if self._groups is None:
-            self._groups = StepGroups.of(list(self._active.values()), len(self._live),
+            self._groups = StepGroups.of(list(self._active.values()), len(self._rows.live),
                                          bool(self.spec.rules.begin_suppress))
         return self._groups
 
@@ -282,14 +282,14 @@ class DecodeBatch:
     def _consume(self, greedy: list[ActiveRequest], rows: np.ndarray | slice, tokens: np.ndarray,
                  chosen: np.ndarray, attn: np.ndarray, events: list[Event]) -> list[ActiveRequest]:
         """Each greedy request's chosen token, its log-prob summed in float32; returns the finished."""
-        self._score[rows] += chosen
-        self._next[rows] = tokens
-        self._history.append(rows, tokens)
+        self._rows.score[rows] += chosen
+        self._rows.next[rows] = tokens
+        self._rows.history.append(rows, tokens)
         eos, done = self.spec.special.eos, []
         for a, t in zip(greedy, tokens.tolist(), strict=True):
             search = a.search
             if search.advance(t, None if search.attn is None else attn[a.rows[0]]):
-                search.log_prob = self._score[a.rows[0]]
+                search.log_prob = self._rows.score[a.rows[0]]
                 done.append(a)
             if a.stream is not None and t != eos:
                 events.append(TokenEvent(a.request, t, a.stream(t)))
@@ -303,7 +303,7 @@ class DecodeBatch:
         for a in beams:
             align = attn[a.rows] if a.options.with_alignment else None
             parent, word = a.search.advance(logp[a.rows], align)
-            self._next[a.rows] = word
+            self._rows.next[a.rows] = word
             words.append(word)
             if (parent != np.arange(len(parent))).any():
                 dst.append(a.rows)
@@ -311,8 +311,8 @@ class DecodeBatch:
         if dst:
             dst, src = np.concatenate(dst), np.concatenate(src)
             self._cache.reorder(dst, src)
-            self._history.reorder(dst, src)
-        self._history.append(np.concatenate([a.rows for a in beams]), np.concatenate(words))
+            self._rows.history.reorder(dst, src)
+        self._rows.history.append(np.concatenate([a.rows for a in beams]), np.concatenate(words))
         return [a for a in beams if a.search.done]
 
     def _finish(self, act: ActiveRequest) -> FinishedEvent:
@@ -327,23 +327,19 @@ class DecodeBatch:
     # ----- cache bookkeeping --------------------------------------------------------------
     def _reset(self) -> None:
         """Empty cache: no rows, L = 0, S = 0."""
-        self._live = np.zeros(0, bool)  # row held by an active request (else a hole)
-        self._row_src = np.zeros(0, np.int64)  # source length of the row's request
+        self._rows.reset()
         self._cache.reset()
         self._cross.reset(keep_src=self._source_lengths)
-        self._next = np.zeros(0, np.int64)
-        self._score = np.zeros(0, np.float32)  # greedy rows: sum of the chosen tokens' log-probs
-        self._history = TokenHistory(self.spec.max_len)  # per row: the decoder start and the tokens since
         self._groups: StepGroups | None = None
         self._inputs: tuple[dict[str, np.ndarray], dict[str, CacheTensor]] | None = None  # _run_inputs
         self._inputs_of: tuple = ()  # the cache's arrays and dicts the inputs were built from
 
     def _allocate(self, sizes: list[int]) -> list[np.ndarray]:
         """Rows for each request: holes first, then new rows at the end."""
-        holes = np.flatnonzero(~self._live).tolist()
+        holes = np.flatnonzero(~self._rows.live).tolist()
         total = sum(sizes)
         extra = max(0, total - len(holes))
-        first_new = len(self._live)
+        first_new = len(self._rows.live)
         if extra:
             self._grow(extra)
         pool = iter(holes[:total] + list(range(first_new, first_new + extra)))
@@ -353,11 +349,7 @@ class DecodeBatch:
         """Append k empty rows to every row-indexed tensor (the caches copy only when full)."""
         self._cache.grow(k)
         self._cross.grow(k)
-        self._history.grow(k)
-        self._next = np.concatenate([self._next, np.full(k, self.spec.special.pad, np.int64)])
-        self._score = np.concatenate([self._score, np.zeros(k, np.float32)])
-        self._live = np.concatenate([self._live, np.zeros(k, bool)])
-        self._row_src = np.concatenate([self._row_src, np.zeros(k, np.int64)])
+        self._rows.grow(k)
         self._rows_changed()
 
     def _fit_src(self, s: int) -> None:
@@ -369,36 +361,33 @@ class DecodeBatch:
 
     def _free(self, act: ActiveRequest) -> None:
         """Turn a request's rows into holes (their old columns are masked for any next owner)."""
-        self._live[act.rows] = False
+        self._rows.free(act.rows)
         self._rows_changed()
         self._cache.free(act.rows)
-        self._next[act.rows] = self.spec.special.pad
 
     def _tidy(self) -> None:
         """Trim trailing holes, compact rows / columns / source axis when enough is wasted."""
         if not self._active:
             self._reset()
             return
-        live = np.flatnonzero(self._live)
+        live = np.flatnonzero(self._rows.live)
         n = int(live[-1]) + 1  # rows after the last live one are trailing holes
         if 2 * (n - len(live)) >= n:
             self._keep_rows(live)
-        elif n < len(self._live):
+        elif n < len(self._rows.live):
             self._keep_rows(slice(0, n))
-        self._cache.tidy(self._live)
-        longest = int(self._row_src[self._live].max())
+        self._cache.tidy(self._rows.live)
+        longest = int(self._rows.src[self._rows.live].max())
         if not self._source_lengths and 4 * (self._cross.src - longest) >= self._cross.src:
             self._fit_src(longest)
 
     def _keep_rows(self, keep: np.ndarray | slice) -> None:
         """Keep only the given rows (a prefix slice is a view; an index array gathers)."""
-        before = len(self._live)
+        before = len(self._rows.live)
         old = np.arange(before)[keep]
-        self._cache.keep(keep, self._live)
+        self._cache.keep(keep, self._rows.live)
         self._cross.keep(keep)
-        self._history.keep(keep)
-        self._next, self._score = self._next[keep], self._score[keep]
-        self._live, self._row_src = self._live[keep], self._row_src[keep]
+        self._rows.keep(keep)
         new_index = np.full(before, -1, np.int64)
         new_index[old] = np.arange(len(old))
         for a in self._active.values():
