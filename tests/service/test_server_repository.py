@@ -155,20 +155,28 @@ def test_an_unload_lets_a_running_stream_finish(client, translator, runner: Runn
     assert "unloaded through the API" in err.value.details()
 
 
-def test_an_unloaded_model_leaves_no_runner_behind(client, server):
-    """Unloading frees the memory: nothing holds the model's runner (its ONNX Runtime sessions) any more."""
+def test_an_unloaded_model_leaves_no_runner_session_or_batch_behind(client, server):
+    """Unloading frees the memory: after the model served requests, nothing holds its runners, their ONNX
+    Runtime sessions or its workers' decode batches any more."""
     client.load_model("b")
-    runners = [weakref.ref(m.runner) for m in server.running.models.models["b"].values()]
-    assert len(runners) == 2 and all(r() is not None for r in runners)
+    for version in ("1", "2"):
+        client.infer("b", [text_input([TEXT])], model_version=version)
+    loaded = server.running.models.models["b"].values()
+    held = [o for m in loaded for o in (m.runner, m.runner.sessions.encoder, m.runner.sessions.decoder,
+                                        m.scheduler._worker.batch)]  # noqa: SLF001 - the worker's batch
+    refs = [weakref.ref(o) for o in held]
+    kinds = {type(o).__name__ for o in held}
+    assert len(refs) == 8 and kinds == {"Runner", "InferenceSession", "DecodeBatch"}
+    del held, loaded
     assert sample("translator_model_resident_bytes", model="b", version="2") > 0  # measured at its load
     assert sample("translator_models_loaded") == 3  # versions: a 1, b 1 and b 2
     client.unload_model("b")
 
     def freed() -> bool:
         gc.collect()
-        return all(r() is None for r in runners)
+        return all(r() is None for r in refs)
 
-    wait_until(freed, "the unloaded versions' runners to be freed", timeout=30)
+    wait_until(freed, "the unloaded versions' runners, sessions and batches to be freed", timeout=30)
     assert sample("translator_model_resident_bytes", model="b") == 0  # its series went with it
     assert sample("translator_model_unloads_total", model="b", reason="api") >= 1
 
