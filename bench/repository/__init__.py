@@ -11,8 +11,8 @@
    loaded, then a second request, beside CTranslate2's Translator load time for the same weights
    (where bench.marian's runs/bench-marian/<x>/ct2 exists).
 3. Load/unload cycles under load (cycles.py): one model loaded and unloaded through tritonclient.grpc
-   while another serves throughout: RSS growth from after the first cycle to after the last against the
-   model's size (goal <= 5%), and every request accounted for.
+   while another serves throughout: RSS growth over 20 cycles after 20 warm-up cycles under the same load
+   against the model's size (goal <= 5%), and every request accounted for.
 4. perf_analyzer against one named model of several (perf.py), when installed (make perf-analyzer-tools).
 
 Writes `<out>/repository.json` (every figure) and `<out>/repository-cycles-rss.json` with its chart; the

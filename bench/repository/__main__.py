@@ -71,7 +71,7 @@ def measure(plan: Plan, bundle: Path, texts: Sequence[str], large: Path | None,
                     in models.items() if ct2 is None]
         phases.update(1, "cold load done")
         time.sleep(PAUSE_S)
-        log(f"## {plan.cycles} load/unload cycles under load")
+        log(f"## {plan.cycles} load/unload cycles under load (after {plan.warmup_cycles} warm-up cycles)")
         results["cycles"] = cycles.run(bundle, work / "cycles", texts, plan, plan.max_output_tokens, log)
         phases.update(1, "cycles done")
         time.sleep(PAUSE_S)

@@ -4,8 +4,11 @@ One explicit-mode server of two copies of a bundle: `steady` loaded at start, `c
 model is sized first (the RSS its first load adds, before any load runs; then unloaded). Then, while
 `steady` gets closed-loop requests throughout and `cycled` gets requests throughout whether it is loaded
 or not (the probe), each cycle loads `cycled`, sends it `cycle_requests` requests, unloads it and samples
-the process's RSS once its memory has had `settle_s` to go. The growth is from after the first cycle to
-after the last, against the model's size.
+the process's RSS once its memory has had `settle_s` to go. The first `warmup_cycles` cycles are the
+process's warm-up under that load (its allocators and libraries reach their working size: the same traffic
+with no cycle at all grows as much, `python -m bench.repository.cycles_only --control`); the growth is from
+after the last of them (else after the first counted cycle) to after the last cycle, against the model's
+size.
 
 Every request is accounted for: `steady`'s and the cycle's own must all be answered OK; a probe request
 may be refused (UNAVAILABLE or NOT_FOUND) only when it overlapped a window in which `cycled` was not
@@ -67,12 +70,13 @@ async def _cycles(server: ServerProcess, client: triton.InferenceServerClient, t
     background = [asyncio.create_task(loop_until(stop, steady, texts, plan.steady_concurrency, t0)),
                   asyncio.create_task(loop_until(stop, cycled, texts, plan.probe_concurrency, t0))]
     windows: list[Window] = []
-    samples: list[tuple[float, float]] = []  # (s on the clock, RSS MiB) after each unload
+    samples: list[tuple[float, float]] = []  # (s on the clock, RSS MiB) after each counted unload
+    warmup: list[tuple[float, float]] = []  # the same after each warm-up cycle
     own: list[Timed] = []
     load_s: list[float] = []
     unloaded_since = 0.0  # the cycled model is not loaded from the start
     try:
-        for k in range(plan.cycles):
+        for k in range(-plan.warmup_cycles, plan.cycles):
             start = time.perf_counter()
             await asyncio.to_thread(client.load_model, CYCLED, client_timeout=API_TIMEOUT_S)
             loaded = time.perf_counter()
@@ -82,15 +86,16 @@ async def _cycles(server: ServerProcess, client: triton.InferenceServerClient, t
             unloaded_since = time.perf_counter() - t0
             await asyncio.to_thread(client.unload_model, CYCLED, client_timeout=API_TIMEOUT_S)
             await asyncio.sleep(plan.settle_s)
-            samples.append((time.perf_counter() - t0, server.rss_kib() / 1024))
-            log(f"  cycle {k + 1}/{plan.cycles}: loaded in {load_s[-1]:.2f} s, RSS after the unload "
-                f"{samples[-1][1]:.1f} MiB")
+            sample = (time.perf_counter() - t0, server.rss_kib() / 1024)
+            (samples if k >= 0 else warmup).append(sample)
+            what = f"cycle {k + 1}/{plan.cycles}" if k >= 0 else f"warm-up cycle {k + plan.warmup_cycles + 1}"
+            log(f"  {what}: loaded in {load_s[-1]:.2f} s, RSS after the unload {sample[1]:.1f} MiB")
     finally:
         stop.set()
         steady_timed, probe_timed = await asyncio.gather(*background)
     windows.append((unloaded_since, float("inf")))
     return {"steady": steady_timed, "probe": probe_timed, "own": own, "windows": windows,
-            "samples": samples, "load_s": load_s}
+            "samples": samples, "warmup_samples": warmup, "load_s": load_s}
 
 
 def expected_refusal(timed: Timed, windows: Sequence[Window]) -> bool:
@@ -130,16 +135,22 @@ def run(bundle: Path, work: Path, texts: Sequence[str], plan: Plan, max_output_t
         peak = server.peak_rss_kib() / 1024
     kinds = {"steady": got["steady"], "cycled": got["own"], "probe": got["probe"]}
     counts = account(kinds, got["windows"], ("probe",))
+    warm = [v for _, v in got["warmup_samples"]]
     rss = [v for _, v in got["samples"]]
-    growth = rss[-1] - rss[0]
+    base = warm[-1] if warm else rss[0]  # after the last warm-up cycle, else after the first counted one
+    growth = rss[-1] - base
     ends = sorted(end for timed in kinds.values() for _, end in timed)
-    sent_by = [sum(end <= at for end in ends) for at, _ in got["samples"]]
+    every = [*got["warmup_samples"], *got["samples"]]
+    sent_by = [sum(end <= at for end in ends) for at, _ in every]
     chart = {"title": f"{plan.cycles} load/unload cycles of one model under load: server RSS",
-             "label": "RSS after each unload (the first cycle shaded)", "warmup_requests": sent_by[0],
+             "label": f"RSS after each unload ({len(warm) or 'the first'} warm-up cycles shaded)",
+             "warmup_requests": sent_by[max(0, len(warm) - 1)],
              "started_mib": round(started, 1), "peak_mib": round(peak, 1),
-             "samples": [[n, round(v, 1)] for n, v in zip(sent_by, rss, strict=True)]}
+             "samples": [[n, round(v, 1)] for n, (_, v) in zip(sent_by, every, strict=True)]}
     return {"bundle": str(bundle), "cycles": plan.cycles, "model_mib": model_mib,
             "model_bytes_on_disk": bundle_bytes(folders[CYCLED]), "rss_started_mib": started,
+            "warmup_cycles": len(warm), "rss_after_warmup_mib": base, "rss_warmup_samples_mib": warm,
+            "rss_growth_from_first_cycle_mib": rss[-1] - (warm or rss)[0],
             "rss_after_first_mib": rss[0], "rss_after_last_mib": rss[-1], "rss_peak_mib": peak,
             "rss_growth_mib": growth, "rss_growth_last_half_mib": rss[-1] - rss[len(rss) // 2],
             "rss_growth_pct_of_model": 100 * growth / model_mib if model_mib > 0

@@ -15,7 +15,8 @@ class Plan:
     rounds: int = 2  # co-location: two processes, then one process, repeated (interleaved)
     large_requests: int = 320  # co-location of the opus-mt-shaped bundle (a slower model)
     large_output_tokens: int = 32  # its random weights rarely emit eos: a fixed number of new tokens
-    cycles: int = 20  # load/unload cycles of one model
+    cycles: int = 20  # load/unload cycles of one model (counted)
+    warmup_cycles: int = 20  # before them, under the same load: the process's warm-up, not counted
     cycle_requests: int = 16  # to the cycled model between its load and its unload
     steady_concurrency: int = 4  # the other model's load throughout the cycles
     probe_concurrency: int = 1  # requests to the cycled model throughout, loaded or not

@@ -17,8 +17,8 @@ from bench.repository.cycles import account
 from bench.repository.plan import QUICK
 from tests.support.corpus import tiny_pairs
 
-PLAN = replace(QUICK, concurrency=4, requests=12, warmup=2, rounds=1, cycles=3, cycle_requests=4,
-               steady_concurrency=2, settle_s=0.05, perf_concurrency=(1,), perf_requests=5,
+PLAN = replace(QUICK, concurrency=4, requests=12, warmup=2, rounds=1, cycles=3, warmup_cycles=2,
+               cycle_requests=4, steady_concurrency=2, settle_s=0.05, perf_concurrency=(1,), perf_requests=5,
                max_output_tokens=8, large=False, large_cold=False)
 HEADLINE = {"colocate_throughput_ratio", "colocate_rss_vs_allowed", "colocate_one_process_rss_mib",
             "colocate_two_processes_rss_mib", "fixed_cost_mib", "opus_colocate_throughput_ratio",
@@ -81,16 +81,19 @@ def test_the_cold_load_is_answered_and_timed(results: dict) -> None:
 
 def test_cycles_account_for_every_request(results: dict) -> None:
     c = results["cycles"]
-    assert c["cycles"] == PLAN.cycles == len(c["rss_samples_mib"]) == len(c["load_s"])
+    every = PLAN.warmup_cycles + PLAN.cycles
+    assert c["cycles"] == PLAN.cycles == len(c["rss_samples_mib"]) and len(c["load_s"]) == every
+    assert c["warmup_cycles"] == PLAN.warmup_cycles == len(c["rss_warmup_samples_mib"])
+    assert c["rss_after_warmup_mib"] == c["rss_warmup_samples_mib"][-1]  # the growth counts from there
     assert c["final_index"] == {"cycled": "UNAVAILABLE", "steady": "READY"}
     for kind, counts in c["requests"].items():
         assert counts["lost"] == 0, (kind, counts)
         assert counts["sent"] == counts["answered"] + counts["refused_while_unloaded"]
-    assert c["requests"]["cycled"]["answered"] == PLAN.cycles * PLAN.cycle_requests
+    assert c["requests"]["cycled"]["answered"] == every * PLAN.cycle_requests
     assert c["requests"]["steady"]["refused_while_unloaded"] == 0 and c["requests"]["steady"]["sent"] > 0
     assert c["requests_sent"] == c["requests_answered"] + c["requests_refused_while_unloaded"]
     assert c["model_mib"] > 0 and math.isfinite(c["rss_growth_pct_of_model"])
-    assert len(c["chart"]["samples"]) == PLAN.cycles
+    assert len(c["chart"]["samples"]) == every
 
 
 def test_perf_analyzer_against_the_named_model(results: dict) -> None:
@@ -117,4 +120,5 @@ def test_headline_and_files(results: dict, tmp_path: Path) -> None:
     assert parts <= set(written)
     assert any("opus-mt-shaped" in why for why in written["skipped"])
     chart = json.loads(paths[1].read_text(encoding="utf-8"))
-    assert chart["kind"] == "rss" and len(chart["samples"]) == PLAN.cycles and paths[2].stat().st_size > 0
+    assert chart["kind"] == "rss" and len(chart["samples"]) == PLAN.warmup_cycles + PLAN.cycles
+    assert paths[2].stat().st_size > 0
