@@ -13,7 +13,9 @@ allows) are the KServe v2 ones, parsed by the same codec as gRPC: `max_tokens` /
 `max_output_tokens`, `beam_size`, `source_language`, `target_language` and the controlled-decoding
 options of docs/api.md (`target_prefix`, `suppress_sequences` as a JSON array, `temperature`, `top_p`,
 `seed`, ...); unknown ones are ignored. generate_stream streams pieces for greedy decoding and sampling.
-A client that disconnects cancels its request: its rows leave the batch.
+generate also takes translator.v1's `n_best`, `return_alternatives`, `return_scores`,
+`return_alignment` and `return_tokens` and answers them as JSON (generate_results.py); generate_stream
+refuses them. A client that disconnects cancels its request: its rows leave the batch.
 """
 
 from __future__ import annotations
@@ -26,10 +28,11 @@ from typing import Any
 from aiohttp import web
 
 from protos.inference import grpc_service_pb2 as pb
-from service.api import kserve_codec, kserve_parameters
+from service.api import kserve, kserve_codec, kserve_parameters
 from service.api.http import tensors
 from service.api.http.body import json_object, read_body
 from service.api.http.errors import CODE_KEY, json_response
+from service.api.http.generate_results import Extras, pop_extras, refuse_in_stream, result_fields, with_extras
 from service.api.http.kserve_rest import SERVICER_KEY
 from service.api.kserve_codec import shown
 from service.api.status import http_status_of
@@ -40,8 +43,9 @@ SSE_TYPE = "text/event-stream"
 
 
 def generate_request(request: web.Request, body: dict[str, Any], stream: bool
-                     ) -> tuple[pb.ModelInferRequest, float | None]:
-    """The one-text ModelInferRequest of a generate request, and its deadline (`timeout`, µs)."""
+                     ) -> tuple[pb.ModelInferRequest, float | None, Extras]:
+    """The one-text ModelInferRequest of a generate request, its deadline (`timeout`, µs) and what it asks
+    beyond the best text (generate only)."""
     text = body.get(TEXT_KEY)
     if not isinstance(text, str):
         raise InvalidInput(f"{TEXT_KEY} must be a string, got {shown(text)}")
@@ -50,6 +54,9 @@ def generate_request(request: web.Request, body: dict[str, Any], stream: bool
         raise InvalidInput(f"parameters must be a JSON object, got {shown(parameters)}")
     merged = {k: v for k, v in body.items() if k not in (TEXT_KEY, "parameters")} | parameters
     merged.pop(kserve_parameters.STREAM_KEY, None)  # the endpoint says whether to stream
+    if stream:
+        refuse_in_stream(merged)
+    extras = Extras() if stream else pop_extras(merged)
     deadline = None
     if tensors.TIMEOUT_KEY in merged:
         micros = merged.pop(tensors.TIMEOUT_KEY)
@@ -64,7 +71,7 @@ def generate_request(request: web.Request, body: dict[str, Any], stream: bool
         message.parameters[kserve_parameters.EMPTY_FINAL_KEY].bool_param = True  # pieces only: no repeat
     tensor = message.inputs.add(name=kserve_codec.INPUT_NAME, datatype=kserve_codec.BYTES_DATATYPE, shape=[1])
     tensor.contents.bytes_contents.append(text.encode("utf-8", "surrogatepass"))
-    return message, deadline
+    return message, deadline, extras
 
 
 def _output(response: pb.ModelInferResponse, text: str) -> dict[str, str]:
@@ -79,17 +86,23 @@ def sse_event(payload: dict[str, Any]) -> bytes:
 
 
 async def generate(request: web.Request) -> web.Response:
-    """One request, one JSON answer."""
+    """One request, one JSON answer: the options parsed as for KServe v2, the scheduler's result."""
     body = json_object(await read_body(request), "generate request")
-    message, deadline = generate_request(request, body, stream=False)
-    response = await request.app[SERVICER_KEY].infer(message, deadline)
-    return json_response(_output(response, "".join(tensors.texts_of(response))))
+    message, deadline, extras = generate_request(request, body, stream=False)
+    models = request.app[SERVICER_KEY].models
+    async with models.use(message.model_name, message.model_version, deadline) as model:
+        decoded = kserve_codec.decode_request(message)
+        options = with_extras(kserve.decode_options(decoded.options, model.runner.max_len), extras)
+        result = (await model.scheduler.submit(decoded.texts, options, deadline))[0]
+        best = result.hypotheses[0].text if result.hypotheses else ""
+        payload = {"model_name": model.name, "model_version": str(model.version), "text_output": best}
+        return json_response(payload | result_fields(result, extras, model.runner))
 
 
 async def generate_stream(request: web.Request) -> web.StreamResponse:
     """Server-sent events, one per decoded piece; errors before the first as JSON, after it inside."""
     body = json_object(await read_body(request), "generate request")
-    message, deadline = generate_request(request, body, stream=True)
+    message, deadline, _ = generate_request(request, body, stream=True)
     responses = request.app[SERVICER_KEY].stream_responses(message, deadline)
     async with contextlib.aclosing(responses):  # closing it abandons the text in the scheduler
         first = await _next_with_text(responses)  # an error here is an ordinary JSON error
