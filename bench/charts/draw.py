@@ -6,11 +6,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.charts import engines, latency, rss, training, ttft
+from bench.charts import engines, latency, protocols, rss, training, ttft
 
 Drawer = Callable[[dict[str, Any], Path], Path]
 CHARTS: dict[str, tuple[tuple[str, Drawer], ...]] = {  # kind -> (file name suffix, drawer)
     "server": (("-latency-throughput", latency.draw), ("-ttft", ttft.draw)),
+    "protocols": (("-latency-throughput", protocols.draw),),
     "engines": (("", engines.draw),),
     "rss": (("", rss.draw),),
     "training": (("", training.draw),),

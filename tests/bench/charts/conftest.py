@@ -49,3 +49,23 @@ def rss_record() -> dict:
     return {"kind": "rss", "source": SOURCE, "title": "test soak", "label": "RSS at each fifth",
             "warmup_requests": 1000, "started_mib": 105.0, "warm_mib": 206.5,
             "samples": [[1000, 216.6], [2000, 231.5], [3000, 219.4], [4000, 225.0], [5000, 226.1]]}
+
+
+@pytest.fixture
+def protocols_record() -> dict:
+    """Four protocols at concurrency 1, 8, 64; the largest p99 is HTTP generate's at 64 (876 ms), the
+    highest throughput gRPC's at 64 (412.5 sentences/s)."""
+    speeds = {"grpc": 1.0, "kserve-grpc": 0.95, "http-infer": 0.9, "http-generate": 0.85}
+    points = []
+    for protocol, speed in speeds.items():
+        for c in (1, 8, 64):
+            throughput = 412.5 if (protocol, c) == ("grpc", 64) else 100 * speed * c ** 0.3
+            p99 = 876.0 if (protocol, c) == ("http-generate", 64) else 5.0 * c / speed + 4
+            requests = 1200 if c == 64 else 600
+            points.append({"protocol": protocol, "concurrency": c, "requests": requests, "errors": 0,
+                           "throughput": throughput, "p50_ms": p99 / 2, "p90_ms": p99 * 0.8, "p99_ms": p99,
+                           "client_cpu_ms": 0.5})
+    names = {"grpc": "gRPC translator.v1 Translate", "kserve-grpc": "gRPC KServe v2 ModelInfer",
+             "http-infer": "HTTP KServe v2 infer (JSON)", "http-generate": "HTTP generate (Triton)"}
+    return {"kind": "protocols", "source": SOURCE, "title": "test server", "rounds": 3,
+            "protocols": names, "points": points}
