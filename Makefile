@@ -172,11 +172,15 @@ perf-analyzer: $(STAMP) protos perf-analyzer-tools
 	$(PY) -m bench.perf_analyzer $(PERF_ANALYZER_ARGS)
 
 # HTTP/REST against gRPC on one server: perf_analyzer -i http and -i grpc at concurrency 1 and 64
-# (issue 33's benchmark; HTTP_ARGS=--quick for a short run).
+# (issue 33's benchmark; HTTP_ARGS=--quick for a short run), then latency against throughput per
+# protocol at concurrency 1 to 64 (bench/protocols: gRPC, KServe v2 gRPC, HTTP infer and generate, one
+# server), its record and chart to runs/bench-http (PROTOCOLS_ARGS=--quick for a short run).
 HTTP_ARGS ?=
+PROTOCOLS_ARGS ?=
 .PHONY: bench-http
 bench-http: $(STAMP) protos perf-analyzer-tools
 	$(PY) -m bench.http_overhead $(HTTP_ARGS)
+	$(PY) -m bench.protocols --out runs/bench-http $(PROTOCOLS_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -5,7 +5,8 @@
 
 Prints each benchmark's tables and writes its chart records and charts (bench/charts) to --out
 (runs/bench, or runs/bench-quick with --quick): server.json, server-latency-throughput.svg,
-server-ttft.svg, scaling-rss.json, scaling-rss.svg. Progress by phase goes to stderr (a bar on a
+server-ttft.svg, protocols.json, protocols-latency-throughput.svg (bench/protocols: one server, each
+protocol), scaling-rss.json, scaling-rss.svg. Progress by phase goes to stderr (a bar on a
 terminal, plain lines otherwise). The last line is one JSON object of throughput ratios (higher
 is better): ort_vs_torch_b1, ort_vs_torch_b32, ort_vs_ct2_b1, ort_vs_ct2_b32,
 service_vs_ct2_c1, service_vs_ct2_c64, server_c64_vs_inprocess (bench/vs_ct2.py),
@@ -42,10 +43,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from bench import engine, scaling, server, vs_ct2
     from bench.progress import Progress
+    from bench.protocols.curve import run as protocols_run
 
     figures: dict[str, float] = {}
     start = time.perf_counter()
-    phases = Progress(4, "bench phases", lines=4)
+    phases = Progress(5, "bench phases", lines=5)
     print("## Engines (greedy, static batches, sentences/s and tokens/s)", flush=True)
     points, ratios = engine.run(a.quick, a.checkpoint, a.bundle, threads=a.threads)
     print(engine.table(points), flush=True)
@@ -57,6 +59,10 @@ def main(argv: list[str] | None = None) -> int:
     print("\n## Server", flush=True)
     figures |= server.run(a.quick, a.bundle, intra_op_threads=a.threads, out=out)
     phases.update(1, f"server done (charts in {out})")
+    print("\n## Server per protocol (gRPC, KServe v2 gRPC, HTTP infer, generate)", flush=True)
+    per_protocol = protocols_run(a.quick, a.bundle, intra_op_threads=a.threads, out=out)
+    figures |= {f"protocols_{k}": v for k, v in per_protocol.items()}
+    phases.update(1, "server per protocol done")
     print("\n## Scaling and memory", flush=True)
     scaled = scaling.run(a.quick, a.bundle, intra_op_threads=a.threads, out=out)
     figures |= {f"scaling_{k}": v for k, v in scaled.items()}

@@ -1,0 +1,1 @@
+"""One server's latency-throughput curve per protocol (gRPC, KServe v2 gRPC, HTTP infer, generate)."""
