@@ -46,13 +46,16 @@ def test_each_http_protocol_sends_its_body_and_accepts_only_a_translation():
 
 def test_the_closed_loop_sends_each_request_once_with_at_most_concurrency_in_flight():
     in_flight, peak, lanes = 0, 0, set()
+    full = asyncio.Event()  # set once three calls are in flight: the first ones wait for it
 
     async def call(i: int, lane: int) -> Record:
         nonlocal in_flight, peak
         in_flight += 1
         peak = max(peak, in_flight)
         lanes.add(lane)
-        await asyncio.sleep(0)
+        if in_flight == 3:
+            full.set()
+        await full.wait()
         in_flight -= 1
         return Record(i, 0.0, 0.001, math.nan, 0, "OK", False)
 
