@@ -23,7 +23,7 @@ def marian_engine(name: str, bundle: Path, out: Path, hf_dir: Path, threads: int
         from service.runtime.runner import Runner
 
         runner = Runner(bundle, intra_op_threads=threads, variant=OURS[name])
-        options = DecodeOptions(max_new_tokens=new_tokens)
+        options = DecodeOptions(beam_size=1, max_new_tokens=new_tokens)  # greedy, as CTranslate2 is run
 
         def ours(batch: list[list[int]]) -> list[Output]:
             """Greedy through the service's decode batch."""
