@@ -50,7 +50,7 @@ def test_invalid_requests_are_rejected_before_queueing(runner):
         await s.start()
         with pytest.raises(InvalidInput, match="text 1 is empty"):
             await s.submit(["we 5", " "], DecodeOptions())
-        with pytest.raises(InvalidInput, match="beam_size 5 exceeds the batch size 4"):
+        with pytest.raises(InvalidInput, match=r"5 rows \(beam_size, .*\) exceed the batch size 4"):
             await s.submit(["we 5"], DecodeOptions(beam_size=5))
         with pytest.raises(InvalidInput, match="4 texts in one request; at most 3"):
             await s.submit(["we 5"] * 4, DecodeOptions())
