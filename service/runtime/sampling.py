@@ -65,9 +65,10 @@ def _nucleus(scores: np.ndarray, ids: np.ndarray | None, top_p: float) -> np.nda
     while True:
         near = np.flatnonzero(scores[pool] >= floor) if floor > -1e4 else np.arange(len(pool))
         if weights[near].sum() >= need or len(near) == len(pool):
-            order = near[np.argsort(-weights[near], kind="stable")]
-            before = np.concatenate([[0.0], np.cumsum(weights[order])[:-1]])
-            return pool[order[before < need]]
+            ranked = np.sort(weights[near])[::-1]  # values only: a SIMD sort, far cheaper than an argsort
+            before = np.concatenate([[0.0], np.cumsum(ranked)[:-1]])
+            cut = ranked[int(np.count_nonzero(before < need)) - 1]  # the least likely token kept
+            return pool[near[weights[near] >= cut]]  # (a tie at the cut keeps every token of that weight)
         floor *= 2 if floor > -1e4 else 1
 
 
