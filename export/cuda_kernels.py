@@ -1,7 +1,7 @@
 """Which nodes of a graph ONNX Runtime 1.31's CUDA provider has a kernel for, checked offline.
 
 `CUDA_KERNELS` lists, for every (domain, op_type) our bundles use (encoder and decoder of the
-plain, fused and inplace lowerings, fp32 and fp16, the decoder's log-normalizer (ReduceLogSumExp),
+plain, fused and inplace lowerings, fp32 and fp16, the decoder's log-normalizer (ReduceMax, Sub),
 the fp16 variant's CUDA form of export/cuda_variant.py, the feed-forward activations of imported
 checkpoints (export/hf_mapping.py), the multi-step decoder's Loop and greedy bookkeeping
 (export/multistep.py), and SkipLayerNormalization, which ONNX Runtime's own fusions create), the
@@ -102,10 +102,8 @@ CUDA_KERNELS: dict[tuple[str, str], Kernel] = {
     ("", "LogSoftmax"): Kernel(CUDA + "math/softmax.cc", (13, None), {0: FLOATS}),
     ("", "ReduceMean"): Kernel(CUDA + "reduction/reduction_ops.cc", (18, None),
                                {0: FLOATS | INT32, 1: INT64}),
-    # ReduceLogSumExp 18: the decoder's log-normalizer (logsumexp of the logits, export/logits.py), fp16 in
-    # the fp16 variant; the 1.31.1 library instantiates it for double, float and float16
-    ("", "ReduceLogSumExp"): Kernel(CUDA + "reduction/reduction_ops.cc", (18, None), {0: FLOATS, 1: INT64}),
-    # ReduceMax 18 (the multi-step loop's "any row running", int32): the types OperatorKernels.md lists
+    # ReduceMax 18 (the multi-step loop's "any row running", int32; the decoder's log-normalizer, max(logits)
+    # - max(logprobs), export/logits.py, fp16 in the fp16 variant): the types OperatorKernels.md lists
     # (the 1.31.1 library also instantiates ReduceMax for int8 and uint8, which that page does not
     # list: left out until a registry dump confirms them)
     ("", "ReduceMax"): Kernel(CUDA + "reduction/reduction_ops.cc", (18, None),

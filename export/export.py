@@ -130,7 +130,7 @@ class DecoderGraph(nn.Module):
         self, input_ids: Tensor, position_ids: Tensor, self_mask: Tensor | None,
         encoder_attention_mask: Tensor, cache: tuple[Tensor, ...],
     ) -> tuple[Tensor, ...]:
-        """The model's decode() on flat caches; flat outputs, then the logsumexp of the logits the
+        """The model's decode() on flat caches; flat outputs, then the log-normalizer of the logits the
         log-probs came from (the generator's own, recorded by `decode_with_normalizer`)."""
         n = self.n_layers
         past = [(cache[2 * i], cache[2 * i + 1]) for i in range(n)]

@@ -36,8 +36,7 @@ TEMPLATED = {"Add": "Add", "Sub": "Sub", "Mul": "Mul", "Div": "Div", "And": "And
              "Relu": "Relu", "MatMul": "MatMul", "Softmax": "Softmax", "LogSoftmax": "Softmax",
              "ReduceMean": "ReduceMean", "Less": "Less", "LessOrEqual": "LessOrEqual", "Cast": "Cast",
              "LayerNormalization": "LayerNorm", "Sigmoid": "Sigmoid", "Erf": "Erf",
-             "ArgMax": "ArgMax", "ReduceMax": "ReduceMax", "Equal": "Equal", "Or": "Or",
-             "ReduceLogSumExp": "ReduceLogSumExp"}
+             "ArgMax": "ArgMax", "ReduceMax": "ReduceMax", "Equal": "Equal", "Or": "Or"}
 UNTEMPLATED = {"Gather": "Gather", "Concat": "Concat", "Reshape": "Reshape", "Transpose": "Transpose",
                "Range": "Range", "Trilu": "Trilu", "Expand": "Expand", "Squeeze": "Squeeze",
                "Unsqueeze": "Unsqueeze", "Split": "Split_18", "GatherElements": "GatherElements",
