@@ -47,6 +47,12 @@ class StepGroups:
     forcing: list[tuple[np.ndarray, ResolvedOptions]]  # requests with forced tokens or begin-suppressed ids
     sampling: list[int]  # indices into greedy of sampling requests
 
+    @property
+    def history(self) -> bool:
+        """Whether a step must keep the rows' token histories: some request reads its own (a controlled or
+        forcing one; the others' rows are never read, and a newcomer's history starts when it joins)."""
+        return self.controlled is not None or bool(self.forcing)
+
     @classmethod
     def of(cls, active: Sequence[ActiveRequest], n_rows: int, begin_suppress: bool) -> StepGroups:
         """The groups of these requests in a batch of n_rows rows (holes included); with begin_suppress every

@@ -222,7 +222,8 @@ class DecodeBatch:
             row, search = a.rows[0], a.search
             taken, self._rows.score[row] = search.take(tokens[:, row], chosen[:, row], self._rows.score[row],
                                                   attn[:, row])
-            self._rows.history.extend(row, taken)
+            if self._searches().history:
+                self._rows.history.extend(row, taken)
             self._rows.next[row] = taken[-1]
             if search.done:
                 search.log_prob = self._rows.score[row]
@@ -284,7 +285,8 @@ class DecodeBatch:
         """Each greedy request's chosen token, its log-prob summed in float32; returns the finished."""
         self._rows.score[rows] += chosen
         self._rows.next[rows] = tokens
-        self._rows.history.append(rows, tokens)
+        if self._searches().history:
+            self._rows.history.append(rows, tokens)
         eos, done = self.spec.special.eos, []
         for a, t in zip(greedy, tokens.tolist(), strict=True):
             search = a.search
@@ -312,7 +314,8 @@ class DecodeBatch:
             dst, src = np.concatenate(dst), np.concatenate(src)
             self._cache.reorder(dst, src)
             self._rows.history.reorder(dst, src)
-        self._rows.history.append(np.concatenate([a.rows for a in beams]), np.concatenate(words))
+        if self._searches().history:
+            self._rows.history.append(np.concatenate([a.rows for a in beams]), np.concatenate(words))
         return [a for a in beams if a.search.done]
 
     def _finish(self, act: ActiveRequest) -> FinishedEvent:
