@@ -46,12 +46,9 @@ class StepGroups:
     controlled: RowGroup | None  # the rows whose options process the log-probs (controls.py)
     forcing: list[tuple[np.ndarray, ResolvedOptions]]  # requests with forced tokens or begin-suppressed ids
     sampling: list[int]  # indices into greedy of sampling requests
-
-    @property
-    def history(self) -> bool:
-        """Whether a step must keep the rows' token histories: some request reads its own (a controlled or
-        forcing one; the others' rows are never read, and a newcomer's history starts when it joins)."""
-        return self.controlled is not None or bool(self.forcing)
+    # whether a step keeps the rows' token histories: some request reads its own (a controlled or forcing
+    # one; the others' rows are never read, and a newcomer's history starts when it joins)
+    history: bool = False
 
     @classmethod
     def of(cls, active: Sequence[ActiveRequest], n_rows: int, begin_suppress: bool) -> StepGroups:
@@ -61,7 +58,7 @@ class StepGroups:
         rows: np.ndarray | slice = np.array([a.rows[0] for a in greedy], np.int64)
         if len(rows) == n_rows and (rows == np.arange(len(rows))).all():
             rows = slice(None)
-        return cls(greedy, rows, [a for a in active if not a.greedy],
-                   RowGroup.of([(a.rows, a.options, a.greedy) for a in active if a.options.controlled]),
-                   [(a.rows, a.options) for a in active if a.options.forced or begin_suppress],
-                   [i for i, a in enumerate(greedy) if a.rng is not None])
+        controlled = RowGroup.of([(a.rows, a.options, a.greedy) for a in active if a.options.controlled])
+        forcing = [(a.rows, a.options) for a in active if a.options.forced or begin_suppress]
+        return cls(greedy, rows, [a for a in active if not a.greedy], controlled, forcing,
+                   [i for i, a in enumerate(greedy) if a.rng is not None], controlled is not None or bool(forcing))
