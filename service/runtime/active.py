@@ -60,5 +60,6 @@ class StepGroups:
             rows = slice(None)
         controlled = RowGroup.of([(a.rows, a.options, a.greedy) for a in active if a.options.controlled])
         forcing = [(a.rows, a.options) for a in active if a.options.forced or begin_suppress]
-        return cls(greedy, rows, [a for a in active if not a.greedy], controlled, forcing,
-                   [i for i, a in enumerate(greedy) if a.rng is not None], controlled is not None or bool(forcing))
+        sampling = [i for i, a in enumerate(greedy) if a.rng is not None]
+        return cls(greedy, rows, [a for a in active if not a.greedy], controlled, forcing, sampling,
+                   controlled is not None or bool(forcing))
