@@ -190,3 +190,9 @@ clean:
 .PHONY: bench-scoring
 bench-scoring: $(STAMP) protos
 	$(PY) -m bench.scoring --pairs 128 --repeat 3
+
+# What controlled decoding costs a decode step (bench/controls.py, docs/performance.md): rows with no
+# option against rows with repetition penalty + no-repeat n-grams, and with seeded sampling, at batch 32.
+.PHONY: bench-controls
+bench-controls: $(STAMP)
+	$(PY) -m bench.controls $(CONTROLS_ARGS)
