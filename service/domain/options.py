@@ -85,6 +85,8 @@ class DecodeOptions:
         d = defaults or ModelDefaults()
         limit = max_len - 1
         beam = d.beam_size if self.beam_size is None else self.beam_size
+        if self.beam_size is None and self.sampling:
+            beam = 1  # a sampling request draws one sequence, whatever beam the model decodes with
         for name, value in (("beam_size", beam), ("n_best", self.n_best)):
             if not _is_int(value):
                 raise InvalidInput(f"{name} must be an integer, got {_shown(value)}")
