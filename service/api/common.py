@@ -38,8 +38,8 @@ def check_max_output_tokens(value: int | None, max_len: int, name: str = "max_ou
 
 def streams_pieces(options: DecodeOptions, defaults: ModelDefaults) -> bool:
     """Whether a request can stream its pieces as generated: one hypothesis decoded greedily or by
-    sampling (beam_size 1, the model's default when unset, and no alternatives)."""
-    beam = defaults.beam_size if options.beam_size is None else options.beam_size
+    sampling (beam_size 1, the model's default when unset unless it samples, and no alternatives)."""
+    beam = (1 if options.sampling else defaults.beam_size) if options.beam_size is None else options.beam_size
     return beam == 1 and not options.return_alternatives
 
 
