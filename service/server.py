@@ -109,6 +109,18 @@ def counted_methods() -> list[str]:
             for method in service.methods if method.name in vars(servicer)]
 
 
+MODEL_FIELDS = {"model", "model_name", "name", "modelId", "modelPath"}  # request fields that name a model
+
+
+def model_methods() -> list[str]:
+    """The counted RPCs whose requests name a model: each loaded model version's series exist for them."""
+    pools = [translator_pb2.DESCRIPTOR, grpc_service_pb2.DESCRIPTOR, model_runtime_pb2.DESCRIPTOR]
+    services = [service for pool in pools for service in pool.services_by_name.values()]
+    named = {f"{service.full_name}/{method.name}" for service in services for method in service.methods
+             if MODEL_FIELDS & set(method.input_type.fields_by_name)}
+    return [m for m in counted_methods() if m in named]
+
+
 def _bind(server: aio.Server, config: ServerConfig) -> int:
     """Add the listening port (TLS when a certificate is configured); returns the bound port."""
     if config.tls_cert is not None and config.tls_key is not None:
@@ -205,7 +217,8 @@ async def serve(config: ServerConfig, runner: Runner | None = None) -> RunningSe
     models = build_repository(config, runner)
     readiness = Readiness(scheduler_healthy=lambda: all(m.scheduler.healthy for m in models.loaded()))
     server = aio.server(interceptors=[ErrorMappingInterceptor()], options=grpc_options(config))
-    metrics.init_request_counts(counted_methods())  # all series from the start: rate() sees the first call
+    # all series from the start: rate() sees the first call
+    metrics.init_request_counts(counted_methods(), model_methods=model_methods())
     translator_pb2_grpc.add_TranslatorServicer_to_server(TranslatorServicer(models), server)
     grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
         InferenceServicer(models, lambda: readiness.ready, config.queue_size), server)

@@ -1,8 +1,11 @@
 """The error-mapping and metrics layer around every RPC of the server (a grpc.aio interceptor).
 
 Handlers raise domain exceptions; this layer turns them into gRPC statuses with `errors.status_of`
-(the one place that chooses codes) and records `metrics.observe_request(method, code, seconds, "grpc")`
-once per call, for every service (translator, KServe v2, health, reflection). A status a handler
+(the one place that chooses codes) and records `metrics.observe_request(method, code, seconds, "grpc",
+model, version)` once per call, for every service (translator, KServe v2, ModelMesh, health,
+reflection): model and version are what the repository resolved while the call ran
+(`metrics.start_request` / `served_by`; a stream's requests run in tasks that share its labels, the
+last one resolved stands). A status a handler
 set itself (`context.abort`, or `set_code` before raising, as generated base classes do for
 UNIMPLEMENTED) is kept.
 """
@@ -48,6 +51,7 @@ class _Call:
     def __init__(self, method: str, context: aio.ServicerContext) -> None:
         """Start timing a call."""
         self.method, self.context = method, context
+        self.labels = metrics.start_request()
         self.start = time.perf_counter()
         self.code = grpc.StatusCode.OK
 
@@ -86,7 +90,8 @@ class _Call:
         """Record the call in the metrics (a code set without raising counts too)."""
         if self.code == grpc.StatusCode.OK:
             self.code = self._preset_code() or grpc.StatusCode.OK
-        metrics.observe_request(self.method, self.code.name, time.perf_counter() - self.start, "grpc")
+        metrics.observe_request(self.method, self.code.name, time.perf_counter() - self.start, "grpc",
+                                self.labels.model, self.labels.version)
 
 
 async def _result(value: Any) -> Any:

@@ -8,7 +8,8 @@ that model (`ModelRepository.aliases`), so inference that names the id (ModelMes
 request's model name) reaches the model. Several ids may share one model: it is loaded once and
 unloaded with its last id. Sizes are the repository's: resident bytes measured after the load, and
 before it the estimate the memory budget uses (the bundle files' bytes). Under control mode none
-ModelMesh cannot load or unload: every model is loaded at start.
+ModelMesh cannot load or unload: every model is loaded at start. In the request metrics these calls,
+as the inference ModelMesh forwards, carry the repository model's name, never ModelMesh's ids.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from service.domain.errors import InvalidInput, NotReady, RepositoryRefused, Unk
 from service.models.naming import check_name, inside, shown
 from service.models.repository import ControlMode, ModelRepository
 from service.models.served import ModelState
+from service.ops import metrics
 
 log = logging.getLogger("service.models")
 DEFAULT_CAPACITY_BYTES = 2 * 2**30  # reported without --memory-budget
@@ -63,6 +65,7 @@ class MeshModels:
         """The repository model of a ModelMesh id (UnknownModel for an id ModelMesh did not load)."""
         if model_id not in self.ids:
             raise UnknownModel(f"ModelMesh has loaded no model {shown(model_id)} here")
+        metrics.served_by(*self.repository.label(self.ids[model_id]))
         return self.ids[model_id]
 
     async def load(self, model_id: str, model_path: str) -> int:
@@ -73,6 +76,7 @@ class MeshModels:
         if not model_id:
             raise InvalidInput("modelId is empty")
         name = self.target(model_path)
+        metrics.served_by(*self.repository.label(name))
         self.repository.layout.entry(name)  # UnknownModel before anything changes
         async with self._lock:
             self.ids[model_id] = name
@@ -80,6 +84,7 @@ class MeshModels:
             if name not in self.repository.models:
                 await self.repository.load(name)
         log.info("ModelMesh model %s is model %s", shown(model_id), name)
+        metrics.served_by(*self.repository.label(name))
         return self.size(model_id)
 
     def size(self, model_id: str) -> int:
@@ -101,6 +106,8 @@ class MeshModels:
         async with self._lock:
             name = self.ids.pop(model_id, None)
             self.repository.aliases.pop(model_id, None)
+            if name is not None:
+                metrics.served_by(*self.repository.label(name))
             if name is None or name in self.ids.values():
                 return
             retired = list(self.repository.models.get(name, {}).values())

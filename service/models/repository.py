@@ -12,7 +12,9 @@ Each served model version is a `ServedModel` (its runner and its own scheduler a
 
 A load of a loaded model loads the new version(s) beside the old and switches with no gap; a failed
 load keeps the old serving. An unload takes the model out at once (new requests: NotReady) and lets
-its in-flight requests complete. Requests hold a lease (`use`) for as long as they run.
+its in-flight requests complete. Requests hold a lease (`use`) for as long as they run. Requests are
+labelled in the request metrics with the model and version that serve them (`label`,
+`metrics.served_by`): only names the repository has become label values.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from service.domain.errors import (
 )
 from service.models.budget import files_bytes, victims
 from service.models.layout import ModelSettings, RepositoryLayout
-from service.models.naming import check_name, check_version, shown
+from service.models.naming import VERSION, check_name, check_version, shown
 from service.models.served import Loader, ModelState, ServedModel
 from service.ops import metrics
 from service.ops.malloc import release_freed_memory
@@ -90,8 +92,34 @@ class ModelRepository:
 
     # -- what the protocols ask ---------------------------------------------------------------------
 
+    def label(self, name: str, version: str = "") -> tuple[str, str]:
+        """The request metrics' (model, version) of a request for name / version: the model it resolves to
+        and the loaded version it gets ("" when none), NO_MODEL for "" without exactly one loaded model,
+        UNKNOWN_MODEL for a name the repository lacks. Never raises."""
+        if not name:
+            if len(self.models) != 1:
+                return metrics.NO_MODEL, ""
+            name = next(iter(self.models))
+        name = self.aliases.get(name, name)
+        versions = self.models.get(name)
+        if versions is None and not self._exists(name):
+            return metrics.UNKNOWN_MODEL, ""
+        if not versions:
+            return name, ""
+        number = int(version) if VERSION.fullmatch(version) else None
+        chosen = number if version else max(versions)
+        return name, str(chosen) if chosen in versions else ""
+
+    def _exists(self, name: str) -> bool:
+        """Whether the repository has a model folder `name` (False for an invalid name)."""
+        try:
+            return name in self.layout.names()
+        except OSError:
+            return False
+
     def resolve(self, name: str, version: str = "") -> tuple[str, int | None]:
         """(name, version or None = the latest) a request addresses; "" is the one loaded model."""
+        metrics.served_by(*self.label(name, version))
         if not name:
             loaded = sorted(self.models)
             if len(loaded) != 1:
@@ -160,13 +188,16 @@ class ModelRepository:
         if self.mode is ControlMode.NONE:
             raise RepositoryRefused("model control mode is 'none': models cannot be loaded through the API "
                                     "(start the server with --model-control-mode explicit or on-demand)")
+        metrics.served_by(*self.label(name))
         check_name(name)
         await self._load(name, settings, reload=True)
+        metrics.served_by(*self.label(name))
 
     async def unload(self, name: str) -> None:
         """The repository API's unload: new requests are refused, in-flight ones complete."""
         if self.mode is ControlMode.NONE:
             raise RepositoryRefused("model control mode is 'none': models cannot be unloaded through the API")
+        metrics.served_by(*self.label(name))
         check_name(name)
         async with self._lock:
             if name not in self.models:
@@ -196,7 +227,9 @@ class ModelRepository:
         if number is not None and number not in versions:
             raise UnknownModel(f"model {shown(name)} has no loaded version '{number}'; "
                                f"loaded: {sorted(versions)}")
-        return versions[number if number is not None else max(versions)]
+        chosen = number if number is not None else max(versions)
+        metrics.served_by(name, str(chosen))
+        return versions[chosen]
 
     async def _wait(self, job: Awaitable[None], deadline: float | None) -> None:
         """Wait for a load within a request's deadline (the load goes on for the others)."""

@@ -5,9 +5,14 @@ and batch metrics; the servicers call `observe_request` once per RPC. Everything
 exposed by `start_metrics_server` on its own HTTP port (prometheus_client's server thread).
 
 Names (all prefixed `translator_`):
-- `requests_total{method, code, protocol}` counter (every served method x COMMON_CODES exists from
-  start-up), `request_latency_seconds{method, protocol}` histogram: per RPC or HTTP request
-  (protocol "grpc" or "http"; HTTP requests carry the status name of the same table).
+- `requests_total{method, code, protocol, model, version}` counter, `request_latency_seconds{method,
+  protocol, model, version}` histogram: per RPC or HTTP request (protocol "grpc" or "http"; HTTP
+  requests carry the status name of the same table). `model` / `version` are those of the model that
+  served it, as the repository resolved them (`served_by`): NO_MODEL ("") for a call that addresses
+  no model or names none that resolves, UNKNOWN_MODEL for a name the repository lacks (an invented
+  name never becomes a label value), version "" until a version is chosen. Every method x
+  COMMON_CODES exists from start-up with model ""; a loaded model version's series of the methods
+  that address a model exist from its load (`init_model_request_counts`).
 - `queue_time_seconds`, `time_to_first_token_seconds`, `time_per_output_token_seconds`: per text.
 - `encoder_compute_seconds` per encoder call, `decoder_step_seconds` per decoder step.
 - `batch_size` (active rows per decoder step), `input_tokens` / `output_tokens` per text.
@@ -24,6 +29,8 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
+from contextvars import ContextVar
+from dataclasses import dataclass
 
 from prometheus_client import Counter, Gauge, Histogram, Info, start_http_server
 
@@ -31,13 +38,16 @@ TIME_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
 BATCH_BUCKETS = tuple(float(2**i) for i in range(9))  # 1, 2, 4, ..., 256
 TOKEN_BUCKETS = tuple(float(2**i) for i in range(11))  # 1, 2, 4, ..., 1024
 
-REQUESTS = Counter("translator_requests_total",
-                   "Requests answered, by method, status code (gRPC's names, HTTP's too) and protocol.",
-                   ["method", "code", "protocol"])
-REQUEST_LATENCY = Histogram("translator_request_latency_seconds", "End-to-end request latency.",
-                            ["method", "protocol"], buckets=TIME_BUCKETS)
-PROTOCOLS = ("grpc", "http")  # the `protocol` label: how the request came
 MODEL_LABELS = ("model", "version")  # the per-model series (service/ops/model_metrics.py)
+REQUESTS = Counter("translator_requests_total",
+                   "Requests answered, by method, status code (gRPC's names, HTTP's too), protocol, and "
+                   "the model and version that served them.",
+                   ["method", "code", "protocol", *MODEL_LABELS])
+REQUEST_LATENCY = Histogram("translator_request_latency_seconds", "End-to-end request latency.",
+                            ["method", "protocol", *MODEL_LABELS], buckets=TIME_BUCKETS)
+PROTOCOLS = ("grpc", "http")  # the `protocol` label: how the request came
+NO_MODEL = ""  # model label of a call that addresses no model, or names none that resolves
+UNKNOWN_MODEL = "(unknown)"  # model label of a request naming a model the repository lacks (no valid name)
 QUEUE_TIME = Histogram("translator_queue_time_seconds", "Time a text waited in the queue before decoding.",
                        MODEL_LABELS, buckets=TIME_BUCKETS)
 TIME_TO_FIRST_TOKEN = Histogram("translator_time_to_first_token_seconds",
@@ -78,23 +88,79 @@ COMMON_CODES = ("OK", "CANCELLED", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT
 
 _servers_lock = threading.Lock()
 _servers: list = []  # (server, thread) pairs started by start_metrics_server
+_model_methods: dict[str, tuple[str, ...]] = {}  # protocol -> the methods that address a model
+_model_versions: set[tuple[str, str]] = set()  # (model, version) of init_model_request_counts
+_model_methods_lock = threading.Lock()
 
 
-def observe_request(method: str, code: str, seconds: float, protocol: str = "grpc") -> None:
+@dataclass
+class RequestModel:
+    """The model and version a request was served by: its request series' `model` / `version` labels."""
+
+    model: str = NO_MODEL
+    version: str = ""
+
+
+_request_model: ContextVar[RequestModel | None] = ContextVar("translator_request_model", default=None)
+
+
+def start_request() -> RequestModel:
+    """The labels of the request this context (its task, and tasks it starts) runs: the gRPC interceptor
+    and the HTTP middleware open them, `served_by` fills them, the opener records them."""
+    labels = RequestModel()
+    _request_model.set(labels)
+    return labels
+
+
+def served_by(model: str, version: str = "") -> None:
+    """Label the running request (if any) with the model (version) that serves it: the repository calls
+    this with bounded values only (its models, NO_MODEL, UNKNOWN_MODEL)."""
+    labels = _request_model.get()
+    if labels is not None:
+        labels.model, labels.version = model, version
+
+
+def observe_request(method: str, code: str, seconds: float, protocol: str = "grpc", model: str = NO_MODEL,
+                    version: str = "") -> None:
     """Count one answered request (code: a gRPC status name such as "OK", for HTTP requests too: the
-    name of the same table's row) and record its latency; protocol "grpc" or "http"."""
-    REQUESTS.labels(method=method, code=code, protocol=protocol).inc()
-    REQUEST_LATENCY.labels(method=method, protocol=protocol).observe(seconds)
+    name of the same table's row) and record its latency; protocol "grpc" or "http"; the model and
+    version that served it."""
+    labels = {"method": method, "protocol": protocol, "model": model, "version": version}
+    REQUESTS.labels(code=code, **labels).inc()
+    REQUEST_LATENCY.labels(**labels).observe(seconds)
 
 
 def init_request_counts(methods: Iterable[str], codes: Iterable[str] = COMMON_CODES,
-                        protocol: str = "grpc") -> None:
-    """Create the `requests_total` series of every method x code at 0, so that Prometheus' rate() and
-    increase() see the first call of each (a series born at 1 has no earlier sample to differ from)."""
+                        protocol: str = "grpc", model_methods: Iterable[str] = ()) -> None:
+    """Create the `requests_total` series of every method x code at 0 (model ""), so that Prometheus'
+    rate() and increase() see the first call of each (a series born at 1 has no earlier sample to
+    differ from); `model_methods`, those that address a model, get each loaded model's series too."""
     codes = tuple(codes)
     for method in methods:
         for code in codes:
-            REQUESTS.labels(method=method, code=code, protocol=protocol)
+            REQUESTS.labels(method=method, code=code, protocol=protocol, model=NO_MODEL, version="")
+    with _model_methods_lock:
+        _model_methods[protocol] = tuple(model_methods)
+        loaded = sorted(_model_versions)
+    for model, version in loaded:  # models loaded before this protocol's methods were known
+        _init_model_series(protocol, tuple(model_methods), model, version)
+
+
+def init_model_request_counts(model: str, version: str) -> None:
+    """Create a loaded model version's `requests_total` series of the methods that address a model, x
+    COMMON_CODES, at 0 (they stay after its unload: the last calls' counts are not lost)."""
+    with _model_methods_lock:
+        _model_versions.add((model, version))
+        chosen = list(_model_methods.items())
+    for protocol, methods in chosen:
+        _init_model_series(protocol, methods, model, version)
+
+
+def _init_model_series(protocol: str, methods: tuple[str, ...], model: str, version: str) -> None:
+    """The zero series of one model version for `methods` x COMMON_CODES."""
+    for method in methods:
+        for code in COMMON_CODES:
+            REQUESTS.labels(method=method, code=code, protocol=protocol, model=model, version=version)
 
 
 def set_model_info(model: str, version: str, provider: str, batching: str, variant: str) -> None:

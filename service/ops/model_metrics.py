@@ -34,6 +34,7 @@ class ModelMetrics:
         self._encoder, self._step, self._rows = (m.labels(**labels) for m in PER_MODEL[3:6])
         self._input_tokens, self._output_tokens = (m.labels(**labels) for m in PER_MODEL[6:8])
         self._queue_depth, self._active = (m.labels(**labels) for m in PER_MODEL[8:])
+        metrics.init_model_request_counts(model, version)
 
     def admitted(self, waited_s: float, source_tokens: int) -> None:
         """A text left the queue for the batch."""

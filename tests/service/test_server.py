@@ -20,6 +20,7 @@ from protos.translator.v1 import translator_pb2 as pb
 from protos.translator.v1 import translator_pb2_grpc as pb_grpc
 from service.config import ServerConfig
 from service.domain.types import DEFAULT_MAX_BEAM, DecodeOptions
+from service.ops import metrics
 from service.server import BackgroundServer
 from tests.support.decoding import assert_distinct, best_tokens, reference
 from tests.support.metrics import key, scrape
@@ -242,9 +243,10 @@ def test_metrics_endpoint_counts_requests(tiny_bundle, runner):
         after = scrape(srv.running.metrics_port)
 
     def delta(name: str, **labels: str) -> float:
-        """Increase of one sample between the two scrapes (request series: of gRPC)."""
+        """Increase of one sample between the two scrapes (request series: of gRPC, served by the one
+        model unless other labels are given)."""
         if name.startswith("translator_request"):
-            labels.setdefault("protocol", "grpc")
+            labels = {"protocol": "grpc", "model": "translator", "version": "1"} | labels
         return after.get(key(name, **labels), 0.0) - before.get(key(name, **labels), 0.0)
 
     assert delta("translator_request_latency_seconds_count", method=method) == 5
@@ -252,9 +254,10 @@ def test_metrics_endpoint_counts_requests(tiny_bundle, runner):
     assert delta("translator_requests_total", method=method, code="OK") == 3
     assert delta("translator_requests_total", method=method, code="INVALID_ARGUMENT") == 2
     assert delta("translator_queue_time_seconds_count", model="translator", version="1") == 3  # per model
-    assert delta("translator_requests_total", method="grpc.health.v1.Health/Check", code="NOT_FOUND") == 1
+    assert delta("translator_requests_total", method="grpc.health.v1.Health/Check", code="NOT_FOUND",
+                 model="", version="") == 1  # no model: model ""
     assert delta("translator_requests_total", method="inference.GRPCInferenceService/ModelStatistics",
-                 code="NOT_FOUND") == 1
+                 code="NOT_FOUND", model=metrics.UNKNOWN_MODEL, version="") == 1  # never the name asked
     info = [k for k in after if k[0] == "translator_model_info"]
     assert info and {("batching", "continuous"), ("provider", "CPUExecutionProvider"),
                      ("variant", "base")} <= set(info[0][1])

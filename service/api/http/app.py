@@ -24,7 +24,7 @@ from aiohttp import web
 
 from service.api.http import generate, kserve_rest, score
 from service.api.http.body import LIMITS_KEY
-from service.api.http.errors import observe
+from service.api.http.errors import MODEL_LABEL_KEY, observe
 from service.api.kserve import InferenceServicer
 from service.ops import metrics
 
@@ -52,11 +52,13 @@ def make_app(servicer: InferenceServicer, max_body_bytes: int, read_timeout_s: f
     app = web.Application(client_max_size=max_body_bytes, middlewares=[observe])
     app[kserve_rest.SERVICER_KEY] = servicer
     app[LIMITS_KEY] = (max_body_bytes, read_timeout_s)
+    app[MODEL_LABEL_KEY] = servicer.models.label
     kserve_rest.add_routes(app)
     generate.add_routes(app)
     score.add_routes(app)
     # every route's series from the start, as gRPC's: rate() sees the first request of each
-    metrics.init_request_counts(sorted({r.canonical for r in app.router.resources()}), protocol="http")
+    routes = sorted({r.canonical for r in app.router.resources()})
+    metrics.init_request_counts(routes, protocol="http", model_methods=[r for r in routes if "{model}" in r])
     return app
 
 

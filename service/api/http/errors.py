@@ -6,7 +6,9 @@ do; this middleware answers them as JSON `{"error": "..."}` with the HTTP status
 seconds, "http")` once per request, the code being the table's gRPC name ("OK", "INVALID_ARGUMENT",
 ...) so that the error-ratio rules read both protocols alike. The method label is the route's path
 pattern ("/v2/models/{model}/infer", ...): unknown paths share one label, so clients cannot grow
-the series.
+the series. The model and version labels are what the repository resolved for the request, else
+the repository's label of the URL's model and version (MODEL_LABEL_KEY: a request refused before it
+reached the repository, a malformed body say); names the repository lacks share one label.
 aiohttp's own refusals (no such route, wrong method, a body over the size limit) come as JSON too.
 """
 
@@ -31,6 +33,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 HTTP_NAMES = {400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 405: "UNIMPLEMENTED", 408: "DEADLINE_EXCEEDED",
               413: "INVALID_ARGUMENT", 415: "INVALID_ARGUMENT", 501: "UNIMPLEMENTED", 503: "UNAVAILABLE"}
 CODE_KEY = web.RequestKey("code", str)  # a handler that answered an error itself (a stream) says which
+# (model, version) -> the repository's metrics labels of them (ModelRepository.label)
+MODEL_LABEL_KEY = web.AppKey("model_label", Callable[[str, str], tuple[str, str]])
 
 
 class RequestRejected(Exception):
@@ -76,6 +80,7 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Map every outcome of a handler to an HTTP answer and count it once."""
     start = time.perf_counter()
     code = "OK"
+    labels = metrics.start_request()
     try:
         response = await handler(request)
         code = request.get(CODE_KEY, "OK")
@@ -103,4 +108,14 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
             log.error("%s %s failed: %s", request.method, request.path, message, exc_info=exc)
         return error_response(status, message)
     finally:
-        metrics.observe_request(method_label(request), code, time.perf_counter() - start, "http")
+        model, version = _model_labels(request, labels)
+        metrics.observe_request(method_label(request), code, time.perf_counter() - start, "http", model,
+                                version)
+
+
+def _model_labels(request: web.Request, labels: metrics.RequestModel) -> tuple[str, str]:
+    """The request's model labels: as the repository resolved them, else of the URL's model (if any)."""
+    name = request.match_info.get("model") if request.match_info.http_exception is None else None
+    if labels.model != metrics.NO_MODEL or not name or MODEL_LABEL_KEY not in request.app:
+        return labels.model, labels.version
+    return request.app[MODEL_LABEL_KEY](name, request.match_info.get("version", ""))

@@ -58,7 +58,8 @@ def test_endpoint_serves_every_metric_and_model_info(metrics_port):
     with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as response:
         assert response.status == 200
         body = response.read().decode()
-    assert 'translator_requests_total{code="OK",method="test.Endpoint",protocol="grpc"}' in body
+    assert ('translator_requests_total{code="OK",method="test.Endpoint",model="",protocol="grpc",version=""}'
+            in body)
     for name in ("request_latency_seconds", "queue_time_seconds", "time_to_first_token_seconds",
                  "time_per_output_token_seconds", "encoder_compute_seconds", "decoder_step_seconds",
                  "batch_size", "input_tokens", "output_tokens"):
