@@ -16,6 +16,8 @@ and the stream goes on). ModelConfig reports the server's real batching settings
 ModelStatistics service/ops/statistics.py (service/api/kserve_model.py). A request with a TARGET
 input beside TEXT is scored instead (service/api/kserve_score.py). The repository extension
 (RepositoryIndex, RepositoryModelLoad, RepositoryModelUnload) asks service/models/repository.py.
+Responses name the model as the request did (Triton's answer, and what ModelMesh's clients see when
+it routes by its own model ids, aliases of repository models), or the served model for "".
 Shared-memory, trace and log RPCs answer UNIMPLEMENTED (from the generated base class).
 """
 
@@ -146,7 +148,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         async with self.models.use(request.name, request.version, deadline_of(context)) as model:
             versions = [m.version for m in self.models.loaded(model.name)] or [model.version]
             return pb.ModelMetadataResponse(
-                name=model.name, versions=[str(v) for v in versions], platform=kserve_model.PLATFORM,
+                name=request.name or model.name, versions=[str(v) for v in versions],
+                platform=kserve_model.PLATFORM,
                 inputs=[kserve_model.tensor(kserve_codec.INPUT_NAME)],
                 outputs=[kserve_model.tensor(kserve_codec.OUTPUT_NAME)],
             )
@@ -215,10 +218,11 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         return decoded, decode_options(decoded.options, model.runner.max_len)
 
     @staticmethod
-    def _response(model: ServedModel, request_id: str, texts: Sequence[str] | None,
+    def _response(model: ServedModel, name: str, request_id: str, texts: Sequence[str] | None,
                   final: bool | None = None) -> pb.ModelInferResponse:
-        """A response with the TRANSLATION output (none if texts is None), flagged final or not if asked."""
-        response = pb.ModelInferResponse(model_name=model.name, model_version=str(model.version),
+        """A response with the TRANSLATION output (none if texts is None), flagged final or not if asked;
+        `name`: the model name the request used ("" for the served model's)."""
+        response = pb.ModelInferResponse(model_name=name or model.name, model_version=str(model.version),
                                          id=request_id)
         if texts is not None:
             kserve_codec.encode_translation_output(response, texts)
@@ -246,8 +250,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         sources, targets, options = kserve_score.decode_score_request(request)
         check_text_count(len(sources), model.scheduler.settings.max_batch_size)
         results = await model.scheduler.score(sources, targets, options, deadline)
-        response = pb.ModelInferResponse(model_name=model.name, model_version=str(model.version),
-                                         id=request.id)
+        response = pb.ModelInferResponse(model_name=request.model_name or model.name,
+                                         model_version=str(model.version), id=request.id)
         kserve_score.encode_score_outputs(response, results, kserve_score.wanted(request))
         if final is not None:
             kserve_codec.set_final(response, final)
@@ -263,7 +267,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 raise InvalidInput(f"parameter {kserve_parameters.STREAM_KEY} needs the ModelStreamInfer RPC "
                                    "(a unary call has a single response)")
             texts = await self._translate(model, decoded, options, deadline)
-            return self._response(model, decoded.request_id, texts)
+            return self._response(model, request.model_name, decoded.request_id, texts)
 
     async def stream_responses(self, request: pb.ModelInferRequest,
                                 deadline: float | None) -> AsyncIterator[pb.ModelInferResponse]:
@@ -278,7 +282,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             greedy = streams_pieces(options, model.scheduler.limits.defaults)
             if not decoded.options.stream or not greedy:  # a beam's best is only known at the end
                 texts = await self._translate(model, decoded, options, deadline)
-                yield self._response(model, request_id, texts, final=True)
+                yield self._response(model, request.model_name, request_id, texts, final=True)
                 return
             if len(decoded.texts) != 1:
                 raise InvalidInput(f"parameter {kserve_parameters.STREAM_KEY} streams one text per request "
@@ -287,11 +291,12 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             async for event in model.scheduler.stream(decoded.texts[0], stream_options, deadline):
                 if isinstance(event, TokenEvent):
                     if event.text:  # a token that completes no character adds no piece
-                        yield self._response(model, request_id, [event.text], final=False)
+                        yield self._response(model, request.model_name, request_id, [event.text], final=False)
                 elif decoded.options.empty_final_response:
-                    yield self._response(model, request_id, None, final=True)
+                    yield self._response(model, request.model_name, request_id, None, final=True)
                 else:
-                    yield self._response(model, request_id, [event.hypotheses[0].text], final=True)
+                    text = event.hypotheses[0].text
+                    yield self._response(model, request.model_name, request_id, [text], final=True)
 
     async def ModelStreamInfer(  # noqa: N802 - gRPC method name
         self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: aio.ServicerContext

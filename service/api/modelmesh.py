@@ -6,7 +6,9 @@ back. Errors are domain exceptions mapped by service/api/interceptor.py with ser
 Inference reaches the runtime through the model-addressed unary calls listed in `runtimeStatus`'s
 methodInfos (KServe v2 and translator.v1), where ModelMesh writes the model id into the request's
 model-name field (`idInjectionPath`); streaming calls are not listed, as ModelMesh forwards no
-streams.
+streams. Their responses name the model by that id, as Triton's do behind ModelMesh (its adapter loads
+each model into Triton under ModelMesh's id); the request metrics label them with the repository
+model's name.
 """
 
 from __future__ import annotations

@@ -121,8 +121,9 @@ def result_message(result: Result, options: pb.TranslateOptions, runner: Runner)
     return message
 
 
-def model_info(model: ServedModel) -> pb.GetModelInfoResponse:
-    """GetModelInfo answer: model config, bundle identity, providers, limits and defaults."""
+def model_info(model: ServedModel, name: str = "") -> pb.GetModelInfoResponse:
+    """GetModelInfo answer: model config, bundle identity, providers, limits and defaults; named `name`
+    (the name the request used, a ModelMesh id say) or the served model's."""
     runner, scheduler = model.runner, model.scheduler
     bundle = runner.bundle
     config: dict[str, Any] = {k: v for k, v in runner.config.items() if k in _CONFIG_FIELDS}
@@ -131,7 +132,7 @@ def model_info(model: ServedModel) -> pb.GetModelInfoResponse:
     defaults = scheduler.limits.resolve(DecodeOptions(source_language=source, target_language=target))
     settings = scheduler.settings
     return pb.GetModelInfoResponse(
-        model_name=model.name,
+        model_name=name or model.name,
         config=pb.ModelConfig(**config),
         bundle=pb.BundleInfo(
             version=bundle.version, format_version=bundle.format_version,
@@ -216,4 +217,4 @@ class TranslatorServicer(pb_grpc.TranslatorServicer):
     ) -> pb.GetModelInfoResponse:
         """The model's config, bundle, providers and limits (the one loaded model when none is named)."""
         async with self.models.use(request.model, request.model_version, deadline_of(context)) as model:
-            return model_info(model)
+            return model_info(model, request.model)

@@ -95,7 +95,8 @@ async def generate(request: web.Request) -> web.Response:
         options = with_extras(kserve.decode_options(decoded.options, model.runner.max_len), extras)
         result = (await model.scheduler.submit(decoded.texts, options, deadline))[0]
         best = result.hypotheses[0].text if result.hypotheses else ""
-        payload = {"model_name": model.name, "model_version": str(model.version), "text_output": best}
+        payload = {"model_name": message.model_name or model.name, "model_version": str(model.version),
+                   "text_output": best}
         return json_response(payload | result_fields(result, extras, model.runner))
 
 

@@ -23,6 +23,7 @@ from protos.translator.v1 import translator_pb2_grpc as pb_grpc
 from service.api.kserve import server_version
 from service.config import _FLAGS, env_name, parse_config
 from service.domain.types import DecodeOptions
+from service.ops import metrics
 from service.runtime.runner import Runner
 from service.server import BackgroundServer
 from tests.support.decoding import best_tokens
@@ -134,6 +135,27 @@ def test_load_infer_size_and_unload_by_model_id(mesh, client, channel, server, r
             translation(client, model_id)
         assert err.value.status() == "StatusCode.NOT_FOUND" and "unknown model" in err.value.message()
     mesh.unloadModel(mm.UnloadModelRequest(modelId=MODEL_ID), timeout=60)  # unknown: no error
+
+
+def test_responses_echo_the_model_id_and_metrics_name_the_repository_model(mesh, client, channel):
+    """As Triton behind ModelMesh (which knows models by ModelMesh's ids), responses name the model by the
+    id the request used; the request metrics label the repository model, never the id."""
+    infer = "inference.GRPCInferenceService/ModelInfer"
+    before = metrics.counter_value(metrics.REQUESTS, method=infer, code="OK", model="en-de", version="1")
+    mesh.loadModel(mm.LoadModelRequest(modelId=MODEL_ID, modelPath="en-de"), timeout=120)
+    try:
+        response = client.infer(MODEL_ID, [text_input([TEXT])]).get_response()
+        assert (response.model_name, response.model_version) == (MODEL_ID, "1")
+        assert client.get_model_metadata(MODEL_ID).name == MODEL_ID
+        stub = pb_grpc.TranslatorStub(channel)
+        info = stub.GetModelInfo(pb.GetModelInfoRequest(model=MODEL_ID), timeout=60)
+        assert info.model_name == MODEL_ID
+    finally:
+        mesh.unloadModel(mm.UnloadModelRequest(modelId=MODEL_ID), timeout=60)
+    after = metrics.counter_value(metrics.REQUESTS, method=infer, code="OK", model="en-de", version="1")
+    assert after == before + 1
+    labelled = {s.labels["model"] for family in metrics.REQUESTS.collect() for s in family.samples}
+    assert "en-de" in labelled and MODEL_ID not in labelled
 
 
 def test_runtime_status_unloads_what_modelmesh_had_loaded(mesh, server):
