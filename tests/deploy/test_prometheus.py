@@ -50,7 +50,6 @@ DASHBOARD = DEPLOY / "grafana" / "translator-dashboard.json"
 STREAM = "translator.v1.Translator/TranslateStream"
 TRANSLATE = "translator.v1.Translator/Translate"
 POD = {"namespace": "serving", "pod": "translator-0"}
-VARIABLES = {"$job": ".+", "$method": ".+", "$model": ".+"}  # the dashboard's "All" values
 N_STREAMS, N_UNARY, N_BAD = 40, 6, 5
 
 
@@ -69,16 +68,25 @@ def dashboard() -> dict[str, Any]:
     return json.loads(DASHBOARD.read_text())
 
 
+def all_values() -> dict[str, str]:
+    """"$name" -> the "All" value of each query variable of the dashboard."""
+    return {f"${v['name']}": v["allValue"] for v in dashboard()["templating"]["list"] if v["type"] == "query"}
+
+
 def dashboard_queries() -> list[str]:
     """Every panel query with the template variables set to their "All" values."""
     queries = []
     for panel in dashboard()["panels"]:
         for target in panel["targets"]:
             expr = target["expr"]
-            for name, value in VARIABLES.items():
+            for name, value in all_values().items():
                 expr = expr.replace(name, value)
             queries.append(expr)
     return queries
+
+
+REQUEST_SERIES = re.compile(r"translator_requests|translator_request_latency|translator_request_errors")
+SELECTOR = r"((?:[a-z_]+:)?translator_request[a-z_]*(?::[a-z0-9_]+)?)(\{[^}]*\})?"  # name, {labels}
 
 
 def binary(name: str) -> str:
@@ -130,8 +138,31 @@ def test_dashboard_uses_existing_metrics_variables_and_layout():
     for needed in ("request_latency_seconds:p50", "request_latency_seconds:p90",
                    "request_latency_seconds:p99", "time_to_first_token_seconds:p90",
                    "translator_texts:rate1m", "output_tokens:rate1m", "batch_size:mean_rate1m",
-                   "queue_depth:sum", "job_code:translator_requests:rate1m"):
+                   "queue_depth:sum", "job_model_code:translator_requests:rate1m"):
         assert needed in text, needed
+
+
+def test_request_panels_filter_by_the_model_variable():
+    """Every panel query of the request series (model and version labelled) reads per-model rules and
+    filters by $model, whose "All" keeps the calls of model "" and "(unknown)" too; the per-model rules
+    keep `model`, and the alert on the error ratio says which model."""
+    board = dashboard()
+    (model,) = [v for v in board["templating"]["list"] if v["name"] == "model"]
+    assert re.fullmatch(model["allValue"], "") and re.fullmatch(model["allValue"], "(unknown)")
+    request_queries = [t["expr"] for p in board["panels"] for t in p["targets"]
+                       if REQUEST_SERIES.search(t["expr"])]
+    assert len(request_queries) >= 6
+    for expr in request_queries:
+        for name, labels in re.findall(SELECTOR, expr):
+            assert name.startswith("job_model") and 'model=~"$model"' in labels, expr
+    by_model = [r for r in rules()
+                if r.get("record", "").startswith("job_model") and REQUEST_SERIES.search(r["expr"])]
+    assert {r["record"].split(":")[1] for r in by_model} == {
+        "translator_requests", "translator_request_errors", "translator_request_latency_seconds"}
+    for rule in by_model:
+        assert all("model" in by for by in re.findall(r"by \(([^)]*)\)", rule["expr"])), rule["record"]
+    (alert,) = [r for r in rules() if r.get("alert") == "TranslatorHighErrorRatio"]
+    assert alert["expr"].startswith("job_model:") and "$labels.model" in alert["annotations"]["summary"]
 
 
 def derived_config(tmp: Path, targets: list[dict[str, Any]]) -> Path:
