@@ -112,7 +112,7 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports
 
 # The default corpus (deterministic from its seed; rebuilt when its generator changes): train, valid,
-# test, probe and near-miss splits (model/corpus.py) and the four training supplements.
+# test, probe and near-miss splits (model/corpus.py) and the five training supplements.
 CORPUS_CODE := model/corpus.py model/frames.py model/sampling.py model/verbalize.py model/readers.py \
   model/everyday.py model/literal.py
 
@@ -120,16 +120,17 @@ corpus: data/corpus/train.tsv
 
 data/corpus/train.tsv: $(CORPUS_CODE) | $(STAMP)
 	$(PY) -m model.corpus --out data/corpus --train 400000 --numbers 100000 --probe 400 --long 150000 \
-	  --copy 150000 --literal 200000 --nearmiss 2000
+	  --copy 150000 --literal 200000 --nearmiss 2000 --alone 100000
 
 # The default model's next training stage: from the shipped model.pt with `--init` (its weights,
 # config and tokenizer; a fresh optimizer and schedule), as each of its five stages started from the
-# last one's weights (docs/model.md), on the corpus and its four supplements with the fifth stage's
+# last one's weights (docs/model.md), on the corpus and its five supplements with the fifth stage's
 # recipe. Resumable: running it again continues from runs/default/last.pt (ignored, not committed).
 # Its learning curve, every stage before it included, is drawn to runs/default/learning-curve.svg.
 train-default: corpus
 	$(PY) -m model.train --init artifacts/default/model.pt --train data/corpus/train.tsv \
 	  data/corpus/numbers.tsv data/corpus/long.tsv data/corpus/copy.tsv data/corpus/literal.tsv \
+	  data/corpus/alone.tsv \
 	  --valid data/corpus/valid.tsv \
 	  --out runs/default --max-tokens 3000 --warmup 200 --lr-scale 0.2 --cooldown-from 1500 \
 	  --cooldown-steps 6500 --max-steps 8000 --eval-every 1000 --eval-size 500 \

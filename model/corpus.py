@@ -53,7 +53,7 @@ DRAW_ALL: dict[str, Callable[[random.Random], str]] = {**DRAW, **EVERYDAY}
 _WORD = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?")
 Sampler = Callable[[random.Random], str]
 # The training supplements, each written to <name>.tsv from its own seed (the corpus seed + this offset).
-SUPPLEMENTS = {"numbers": 3, "long": 5, "copy": 6, "literal": 7}
+SUPPLEMENTS = {"numbers": 3, "long": 5, "copy": 6, "literal": 7, "alone": 9}
 NEARMISS_SEED = 8  # the held-out near-miss split (nearmiss.tsv): the corpus seed + this
 # Letters of the scripts real text mixes in (weight, letters): the copy supplement's made-up words
 # teach the model to copy byte sequences the word list holds only a few times.
@@ -220,11 +220,54 @@ def literal_sentence(rng: random.Random, words: list[str]) -> str:
     return " ".join(out) + rng.choice([".", ".", "!", "?", ""])
 
 
+# The alone supplement: every class about equally often (the decade a little more: `1800s` alone was
+# read as a cardinal), each written form the whole input or in a frame of one or two words.
+ALONE_CLASSES = {kind: 6 for kind in SALAD_CLASSES} | {"decade": 10, "cardinal": 8, "measure": 8}
+ALONE_BEFORE = ("the", "The", "in the", "In the", "since the", "by", "at", "to", "about", "only", "and", "or",
+                "from", "was", "is", "on")
+ALONE_AFTER = ("saw", "were", "was", "is", "left", "now", "then", "again", "ago", "today", "only", "later",
+               "each", "in total", "or so")
+
+
+def alone_form(rng: random.Random, words: list[str]) -> str:
+    """One written form of any class (a probe shape for half of the cardinals, a decade of any century
+    1000-2090 for half of the decades), or in 10% an item the
+    rules copy (model/literal.py: `10°`, `#12`, `1990s-era`, a symbol, a word of another script)."""
+    if rng.random() < 0.1:
+        return literal_items(rng, words, 1)[0]
+    kind = _pick(rng, ALONE_CLASSES)
+    if kind == "decade" and rng.random() < 0.5:  # every century's decades (draw_decade: mostly 1900-2020)
+        return f"{rng.randint(100, 209)}0s"
+    if kind == "cardinal" and rng.random() < 0.5:
+        return with_separators(_probe_number(rng) if rng.random() < 0.5 else shaped_number(rng), rng)
+    return DRAW_ALL[kind](rng)
+
+
+def alone_sentence(rng: random.Random, words: list[str]) -> str:
+    """A written form with nothing around it (`1800s`, `5.0 m`, `Chapter IV`, `06:05`): alone in 50%
+    (a final mark in a fifth of them), two forms side by side in 15% (`1800s, 1900s`), and a short
+    frame of one or two words before or after it (`the 1800s`, `1800s saw`, `only 3/4`) in 35%."""
+    r = rng.random()
+    form = alone_form(rng, words)
+    if r < 0.5:
+        return form + (rng.choice([".", ".", "!", "?", ":", ","]) if rng.random() < 0.2 else "")
+    if r < 0.65:
+        return f"{form}{rng.choice([',', ',', '', ' and', ' or', ' to', ';'])} {alone_form(rng, words)}"
+    before = rng.choice(ALONE_BEFORE) if rng.random() < 0.7 else _filler(rng, words)
+    after = rng.choice(ALONE_AFTER) if rng.random() < 0.7 else _filler(rng, words)
+    s = rng.random()
+    text = f"{before} {form}" if s < 0.4 else f"{form} {after}" if s < 0.8 else f"{before} {form} {after}"
+    return text + (rng.choice([".", ".", "!", "?"]) if rng.random() < 0.3 else "")
+
+
 def sentence(rng: random.Random, words: list[str], supplement: str | None = None) -> tuple[str, str]:
     """One (written, spoken) pair: a frame sentence or word salad, or a training supplement's
     (SUPPLEMENTS): "numbers" number-focused salad, "long" two frames in a row (the long outputs,
-    where most errors were), "copy" `copy_sentence`, "literal" `literal_sentence`."""
-    if supplement == "copy":
+    where most errors were), "copy" `copy_sentence`, "literal" `literal_sentence`, "alone"
+    `alone_sentence`."""
+    if supplement == "alone":
+        src = alone_sentence(rng, words)
+    elif supplement == "copy":
         src = copy_sentence(rng, words)
     elif supplement == "literal":
         src = literal_sentence(rng, words)
@@ -334,9 +377,9 @@ def write_tsv(path: Path, pairs: Iterator[tuple[str, str]]) -> set[str]:
 
 def build(out: Path, n_train: int, n_valid: int, n_test: int, seed: int, n_numbers: int = 0,
           n_probe: int = 400, n_long: int = 0, n_copy: int = 0, n_literal: int = 0,
-          n_nearmiss: int = 0) -> None:
+          n_nearmiss: int = 0, n_alone: int = 0) -> None:
     """Write the disjoint splits under `out`: test, valid, probe, nearmiss, train (+ the supplements
-    numbers.tsv, long.tsv, copy.tsv and literal.tsv)."""
+    numbers.tsv, long.tsv, copy.tsv, literal.tsv and alone.tsv)."""
     out.mkdir(parents=True, exist_ok=True)
     train_words, all_words = word_lists(seed)
     held = write_tsv(out / "test.tsv", generate(n_test, seed + 2, all_words))
@@ -347,7 +390,7 @@ def build(out: Path, n_train: int, n_valid: int, n_test: int, seed: int, n_numbe
         nearmiss = generate(n_nearmiss, seed + NEARMISS_SEED, all_words, held, "literal")
         held |= write_tsv(out / "nearmiss.tsv", nearmiss)
     write_tsv(out / "train.tsv", generate(n_train, seed, train_words, held))
-    counts = {"numbers": n_numbers, "long": n_long, "copy": n_copy, "literal": n_literal}
+    counts = {"numbers": n_numbers, "long": n_long, "copy": n_copy, "literal": n_literal, "alone": n_alone}
     for name, offset in SUPPLEMENTS.items():
         if counts[name]:
             write_tsv(out / f"{name}.tsv", generate(counts[name], seed + offset, train_words, held, name))
@@ -366,15 +409,19 @@ def main() -> None:
     ap.add_argument("--copy", type=int, default=0, help="pairs of the copy supplement (made-up words)")
     ap.add_argument("--literal", type=int, default=0,
                     help="pairs of the literal supplement (near-misses, symbols)")
+    ap.add_argument("--alone", type=int, default=0,
+                    help="pairs of the alone supplement (a written form alone or in a short frame)")
     ap.add_argument("--nearmiss", type=int, default=0, help="pairs of the held-out near-miss split (0: none)")
     ap.add_argument("--seed", type=int, default=1234)
     a = ap.parse_args()
-    build(a.out, a.train, a.valid, a.test, a.seed, a.numbers, a.probe, a.long, a.copy, a.literal, a.nearmiss)
+    build(a.out, a.train, a.valid, a.test, a.seed, a.numbers, a.probe, a.long, a.copy, a.literal, a.nearmiss,
+          a.alone)
     print(f"wrote {a.train}/{a.valid}/{a.test}/{a.probe} train/valid/test/probe pairs to {a.out}"
           + (f" and {a.numbers} to numbers.tsv" if a.numbers else "")
           + (f" and {a.long} to long.tsv" if a.long else "")
           + (f" and {a.copy} to copy.tsv" if a.copy else "")
           + (f" and {a.literal} to literal.tsv" if a.literal else "")
+          + (f" and {a.alone} to alone.tsv" if a.alone else "")
           + (f" and {a.nearmiss} to nearmiss.tsv" if a.nearmiss else ""))
 
 

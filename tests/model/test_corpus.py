@@ -249,3 +249,20 @@ def test_read_tsv_errors(tmp_path):
 def test_an_unknown_supplement_is_refused_by_name():
     with pytest.raises(ValueError, match="'digits'.*numbers, long, copy"):
         next(generate(1, 0, ["word"], supplement="digits"))
+
+
+def test_the_alone_supplement_is_written_forms_with_little_around_them():
+    """alone.tsv: a written form of a class as the whole input (decades of every century among them:
+    `1800s` alone was read as a cardinal), or in a frame of one or two words; deterministic."""
+    train_words, _ = word_lists(11)
+    pairs = list(generate(3000, 20, train_words, supplement="alone"))
+    assert pairs == list(generate(3000, 20, train_words, supplement="alone"))
+    assert all(tgt == verbalize(src) for src, tgt in pairs)
+    alone = [src for src, _ in pairs if len(classes(src)) == 1 and verbalize(src) != src
+             and re.fullmatch(r"\S+(?: \S+)?[.!?:,]?", src) and not any(c.isalpha() for c in src[:1])]
+    assert len(alone) > 0.25 * len(pairs)
+    found = {c for src, _ in pairs if len(src.split()) <= 3 for c in classes(src)}
+    assert found >= set(CLASSES) - {"plain"}
+    centuries = {src[:2] for src, _ in pairs if re.fullmatch(r"1\d{2}0s", src)}
+    assert len(centuries) >= 8  # 10xx .. 18xx, not only the 1900s
+    assert max(len(src.split()) for src, _ in pairs) <= 12
