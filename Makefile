@@ -114,7 +114,7 @@ lint: $(STAMP)
 # The default corpus (deterministic from its seed; rebuilt when its generator changes): train, valid,
 # test, probe and near-miss splits (model/corpus.py) and the five training supplements.
 CORPUS_CODE := model/corpus.py model/frames.py model/sampling.py model/verbalize.py model/readers.py \
-  model/everyday.py model/literal.py
+  model/everyday.py model/literal.py model/alone.py
 
 corpus: data/corpus/train.tsv
 

@@ -31,10 +31,21 @@ from pathlib import Path
 from num2words import num2words
 from wordfreq import top_n_list
 
-from model.everyday import EVERYDAY, roman_numeral
+from model.alone import alone_sentence
+from model.everyday import DRAW_ALL, roman_numeral
 from model.frames import FRAMES, SLOT, THINGS, frame_vocabulary
 from model.literal import literal_items
-from model.sampling import DRAW, draw_measure, draw_year, ordinal_suffix, shaped_number, with_separators
+from model.sampling import (
+    DRAW,
+    draw_measure,
+    draw_year,
+    filler_word,
+    ordinal_suffix,
+    pick,
+    probe_number,
+    shaped_number,
+    with_separators,
+)
 from model.verbalize import MONTHS, ROMAN_NAMES, ROMAN_NOUNS, UNITS, YEAR_CONTEXT, verbalize
 
 __all__ = ["build", "cardinal", "generate", "ordinal", "ordinal_suffix", "probe", "sentence", "word_lists"]
@@ -49,7 +60,6 @@ FRAME_CLASSES = {"cardinal": 16, "ordinal": 9, "percentage": 8, "decimal": 8, "m
 SALAD_CLASSES = {"cardinal": 34, "ordinal": 12, "percentage": 8, "decimal": 8, "money": 9, "year": 7,
                  "date": 5, "time": 6, "measure": 7, "phone": 6, "temperature": 6, "negative": 6, "decade": 6,
                  "fraction": 7, "time24": 6, "isodate": 5, "roman": 5}
-DRAW_ALL: dict[str, Callable[[random.Random], str]] = {**DRAW, **EVERYDAY}
 _WORD = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?")
 Sampler = Callable[[random.Random], str]
 # The training supplements, each written to <name>.tsv from its own seed (the corpus seed + this offset).
@@ -102,21 +112,6 @@ def ordinal(rng: random.Random) -> tuple[str, str]:
     return f"{n}{ordinal_suffix(n)}", num2words(n, to="ordinal")
 
 
-def _filler(rng: random.Random, words: list[str]) -> str:
-    """One open-vocabulary word, sometimes capitalized or upper-cased (names, acronyms)."""
-    if rng.random() < 0.5:  # Zipf-like: frequent words often
-        w = words[min(int(rng.paretovariate(0.6)) - 1, len(words) - 1)]
-    else:  # uniform over the list: rare words as often as any
-        w = rng.choice(words)
-    r = rng.random()
-    return w.capitalize() if r < 0.2 else w.upper() if r < 0.23 else w
-
-
-def _pick(rng: random.Random, weights: dict[str, int]) -> str:
-    """A key drawn with the given weights."""
-    return rng.choices(list(weights), list(weights.values()))[0]
-
-
 def fill(frame: str, rng: random.Random, words: list[str], samplers: dict[str, Sampler] | None = None) -> str:
     """The frame with every slot drawn (`samplers` overrides the class samplers)."""
     draw = {**DRAW_ALL, "year": draw_year, **(samplers or {})}
@@ -138,7 +133,7 @@ def fill(frame: str, rng: random.Random, words: list[str], samplers: dict[str, S
 def frame_sentence(rng: random.Random, words: list[str], two: bool = False) -> str:
     """One or two real sentence frames with their slots drawn (always two if `two`)."""
     n = 2 if two or rng.random() < P_TWO_FRAMES else 1
-    return " ".join(fill(rng.choice(FRAMES[_pick(rng, FRAME_CLASSES)]), rng, words) for _ in range(n))
+    return " ".join(fill(rng.choice(FRAMES[pick(rng, FRAME_CLASSES)]), rng, words) for _ in range(n))
 
 
 def _punctuated(rng: random.Random, items: list[str]) -> list[str]:
@@ -158,9 +153,9 @@ def salad_sentence(rng: random.Random, words: list[str], numbers_focus: bool = F
     else:
         n_words, weights = rng.randint(2, 10), SALAD_CLASSES
         n_items = 1 if rng.random() < 0.6 else 2 if rng.random() < 0.8 else 3
-    items = [_filler(rng, words) for _ in range(n_words)]
+    items = [filler_word(rng, words) for _ in range(n_words)]
     for _ in range(n_items):
-        kind = _pick(rng, weights)
+        kind = pick(rng, weights)
         item = DRAW[kind](rng, 0.2) if kind == "cardinal" and numbers_focus else DRAW_ALL[kind](rng)
         items.insert(rng.randint(0, len(items)), item)
     out = _punctuated(rng, items)
@@ -177,7 +172,7 @@ def _listed() -> frozenset[str]:
 
 def made_up_word(rng: random.Random) -> str:
     """A word of 1-9 letters no list holds: Latin with accents mixed in, or Greek, Cyrillic, kana."""
-    script = _pick(rng, SCRIPT_WEIGHTS)
+    script = pick(rng, SCRIPT_WEIGHTS)
     letters = SCRIPTS[script][1]
     if script == "latin":  # accents here and there, as in names
         letters = letters * 6 + SCRIPTS["accented"][1]
@@ -191,13 +186,13 @@ def copy_sentence(rng: random.Random, words: list[str]) -> str:
     """Word salad for the copy supplement: half the words made up, some said twice ("the the"), around
     1-3 written forms whose numbers are mostly of the probe's shapes, without separators half the time."""
     n_words = rng.randint(2, 8)
-    fillers = [made_up_word(rng) if rng.random() < 0.5 else _filler(rng, words) for _ in range(n_words)]
+    fillers = [made_up_word(rng) if rng.random() < 0.5 else filler_word(rng, words) for _ in range(n_words)]
     items = [w for f in fillers for w in ([f, f] if rng.random() < 0.08 else [f])]
     shaped = probe_samplers()
     for _ in range(rng.randint(1, 3)):
-        kind = _pick(rng, SALAD_CLASSES)
+        kind = pick(rng, SALAD_CLASSES)
         if kind == "cardinal":
-            item = with_separators(_probe_number(rng) if rng.random() < 0.5 else shaped_number(rng), rng)
+            item = with_separators(probe_number(rng) if rng.random() < 0.5 else shaped_number(rng), rng)
         elif kind in shaped and rng.random() < 0.5:
             item = shaped[kind](rng)
         else:
@@ -208,56 +203,16 @@ def copy_sentence(rng: random.Random, words: list[str]) -> str:
 
 def literal_sentence(rng: random.Random, words: list[str]) -> str:
     """Filler words around 1-3 items the rules copy (model/literal.py), a written form of a class in 40%."""
-    items = [_filler(rng, words) for _ in range(rng.randint(1, 8))]
+    items = [filler_word(rng, words) for _ in range(rng.randint(1, 8))]
     extra = literal_items(rng, words, rng.randint(1, 3))
     if rng.random() < 0.4:
-        extra.append(DRAW_ALL[_pick(rng, SALAD_CLASSES)](rng))
+        extra.append(DRAW_ALL[pick(rng, SALAD_CLASSES)](rng))
     for item in extra:
         items.insert(rng.randint(0, len(items)), item)
     out = _punctuated(rng, items)
     if rng.random() < 0.7:
         out[0] = out[0][:1].upper() + out[0][1:]
     return " ".join(out) + rng.choice([".", ".", "!", "?", ""])
-
-
-# The alone supplement: every class about equally often (the decade a little more: `1800s` alone was
-# read as a cardinal), each written form the whole input or in a frame of one or two words.
-ALONE_CLASSES = {kind: 6 for kind in SALAD_CLASSES} | {"decade": 10, "cardinal": 8, "measure": 8}
-ALONE_BEFORE = ("the", "The", "in the", "In the", "since the", "by", "at", "to", "about", "only", "and", "or",
-                "from", "was", "is", "on")
-ALONE_AFTER = ("saw", "were", "was", "is", "left", "now", "then", "again", "ago", "today", "only", "later",
-               "each", "in total", "or so")
-
-
-def alone_form(rng: random.Random, words: list[str]) -> str:
-    """One written form of any class (a probe shape for half of the cardinals, a decade of any century
-    1000-2090 for half of the decades), or in 10% an item the
-    rules copy (model/literal.py: `10°`, `#12`, `1990s-era`, a symbol, a word of another script)."""
-    if rng.random() < 0.1:
-        return literal_items(rng, words, 1)[0]
-    kind = _pick(rng, ALONE_CLASSES)
-    if kind == "decade" and rng.random() < 0.5:  # every century's decades (draw_decade: mostly 1900-2020)
-        return f"{rng.randint(100, 209)}0s"
-    if kind == "cardinal" and rng.random() < 0.5:
-        return with_separators(_probe_number(rng) if rng.random() < 0.5 else shaped_number(rng), rng)
-    return DRAW_ALL[kind](rng)
-
-
-def alone_sentence(rng: random.Random, words: list[str]) -> str:
-    """A written form with nothing around it (`1800s`, `5.0 m`, `Chapter IV`, `06:05`): alone in 50%
-    (a final mark in a fifth of them), two forms side by side in 15% (`1800s, 1900s`), and a short
-    frame of one or two words before or after it (`the 1800s`, `1800s saw`, `only 3/4`) in 35%."""
-    r = rng.random()
-    form = alone_form(rng, words)
-    if r < 0.5:
-        return form + (rng.choice([".", ".", "!", "?", ":", ","]) if rng.random() < 0.2 else "")
-    if r < 0.65:
-        return f"{form}{rng.choice([',', ',', '', ' and', ' or', ' to', ';'])} {alone_form(rng, words)}"
-    before = rng.choice(ALONE_BEFORE) if rng.random() < 0.7 else _filler(rng, words)
-    after = rng.choice(ALONE_AFTER) if rng.random() < 0.7 else _filler(rng, words)
-    s = rng.random()
-    text = f"{before} {form}" if s < 0.4 else f"{form} {after}" if s < 0.8 else f"{before} {form} {after}"
-    return text + (rng.choice([".", ".", "!", "?"]) if rng.random() < 0.3 else "")
 
 
 def sentence(rng: random.Random, words: list[str], supplement: str | None = None) -> tuple[str, str]:
@@ -295,13 +250,6 @@ PROBE_EXAMPLES = ("We counted 1,000,000 birds.", "It costs $5.20 today.", "Meet 
                   "We counted 1984 birds.")
 
 
-def _probe_number(rng: random.Random, max_digits: int = 12) -> int:
-    """A round, trailing-zero, inner-zero or repeated-digit number of at least three digits."""
-    while (n := shaped_number(rng, max_digits, rng.choice(["round", "trailing", "inner", "repeated"]))) < 100:
-        pass
-    return n
-
-
 def _round(rng: random.Random, max_digits: int) -> int:
     """One significant digit: 20, 300, 1,000,000."""
     return rng.randint(1, 9) * 10 ** rng.randint(1, max_digits - 1)
@@ -311,21 +259,21 @@ def _round(rng: random.Random, max_digits: int) -> int:
 def probe_samplers() -> dict[str, Sampler]:
     """Samplers of the probe's shapes, by slot (one shared dict: read it, never change it)."""
     def ordinal_(r: random.Random) -> str:
-        n = _round(r, 9) if r.random() < 0.7 else _probe_number(r, 9)
+        n = _round(r, 9) if r.random() < 0.7 else probe_number(r, 9)
         return with_separators(n, r) + ordinal_suffix(n)
 
     def money_(r: random.Random) -> str:
-        amount = with_separators(_probe_number(r, 7), r, 0.8)
+        amount = with_separators(probe_number(r, 7), r, 0.8)
         return f"{r.choice('$€£')}{amount}{r.choice(['', '', '.00', '.50', '.05'])}"
 
     return {
-        "cardinal": lambda r: with_separators(_probe_number(r), r),
+        "cardinal": lambda r: with_separators(probe_number(r), r),
         "ordinal": ordinal_,
         "percentage": lambda r: f"{r.choice([0, 100, 1000]) if r.random() < 0.2 else _round(r, 3)}%",
         "money": money_,
         "decimal": lambda r: f"{r.choice([0, 1, 10, 100, 1000])}.{r.choice(['0', '00', '05', '50', '005'])}",
-        "length": lambda r: f"{with_separators(_probe_number(r, 6), r)} {r.choice(['km', 'm', 'ft', 'mi'])}",
-        "weight": lambda r: f"{with_separators(_probe_number(r, 6), r)} {r.choice(['kg', 'g', 'lb'])}",
+        "length": lambda r: f"{with_separators(probe_number(r, 6), r)} {r.choice(['km', 'm', 'ft', 'mi'])}",
+        "weight": lambda r: f"{with_separators(probe_number(r, 6), r)} {r.choice(['kg', 'g', 'lb'])}",
     }
 
 
@@ -340,7 +288,7 @@ def probe(n: int, seed: int, words: list[str], exclude: set[str] | None = None) 
             made += 1
             yield src, verbalize(src)
     while made < n:
-        src = fill(rng.choice(PROBE_FRAMES[_pick(rng, weights)]), rng, words, samplers)
+        src = fill(rng.choice(PROBE_FRAMES[pick(rng, weights)]), rng, words, samplers)
         if src not in seen:
             seen.add(src)
             made += 1

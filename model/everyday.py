@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 
 from model.readers import DAYS_IN_MONTH, VULGAR
-from model.sampling import draw_measure, draw_percentage, shaped_number, with_separators
+from model.sampling import DRAW, draw_measure, draw_percentage, shaped_number, with_separators
 from model.verbalize import ROMAN_NAMES, ROMAN_NOUNS
 
 SIGN_WEIGHTS = {"-": 4, "\u2212": 1}  # hyphen-minus, minus sign
@@ -101,3 +101,5 @@ def draw_roman(rng: random.Random) -> str:
 
 EVERYDAY = {"temperature": draw_temperature, "negative": draw_negative, "decade": draw_decade,
             "fraction": draw_fraction, "time24": draw_time24, "isodate": draw_iso_date, "roman": draw_roman}
+DRAW_ALL = {**DRAW, **EVERYDAY}  # a written-form sampler of every class, by class name
+

@@ -216,3 +216,25 @@ def draw_phone(rng: random.Random) -> str:
 DRAW = {"cardinal": draw_cardinal, "ordinal": draw_ordinal, "percentage": draw_percentage,
         "decimal": draw_decimal, "money": draw_money, "year": draw_year_phrase, "date": draw_date,
         "time": draw_time, "measure": draw_measure, "phone": draw_phone}
+
+
+def filler_word(rng: random.Random, words: list[str]) -> str:
+    """One open-vocabulary word, sometimes capitalized or upper-cased (names, acronyms)."""
+    if rng.random() < 0.5:  # Zipf-like: frequent words often
+        w = words[min(int(rng.paretovariate(0.6)) - 1, len(words) - 1)]
+    else:  # uniform over the list: rare words as often as any
+        w = rng.choice(words)
+    r = rng.random()
+    return w.capitalize() if r < 0.2 else w.upper() if r < 0.23 else w
+
+
+def pick(rng: random.Random, weights: dict[str, int]) -> str:
+    """A key drawn with the given weights."""
+    return rng.choices(list(weights), list(weights.values()))[0]
+
+
+def probe_number(rng: random.Random, max_digits: int = 12) -> int:
+    """A round, trailing-zero, inner-zero or repeated-digit number of at least three digits."""
+    while (n := shaped_number(rng, max_digits, rng.choice(["round", "trailing", "inner", "repeated"]))) < 100:
+        pass
+    return n
