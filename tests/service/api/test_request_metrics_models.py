@@ -19,6 +19,7 @@ from service.ops import metrics
 from service.server import BackgroundServer
 from tests.support.http import post_json
 from tests.support.kserve import text_input, triton_client
+from tests.support.polling import wait_until
 from tests.support.server import server_config
 
 TEXT = "we 5"
@@ -104,11 +105,12 @@ def test_grpc_requests_count_under_the_model_that_served_them(translator, client
     translator.Translate(pb.TranslateRequest(texts=[TEXT], model="b"), timeout=60)  # b's latest: 2
     translator.Translate(pb.TranslateRequest(texts=[TEXT], model="b", model_version="1"), timeout=60)
     client.infer("b", [text_input([TEXT])], model_version="1")
-    assert {k: count(TRANSLATE, *k) - v for k, v in before.items()} == {("a", "1"): 1, ("b", "2"): 1,
-                                                                         ("b", "1"): 1}
-    assert {k: count(INFER, *k) - v for k, v in infer_before.items()} == {("a", "1"): 0, ("b", "1"): 1,
-                                                                          ("b", "2"): 0}
-    assert latency_count(TRANSLATE, "a", "1") == latency_before + 1
+    # a call's sample is recorded as its handler returns, which may be just after the client has its answer
+    wait_until(lambda: {k: count(TRANSLATE, *k) - v for k, v in before.items()}
+               == {("a", "1"): 1, ("b", "2"): 1, ("b", "1"): 1}, "the translator.v1 samples")
+    wait_until(lambda: {k: count(INFER, *k) - v for k, v in infer_before.items()}
+               == {("a", "1"): 0, ("b", "1"): 1, ("b", "2"): 0}, "the KServe samples")
+    wait_until(lambda: latency_count(TRANSLATE, "a", "1") == latency_before + 1, "the latency sample")
 
 
 def test_failures_of_a_known_model_carry_it(translator):
@@ -116,7 +118,7 @@ def test_failures_of_a_known_model_carry_it(translator):
     with pytest.raises(grpc.RpcError) as err:
         translator.Translate(pb.TranslateRequest(texts=[], model="a"), timeout=60)  # no texts
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert count(TRANSLATE, "a", "1", code="INVALID_ARGUMENT") == bad + 1
+    wait_until(lambda: count(TRANSLATE, "a", "1", code="INVALID_ARGUMENT") == bad + 1, "the sample")
 
 
 def test_an_invented_model_name_counts_under_the_fixed_label(translator, client, server):
@@ -133,11 +135,12 @@ def test_an_invented_model_name_counts_under_the_fixed_label(translator, client,
     status, _, _ = post_json(f"http://127.0.0.1:{server.running.http_port}/v2/models/{INVENTED}/generate",
                              {"text_input": TEXT})
     assert status == 404
-    assert count(TRANSLATE, metrics.UNKNOWN_MODEL, "", code="NOT_FOUND") == unknown + 1
-    assert count(TRANSLATE, metrics.UNKNOWN_MODEL, "", code="INVALID_ARGUMENT") >= 1  # "../etc"
-    assert count(INFER, metrics.UNKNOWN_MODEL, "", code="NOT_FOUND") >= 1
-    assert count(HTTP_GENERATE, metrics.UNKNOWN_MODEL, "", code="NOT_FOUND", protocol="http") >= 1
-    assert count(TRANSLATE, metrics.NO_MODEL, "", code="INVALID_ARGUMENT") == unnamed + 1
+    lost, none = metrics.UNKNOWN_MODEL, metrics.NO_MODEL
+    wait_until(lambda: count(TRANSLATE, lost, "", code="NOT_FOUND") == unknown + 1, "the sample")
+    wait_until(lambda: count(TRANSLATE, lost, "", code="INVALID_ARGUMENT") >= 1, "the sample")  # "../etc"
+    wait_until(lambda: count(INFER, lost, "", code="NOT_FOUND") >= 1, "the sample")
+    wait_until(lambda: count(HTTP_GENERATE, lost, "", code="NOT_FOUND", protocol="http") >= 1, "the sample")
+    wait_until(lambda: count(TRANSLATE, none, "", code="INVALID_ARGUMENT") == unnamed + 1, "the sample")
     labels = model_label_values()
     assert INVENTED not in labels and "../etc" not in labels and metrics.UNKNOWN_MODEL in labels
 
@@ -152,6 +155,7 @@ def test_http_requests_count_under_the_url_model(server):
     assert status == 200 and json.loads(body)["model_version"] == "1"
     # refused before it reaches the repository: labelled by the URL's model
     assert post_json(f"{url}/v2/models/b/infer", {"inputs": "not a list"})[0] == 400
-    assert count(HTTP_GENERATE, "a", "1", protocol="http") == ok_a + 1
-    assert count(HTTP_GENERATE_VERSION, "b", "1", protocol="http") == ok_b + 1
-    assert count(HTTP_INFER, "b", "2", code="INVALID_ARGUMENT", protocol="http") == malformed + 1
+    wait_until(lambda: count(HTTP_GENERATE, "a", "1", protocol="http") == ok_a + 1, "the sample")
+    wait_until(lambda: count(HTTP_GENERATE_VERSION, "b", "1", protocol="http") == ok_b + 1, "the sample")
+    wait_until(lambda: count(HTTP_INFER, "b", "2", code="INVALID_ARGUMENT", protocol="http") == malformed + 1,
+               "the sample")
