@@ -107,7 +107,7 @@ class BeamSearch:
 
     def __init__(self, options: ResolvedOptions, src_len: int, eos: int, pad: int,
                  eos_at_limit: bool = False) -> None:
-        k, t = options.beam_size, options.max_new_tokens
+        k, t = options.rows, options.max_new_tokens
         self.options, self.eos, self.pad, self.src_len, self.steps = options, eos, pad, src_len, 0
         self.eos_at_limit = eos_at_limit
         self.scores = np.full(k, -np.inf, np.float32)
@@ -152,6 +152,12 @@ class BeamSearch:
 
     def results(self) -> list[RawHypothesis]:
         """The n best beams, ranked by score."""
+        hyps = self._rows()
+        hyps.sort(key=lambda h: h.score, reverse=True)
+        return hyps[: self.options.n_best]
+
+    def _rows(self) -> list[RawHypothesis]:
+        """Each row's hypothesis, in row order (a row with no valid token left out)."""
         hyps = []
         for j in range(len(self.scores)):
             log_prob = float(self.scores[j])
@@ -165,35 +171,19 @@ class BeamSearch:
             limited = not done or (self.eos_at_limit and n == self.options.max_new_tokens)
             reason = FinishReason.LENGTH if limited else FinishReason.EOS
             hyps.append(RawHypothesis(body, log_prob, score, reason, align))
-        hyps.sort(key=lambda h: h.score, reverse=True)
-        return hyps[: self.options.n_best]
+        return hyps
 
 
-class AlternativesSearch:
+class AlternativesSearch(BeamSearch):
     """The n best continuations at the first position after the forced tokens (CTranslate2's
     return_alternatives): n rows, identical until that position, where row j takes the j-th most likely
     token; then each row goes on greedily. Hypotheses come in that order (the alternatives' rank)."""
 
     def __init__(self, options: ResolvedOptions, src_len: int, eos: int, pad: int,
                  eos_at_limit: bool = False) -> None:
-        n, t = options.rows, options.max_new_tokens
-        self.options, self.eos, self.pad, self.src_len, self.steps = options, eos, pad, src_len, 0
-        self.eos_at_limit, self.branch = eos_at_limit, len(options.forced)
-        self.scores = np.zeros(n, np.float32)
-        self.tokens = np.zeros((n, t), np.int64)
-        self.finished = np.zeros(n, bool)
-        self.lengths = np.zeros(n, np.int64)
-        self.attn = np.zeros((n, t, src_len), np.float32) if options.with_alignment else None
-
-    @property
-    def done(self) -> bool:
-        """Every row ended with eos, or max_new_tokens reached."""
-        return bool(self.finished.all()) or self.steps >= self.options.max_new_tokens
-
-    @property
-    def at_limit(self) -> bool:
-        """The next token is the last one max_new_tokens allows."""
-        return self.steps == self.options.max_new_tokens - 1
+        super().__init__(options, src_len, eos, pad, eos_at_limit)
+        self.scores[:] = 0.0  # every row is its own hypothesis from the start
+        self.branch = len(options.forced)
 
     def advance(self, logp: np.ndarray, attn: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """Consume logp (n, V) of this step; returns (parent of each row: itself, next tokens (n,))."""
@@ -217,17 +207,4 @@ class AlternativesSearch:
 
     def results(self) -> list[RawHypothesis]:
         """One hypothesis per alternative, in the alternatives' order (those with no valid token left out)."""
-        hyps = []
-        for j in range(len(self.scores)):
-            log_prob = float(self.scores[j])
-            if log_prob == -math.inf:
-                continue
-            n = int(self.lengths[j])
-            done = bool(self.finished[j])
-            body = self.tokens[j, : n - 1 if done else n].tolist()
-            align = self.attn[j, : len(body)].copy() if self.attn is not None else None
-            limited = not done or (self.eos_at_limit and n == self.options.max_new_tokens)
-            reason = FinishReason.LENGTH if limited else FinishReason.EOS
-            hyps.append(RawHypothesis(body, log_prob, log_prob / length_penalty(n, self.options.alpha or 0.0),
-                                      reason, align))
-        return hyps
+        return self._rows()
