@@ -73,6 +73,12 @@ def measure(plan: Plan, bundle: Path, texts: Sequence[str], large: Path | None,
         time.sleep(PAUSE_S)
         log(f"## {plan.cycles} load/unload cycles under load (after {plan.warmup_cycles} warm-up cycles)")
         results["cycles"] = cycles.run(bundle, work / "cycles", texts, plan, plan.max_output_tokens, log)
+        if plan.large and large is not None:
+            log(f"## The cycles of the opus-mt-shaped bundle (greedy, {plan.large_output_tokens} new tokens)")
+            results["cycles_opus"] = cycles.run(large, work / "cycles-large", texts, plan,
+                                                plan.large_output_tokens, log, beam_size=1)
+        else:
+            skipped.append("cycles of the opus-mt-shaped bundle: " + ("--quick" if large else NO_LARGE))
         phases.update(1, "cycles done")
         time.sleep(PAUSE_S)
         log("## perf_analyzer against one named model of several")
@@ -83,7 +89,8 @@ def measure(plan: Plan, bundle: Path, texts: Sequence[str], large: Path | None,
         phases.update(1, "perf_analyzer done")
     phases.close()
     results["requests_lost"] = (sum(c["requests_lost"] for c in results["colocate"].values())
-                                + results["cycles"]["requests_lost"]
+                                + sum(results[k]["requests_lost"] for k in ("cycles", "cycles_opus")
+                                      if k in results)
                                 + sum(1 for m in models if results["cold"][m]["codes"] != ["OK", "OK"]))
     return results
 
@@ -115,6 +122,8 @@ def headline(results: dict[str, Any]) -> dict[str, Any]:
         "opus_cold_first_request_vs_ct2_load": _get(results, "cold", "opus-mt", "first_request_vs_ct2_load"),
         "cycles": _get(results, "cycles", "cycles"),
         "cycles_rss_growth_pct_of_model": _get(results, "cycles", "rss_growth_pct_of_model"),  # goal <= 5
+        "opus_cycles_rss_growth_pct_of_model": _get(results, "cycles_opus", "rss_growth_pct_of_model"),
+        "opus_cycles_model_mib": _get(results, "cycles_opus", "model_mib"),
         "cycles_requests_sent": _get(results, "cycles", "requests_sent"),
         "cycles_requests_answered": _get(results, "cycles", "requests_answered"),
         "cycles_refused_while_unloaded": _get(results, "cycles", "requests_refused_while_unloaded"),

@@ -63,10 +63,11 @@ def _size(server: ServerProcess, client: triton.InferenceServerClient) -> float:
 
 
 async def _cycles(server: ServerProcess, client: triton.InferenceServerClient, texts: Sequence[str],
-                  plan: Plan, max_output_tokens: int, log: Callable[[str], None]) -> dict[str, Any]:
+                  plan: Plan, max_output_tokens: int, beam_size: int, log: Callable[[str], None]
+                  ) -> dict[str, Any]:
     """The cycles under load: the requests of each kind, the windows, the RSS samples and their times."""
     t0, stop = time.perf_counter(), asyncio.Event()
-    steady, cycled = (Target(server.address, name, max_output_tokens) for name in (STEADY, CYCLED))
+    steady, cycled = (Target(server.address, name, max_output_tokens, beam_size) for name in (STEADY, CYCLED))
     background = [asyncio.create_task(loop_until(stop, steady, texts, plan.steady_concurrency, t0)),
                   asyncio.create_task(loop_until(stop, cycled, texts, plan.probe_concurrency, t0))]
     windows: list[Window] = []
@@ -119,8 +120,9 @@ def account(kinds: dict[str, list[Timed]], windows: Sequence[Window], may_refuse
 
 
 def run(bundle: Path, work: Path, texts: Sequence[str], plan: Plan, max_output_tokens: int = 0,
-        log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Size the cycled model, run the cycles under load; the figures and the RSS chart's data."""
+        log: Callable[[str], None] = print, beam_size: int = 0) -> dict[str, Any]:
+    """Size the cycled model, run the cycles under load (every request with beam_size; 0 = the model's
+    default); the figures and the RSS chart's data."""
     folders = make_repository(work, bundle, (STEADY, CYCLED))
     with repository_server(work, "explicit", [STEADY], plan.server_args()) as server:
         client = _triton(server)
@@ -128,7 +130,7 @@ def run(bundle: Path, work: Path, texts: Sequence[str], plan: Plan, max_output_t
             model_mib = _size(server, client)
             started = server.rss_kib() / 1024
             log(f"  the cycled model adds {model_mib:.1f} MiB when it loads; RSS {started:.1f} MiB")
-            got = asyncio.run(_cycles(server, client, texts, plan, max_output_tokens, log))
+            got = asyncio.run(_cycles(server, client, texts, plan, max_output_tokens, beam_size, log))
             index = {m.name: m.state for m in client.get_model_repository_index().models}
         finally:
             client.close()
@@ -147,7 +149,7 @@ def run(bundle: Path, work: Path, texts: Sequence[str], plan: Plan, max_output_t
              "warmup_requests": sent_by[max(0, len(warm) - 1)],
              "started_mib": round(started, 1), "peak_mib": round(peak, 1),
              "samples": [[n, round(v, 1)] for n, (_, v) in zip(sent_by, every, strict=True)]}
-    return {"bundle": str(bundle), "cycles": plan.cycles, "model_mib": model_mib,
+    return {"bundle": str(bundle), "cycles": plan.cycles, "beam_size": beam_size, "model_mib": model_mib,
             "model_bytes_on_disk": bundle_bytes(folders[CYCLED]), "rss_started_mib": started,
             "warmup_cycles": len(warm), "rss_after_warmup_mib": base, "rss_warmup_samples_mib": warm,
             "rss_growth_from_first_cycle_mib": rss[-1] - (warm or rss)[0],

@@ -1,12 +1,14 @@
 """The repository benchmark's load/unload cycles alone (its part 3), for measuring a memory change quickly.
 
     python -m bench.repository.cycles_only [--cycles N] [--warmup-cycles N] [--quick] [--control] [--bundle D]
+        [--beam N] [--max-output-tokens N]
 
 Prints the RSS after each unload and, last, one JSON object: the model's size, the growth from after the
 warm-up cycles to after the last (MiB and % of the model), from after the first cycle, and over the second
 half, and the requests lost. `--control` sends the same traffic with the cycled model loaded once and never
 unloaded: what the load alone adds to the process. Environment variables (MALLOC_ARENA_MAX, ...) reach the
-server process unchanged.
+server process unchanged. For the opus-mt shape (`--bundle runs/bench-marian/full/bundle`), `--beam 1
+--max-output-tokens 16` keeps its requests short: an imported model decodes with its checkpoint's beam of 4.
 """
 
 from __future__ import annotations
@@ -50,14 +52,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bundle", type=Path, default=DEFAULT_BUNDLE, help="the bundle both models copy")
     ap.add_argument("--control", action="store_true",
                     help="the same traffic with the cycled model loaded once and never unloaded")
+    ap.add_argument("--beam", type=int, default=0, help="every request's beam size (0 = the model's default)")
+    ap.add_argument("--max-output-tokens", type=int, default=None,
+                    help="every request's new-token limit (default: the plan's; 0 = the model's own)")
     a = ap.parse_args(argv)
     if a.control:
         cycles._triton = lambda server: _Kept(server.address)  # noqa: SLF001 - the control run's client
     plan = replace(QUICK if a.quick else Plan(), cycles=a.cycles, warmup_cycles=a.warmup_cycles)
     with tempfile.TemporaryDirectory(prefix="bench-cycles-") as tmp:
-        got = cycles.run(a.bundle, Path(tmp), held_out_sources()[: plan.texts], plan, plan.max_output_tokens,
-                         lambda line: print(line, file=sys.stderr, flush=True))
-    keys = ("model_mib", "warmup_cycles", "rss_started_mib", "rss_after_warmup_mib", "rss_after_first_mib",
+        limit = plan.max_output_tokens if a.max_output_tokens is None else a.max_output_tokens
+        got = cycles.run(a.bundle, Path(tmp), held_out_sources()[: plan.texts], plan, limit,
+                         lambda line: print(line, file=sys.stderr, flush=True), a.beam)
+    keys = ("beam_size", "model_mib", "warmup_cycles",
+            "rss_started_mib", "rss_after_warmup_mib", "rss_after_first_mib",
             "rss_after_last_mib", "rss_peak_mib", "rss_growth_mib", "rss_growth_from_first_cycle_mib",
             "rss_growth_last_half_mib", "rss_growth_pct_of_model", "requests_sent", "requests_lost")
     summary = {k: round(got[k], 2) if isinstance(got[k], float) else got[k] for k in keys}

@@ -24,11 +24,12 @@ Timed = tuple[Record, float]  # a request's record and when its answer or failur
 
 @dataclass(frozen=True)
 class Target:
-    """A model on a server: `model` "" is the server's one model."""
+    """A model on a server: `model` "" is the server's one model; beam_size 0 is the model's default."""
 
     address: str
     model: str = ""
     max_output_tokens: int = 0
+    beam_size: int = 0
 
 
 def model_client(channel, texts: Sequence[str], target: Target, t0: float,
@@ -37,6 +38,7 @@ def model_client(channel, texts: Sequence[str], target: Target, t0: float,
     client = Client([channel], texts, 0, target.max_output_tokens, timeout_s)
     for request in client.unary:
         request.model = target.model
+        request.options.beam_size = target.beam_size
     client.t0 = t0
     return client
 

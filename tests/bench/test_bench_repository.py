@@ -24,7 +24,8 @@ HEADLINE = {"colocate_throughput_ratio", "colocate_rss_vs_allowed", "colocate_on
             "colocate_two_processes_rss_mib", "fixed_cost_mib", "opus_colocate_throughput_ratio",
             "opus_colocate_rss_vs_allowed", "cold_first_request_s", "cold_second_request_ms",
             "opus_cold_first_request_s", "opus_ct2_load_s", "opus_cold_first_request_vs_ct2_load", "cycles",
-            "cycles_rss_growth_pct_of_model", "cycles_requests_sent", "cycles_requests_answered",
+            "cycles_rss_growth_pct_of_model", "opus_cycles_rss_growth_pct_of_model", "opus_cycles_model_mib",
+            "cycles_requests_sent", "cycles_requests_answered",
             "cycles_refused_while_unloaded", "perf_analyzer_named_texts_per_s",
             "perf_analyzer_only_named_answered", "requests_lost"}
 
