@@ -67,8 +67,8 @@ class BuildOptions:
     cpu_variant: str | None = None  # the variant bundle.json names for the CPU provider (None: base files)
     int8_limits: Int8Limits = field(default_factory=Int8Limits)  # below them the int8 variant is refused
     int8_reduce_range: bool = REDUCE_RANGE  # 7-bit weights, for CPUs without VNNI (export/quantize.py)
-    # tied embeddings as rows of their own in every variant (fp32 / fp16 tables, int8 rows): the matrix
-    # stored twice, less resident memory (export/tied.py, export/int8_embedding.py; docs/export.md)
+    # tied embeddings as tables of their own in every variant (fp32 / fp16 tables, int8 rows): the matrix
+    # stored twice (export/tied.py, export/int8_embedding.py; docs/export.md)
     embedding_rows: bool = not SHARE_TIED_EMBEDDING
     optimize: bool = False
     test_split: Path | None = None
@@ -214,7 +214,7 @@ def package(
             write_int8(staging, fp32_files, model.cfg.d_model, reduce_range=opts.int8_reduce_range,
                        share_embedding=not opts.embedding_rows)
             variants[INT8_VARIANT] = dict(INT8_FILES)
-        # export/tied.py: the matrix once, the lookups reading the output projection's columns
+        # export/tied.py: the matrix once, as rows that the lookups gather and the projection's Gemm reads
         tied = 0 if opts.embedding_rows else tie_files(staging, fp32_files, model.cfg.d_model)
         if opts.fp16:  # for the CUDA provider, from the tied graphs: every node checked against its kernels
             for graph, file in FP16_FILES.items():
@@ -299,8 +299,8 @@ def add_bundle_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--int8-reduce-range", action="store_true",
                     help="7-bit int8 weights: for serving on CPUs without VNNI (docs/export.md)")
     ap.add_argument("--embedding-rows", action="store_true",
-                    help="tied embeddings as rows of their own (every variant): the matrix twice on disk, "
-                         "less resident memory")
+                    help="tied embeddings as tables of their own (every variant): the matrix twice on disk "
+                         "(int8: less resident memory)")
     ap.add_argument("--optimize", action="store_true", help="onnxruntime offline graph optimization (basic)")
     ap.add_argument("--attention", choices=sorted(LOWERINGS), default="inplace", help="attention lowering")
     ap.add_argument("--force", action="store_true", help="replace an existing bundle at --out")

@@ -98,6 +98,8 @@ CUDA_KERNELS: dict[tuple[str, str], Kernel] = {
     ("", "Sigmoid"): Kernel(CUDA + "activation/activations.cc", (13, None), {0: FLOATS}),
     ("", "Erf"): Kernel(CUDA + "math/unary_elementwise_ops.cc", (13, None), {0: FLOATS}),
     ("", "MatMul"): Kernel(CUDA + "math/matmul.cc", (13, None), {0: FLOATS_BF16, 1: FLOATS_BF16}),
+    # Gemm 13 (the tied output projection reading the embedding rows transposed, export/tied.py)
+    ("", "Gemm"): Kernel(CUDA + "math/gemm.cc", (11, None), {0: FLOATS, 1: FLOATS}),
     ("", "Softmax"): Kernel(CUDA + "math/softmax.cc", (13, None), {0: FLOATS_BF16}),
     ("", "LogSoftmax"): Kernel(CUDA + "math/softmax.cc", (13, None), {0: FLOATS}),
     ("", "ReduceMean"): Kernel(CUDA + "reduction/reduction_ops.cc", (18, None),

@@ -39,6 +39,7 @@ import onnxruntime as ort
 
 from interface.names import SEQLENS_K, past_name
 from service.domain.errors import ProviderUnavailable
+from service.ops.mapped import drop_file_pages
 from service.runtime.cuda import CUDA, cuda_unavailable
 
 log = logging.getLogger(__name__)
@@ -215,7 +216,8 @@ def open_sessions(
     missing), each from the files `graph_files` gives for the provider really in use and with
     that provider's options; with `multistep`, the multi-step decoder's too when the files have one.
     Where the two decoders read one weights file (`shared_weights(provider)`), neither keeps a packed
-    copy: both read the file's one mapping (docs/performance.md, weights in memory)."""
+    copy: both read the file's one mapping (docs/performance.md, weights in memory); elsewhere the
+    pages that creating the sessions read through the bundle's mappings are dropped (`drop_file_pages`)."""
     planned = [p for p in (providers or [CPU]) if p != CPU] + [CPU]
     options = {p: {str(k): str(v) for k, v in (provider_options or {}).get(p, {}).items()} for p in planned}
     prefix = {g: profile_prefix and f"{profile_prefix}_{g}" for g in ("encoder", "decoder")}
@@ -245,6 +247,10 @@ def open_sessions(
                       prepack=not one_copy)
     else:
         files = {g: f for g, f in files.items() if g != "steps"}
+    if not one_copy:  # what prepacking read stays mapped where a gather reads it too (service/ops/mapped.py)
+        folders = {Path(f).parent for f in files.values()}
+        dropped = drop_file_pages(p for d in folders for p in d.iterdir() if p.is_file())
+        log.debug("dropped %.1f MiB of mapped weights pages", dropped / 2**20)
     log.info("ONNX Runtime providers in use: %s (shared thread pool: %s)", in_use, shared)
     return Sessions(enc, dec, in_use, shared, why_not_cuda, {p: options.get(p, {}) for p in in_use},
                     dict(files), steps)

@@ -47,8 +47,9 @@ def test_decoder_step_takes_source_lengths_without_mask_kernels(tiny_bundle, tin
     n = tiny_model.cfg.n_decoder_layers
     nodes = optimized_nodes(tiny_bundle / names.DECODER_FILE, tmp_path)
     ops = [node.op_type for node in nodes]
-    untied = [node.op_type for node in nodes if "/tied_" not in node.name]  # export/tied.py's lookup
-    assert sorted(set(ops) - set(untied)) == ["Mul", "Transpose"]  # columns -> rows, times sqrt(d_model)
+    untied = [node.op_type for node in nodes if "/tied_" not in node.name]  # export/tied.py's rows
+    # the lookup's Mul by sqrt(d_model); the projection's Gemm of the rows between Reshapes to 2-D and back
+    assert sorted(set(ops) - set(untied)) == ["Concat", "Gemm", "Mul", "Reshape", "Shape"]
     # no mask at all (no Cast, Where, Expand, shape arithmetic), no GatherND position lookup
     assert not {"Cast", "Where", "Expand", "Shape", "Concat", "Unsqueeze", "GatherND", "Mul",
                 "MultiHeadAttention", "Softmax"} & set(untied)
@@ -62,10 +63,11 @@ def test_decoder_step_takes_source_lengths_without_mask_kernels(tiny_bundle, tin
     # bias Add, residual Add; Q MatMul + bias Add, GroupQueryAttention, MatMul + bias Add, residual
     # Add; MatMul, Add, Relu, MatMul, bias Add, residual Add. ORT fuses the last bias Add, residual
     # Add and the final LayerNormalization into one SkipLayerNormalization. Then 2 Gather + Add
-    # (embedding, positions), Transpose + Mul (the tied embedding's columns as scaled rows), Slice,
-    # ReduceMean (cross_attentions), MatMul + LogSoftmax (generator), ReduceMax twice + Sub (the
-    # log-normalizer: max(logits) - max(logprobs)).
-    assert len(nodes) == 21 * n + 12, ops  # 54 for the default model
+    # (embedding, positions), Mul (the tied embedding's rows scaled), Slice, ReduceMean
+    # (cross_attentions), Reshape + Gemm + Shape + Concat + Reshape (the generator reading the tied
+    # rows, its bias Add after it) + LogSoftmax, ReduceMax twice + Sub (the log-normalizer:
+    # max(logits) - max(logprobs)).
+    assert len(nodes) == 21 * n + 15, ops  # 57 for the default model
     assert ops.count("SkipLayerNormalization") == 1  # only ORT's own: faster than ours for many rows
 
 
@@ -87,9 +89,9 @@ def test_encoder_prepares_the_source_mask_with_one_cast(tiny_bundle, tiny_model,
     # per layer: 2 LayerNormalization, Attention, MatMul + bias Add, residual Add, MatMul, Add, Relu,
     # MatMul, bias Add, residual Add; ORT fuses the last bias Add, residual Add and the final
     # LayerNormalization into one SkipLayerNormalization; embedding and positions (2 Shape, Concat,
-    # Slice, Gather, Add; the tied embedding's Transpose + Mul), Cast; cross K/V (MatMul, Add,
+    # Slice, Gather, Add; the tied embedding's Mul of its rows), Cast; cross K/V (MatMul, Add,
     # Reshape, Transpose, Split)
-    assert len(nodes) == 12 * n + 13, ops  # 37 for the default model
+    assert len(nodes) == 12 * n + 12, ops  # 36 for the default model
 
 
 @pytest.mark.parametrize("bundle", ["tiny_bundle", "tiny_concat_bundle"])

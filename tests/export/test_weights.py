@@ -95,8 +95,8 @@ def test_weights_file_holds_each_distinct_tensor_once(tiny_bundle, inline, data_
     assert len(data) == size < referenced
     vocab, d_model = (json.loads((tiny_bundle / names.BUNDLE_FILE).read_text())["model"][k]
                       for k in ("vocab_size", "d_model"))
-    shared = [c for c, where in seen_in.items() if where == set(files) and c[1] == (d_model, vocab)]
-    assert shared  # the tied matrix, in the encoder, the decoder and the multi-step decoder (export/tied.py)
+    shared = [c for c, where in seen_in.items() if where == set(files) and c[1] == (vocab, d_model)]
+    assert shared  # the tied rows, in the encoder, the decoder and the multi-step decoder (export/tied.py)
     decoder, steps = files[1:]
     assert all(decoder in where for where in seen_in.values() if steps in where)  # steps adds nothing
     offsets = set()
