@@ -299,8 +299,7 @@ def add_bundle_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--int8-reduce-range", action="store_true",
                     help="7-bit int8 weights: for serving on CPUs without VNNI (docs/export.md)")
     ap.add_argument("--embedding-rows", action="store_true",
-                    help="tied embeddings as tables of their own (every variant): the matrix twice on disk "
-                         "(int8: less resident memory)")
+                    help="tied embeddings as tables of their own (every variant): the matrix twice on disk")
     ap.add_argument("--optimize", action="store_true", help="onnxruntime offline graph optimization (basic)")
     ap.add_argument("--attention", choices=sorted(LOWERINGS), default="inplace", help="attention lowering")
     ap.add_argument("--force", action="store_true", help="replace an existing bundle at --out")

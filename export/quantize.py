@@ -8,8 +8,10 @@
   `com.microsoft.DynamicQuantizeMatMul` with its bias when it loads the graph);
 - the encoder's `com.microsoft.Attention` (its packed Q/K/V projection) as `com.microsoft.QAttention`;
 - the token embeddings as int8 rows read by a Gather (export/int8_embedding.py): where an embedding
-  is the output projection's matrix (tied, as in our models and OPUS-MT), it reads the projection's
-  own int8 tensor, so the bundle stores that matrix once, in int8.
+  is the output projection's matrix (tied, as in our models and OPUS-MT), it reads the rows R_q = Q^T
+  of the projection's int8 matrix Q, and the projection's MatMulInteger reads Transpose(R_q), which
+  ONNX Runtime folds into Q at load (export/int8_projection.py), so the bundle stores that matrix
+  once, in int8, as rows.
 
 Per-tensor or per-channel scales, reduce_range and the op form were chosen by measurement
 (docs/export.md, "The int8 variant"); the constants below say why in a line each.
@@ -112,8 +114,10 @@ def quantization(reduce_range: bool = REDUCE_RANGE, per_channel: bool = PER_CHAN
     """How the int8 variant is quantized (bundle.json verification.int8.quantization)."""
     return {"weights": f"int8, symmetric, per {'channel' if per_channel else 'tensor'}",
             "activations": "uint8, per tensor, at run time (DynamicQuantizeLinear)",
-            "ops": "MatMulInteger (DynamicQuantizeMatMul once loaded), QAttention, int8 embedding rows",
-            "tied_embedding": "the output projection's int8 matrix" if shared else "int8 rows of its own",
+            "ops": "MatMulInteger (DynamicQuantizeMatMul once loaded), QAttention, int8 embedding rows"
+                   + (", the projection's from Transpose(rows)" if shared else ""),
+            "tied_embedding": "int8 rows, read by the output projection too" if shared
+                              else "int8 rows of its own",
             "reduce_range": reduce_range, "verified_on_vnni": cpu_has_vnni()}
 
 
@@ -122,7 +126,7 @@ def write_int8(bundle_dir: Path, fp32_files: Mapping[str, str], d_model: int,
                reduce_range: bool = REDUCE_RANGE, share_embedding: bool = SHARE_TIED_EMBEDDING
                ) -> dict[str, int]:
     """Write the int8 variant's graphs beside the fp32 ones; how many embeddings read the projection's
-    int8 matrix and how many have int8 rows of their own."""
+    int8 rows and how many have int8 rows of their own."""
     fp32_decoder = onnx.load(bundle_dir / fp32_files["decoder"])
     untie_embeddings(fp32_decoder)  # tied lookups (export/tied.py) as tables again: quantized below
     decoder = quantize_graph(fp32_decoder, per_channel, reduce_range)

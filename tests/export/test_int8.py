@@ -1,6 +1,6 @@
 """The int8 variant (export/quantize.py, export/verify_int8.py): every weighted MatMul quantized, the output
-projection included, the tied embedding read from its int8 matrix and stored once, verified against the
-fp32 graphs with its figures in bundle.json, and refused below its limits with the numbers."""
+projection included (of a Transpose of the int8 rows the tied embedding gathers, stored once), verified
+against the fp32 graphs with its figures in bundle.json, and refused below its limits with the numbers."""
 
 from __future__ import annotations
 
@@ -95,30 +95,37 @@ def test_every_weighted_matmul_is_int8_the_output_projection_included(bundle):
         fp32, int8 = graph(bundle, BASE[part]), graph(bundle, INT8_FILES[part])
         ops = Counter(n.op_type for n in int8.graph.node)
         assert weighted(fp32, "MatMul") > 0 and weighted(int8, "MatMul") == 0
-        # the fp32 projection is a Gemm of the tied rows (export/tied.py): a MatMul of the untied graph
+        # the fp32 projection is a Gemm of the tied rows (export/tied.py), the int8 one reads Transpose(rows)
         assert ops["MatMulInteger"] == weighted(fp32, "MatMul") + weighted(fp32, "Gemm")
         assert ops["QAttention"] == Counter(n.op_type for n in fp32.graph.node)["Attention"]
         int8_tensors = {t.name for t in int8.graph.initializer if t.data_type == onnx.TensorProto.INT8}
+        int8_tensors |= {n.output[0] for n in int8.graph.node  # the projection's Transpose(rows)
+                         if n.op_type == "Transpose" and n.input[0] in int8_tensors}
         assert all(n.input[1] in int8_tensors for n in int8.graph.node if n.op_type == "MatMulInteger")
     decoder = graph(bundle, INT8_FILES["decoder"])
     producer = {o: n for n in decoder.graph.node for o in n.output}
     node = producer[names.LOGPROBS]  # LogSoftmax <- Add (bias) <- Mul (scales) <- Cast <- MatMulInteger
     while node.op_type != "MatMulInteger":
         node = producer[node.input[0]]
+    transpose = producer[node.input[1]]
     projection = output_projection(graph(bundle, BASE["decoder"]), 32)
-    assert projection is not None and node.input[1] == projection + "_quantized"
+    assert projection is not None and transpose.op_type == "Transpose"
+    assert list(transpose.input) == [projection + "_quantized_rows"]
 
 
-def test_the_embeddings_read_the_projections_int8_matrix_stored_once(bundle):
+def test_the_embeddings_and_the_projection_read_the_int8_rows_stored_once(bundle):
     m = manifest(bundle)
-    projection = output_projection(graph(bundle, BASE["decoder"]), m["model"]["d_model"]) + "_quantized"
+    rows = output_projection(graph(bundle, BASE["decoder"]), m["model"]["d_model"]) + "_quantized_rows"
     where = {}
     for file in m["weights"]["weights.int8.data"]:
         proto = graph(bundle, file)
-        gathers = [n for _, n in _nodes(proto.graph) if n.op_type == "Gather" and n.input[0] == projection]
-        assert len(gathers) == 1  # the token embedding, in the encoder, the decoder and its loop body
+        readers = [n for _, n in _nodes(proto.graph) if rows in n.input]
+        # the token embedding, in the encoder, the decoder and its loop body; the projection in the decoders
+        assert [(n.op_type, onnx.helper.get_node_attr_value(n, "axis")) for n in readers
+                if n.op_type == "Gather"] == [("Gather", 0)]
+        assert len([n for n in readers if n.op_type == "Transpose"]) == (file != INT8_FILES["encoder"])
         for _, t in initializers(proto.graph):
-            if t.name == projection:
+            if t.name == rows:
                 where[file] = {e.key: e.value for e in t.external_data}
     assert len(where) == 3 and len({tuple(sorted(w.items())) for w in where.values()}) == 1  # one copy
     stored = m["verification"]["weights"]["weights.int8.data"]
@@ -196,7 +203,7 @@ def test_the_cpu_default_needs_the_variant(tiny_checkpoint, tmp_path):
 
 def test_the_pretrained_cli_quantizes_separate_embeddings(hf_dirs, tmp_path, capsys):
     """`python -m export.pretrained --quantize int8 --cpu-variant int8` on a Marian model whose encoder has an
-    embedding of its own: that one gets int8 rows of its own, the decoder's reads the output projection's."""
+    embedding of its own: that one gets int8 rows of its own, the decoder's reads the projection's rows."""
     from export.pretrained import main
 
     out = tmp_path / "bundle"
@@ -206,10 +213,12 @@ def test_the_pretrained_cli_quantizes_separate_embeddings(hf_dirs, tmp_path, cap
     m = manifest(out)
     assert m["provider_variants"] == {"CPUExecutionProvider": "int8"}
     assert m["verification"]["int8"]["greedy_identical"] >= 1
-    projection = output_projection(graph(out, BASE["decoder"]), m["model"]["d_model"]) + "_quantized"
+    rows = output_projection(graph(out, BASE["decoder"]), m["model"]["d_model"]) + "_quantized_rows"
     tables = {part: int8_tables(graph(out, INT8_FILES[part])) for part in ("encoder", "decoder")}
-    assert tables["decoder"] == {projection}
-    assert len(tables["encoder"]) == 1 and projection not in tables["encoder"]
+    assert tables["decoder"] == {rows}
+    assert len(tables["encoder"]) == 1 and rows not in tables["encoder"]
+    decoder = graph(out, INT8_FILES["decoder"]).graph
+    assert [n.input[0] for n in decoder.node if n.op_type == "Transpose"] == [rows]
 
 
 def int8_tables(proto: onnx.ModelProto) -> set[str]:
@@ -220,8 +229,8 @@ def int8_tables(proto: onnx.ModelProto) -> set[str]:
 
 
 def test_tied_embeddings_as_rows_of_their_own_decode_alike(bundle, tmp_path):
-    """--embedding-rows: a row-major copy of the projection's int8 matrix (Gather on axis 0), the
-    same values as the shared layout: the same log-probs, bit for bit."""
+    """--embedding-rows: the projection keeps MatMulInteger by its int8 matrix, the lookups a row-major
+    copy of it (the matrix twice), the same values as the shared rows: the encoder's outputs bit for bit."""
     from export.quantize import write_int8
 
     for f in [*BASE.values(), "weights.data"]:
@@ -231,6 +240,9 @@ def test_tied_embeddings_as_rows_of_their_own_decode_alike(bundle, tmp_path):
     rows = graph(tmp_path, INT8_FILES["decoder"])
     projection = output_projection(graph(bundle, BASE["decoder"]), d_model) + "_quantized"
     assert int8_tables(rows) == {projection + "_rows"}
+    ops = Counter((n.op_type, n.input[1]) for n in rows.graph.node if len(n.input) > 1)
+    assert ops["MatMulInteger", projection] == 1
+    assert not any(n.op_type == "Transpose" for n in rows.graph.node)
     table = next(t for t in rows.graph.initializer if t.name == projection + "_rows")
     assert list(table.dims) == [manifest(bundle)["model"]["vocab_size"], d_model]
     ids = np.array([[5, 6, 7, 8, 2]])
