@@ -103,13 +103,13 @@ class Client:
     lane (default i) modulo their number, and returns its Record."""
 
     def __init__(self, channels: Sequence[aio.Channel], texts: Sequence[str], stream_every: int = 0,
-                 max_output_tokens: int = 0, timeout_s: float = TIMEOUT_S) -> None:
+                 max_output_tokens: int = 0, timeout_s: float = TIMEOUT_S, beam_size: int = 0) -> None:
         if not texts or not channels:
             raise ValueError("no texts to send or no channel to send them over")
         if stream_every < 0:
             raise ValueError(f"stream_every must be >= 0, got {stream_every}")
         self.stubs = [pb_grpc.TranslatorStub(channel) for channel in channels]
-        options = pb.TranslateOptions(max_output_tokens=max_output_tokens)
+        options = pb.TranslateOptions(max_output_tokens=max_output_tokens, beam_size=beam_size)
         self.unary = [pb.TranslateRequest(texts=[t], options=options) for t in texts]
         self.stream = [pb.TranslateStreamRequest(text=t, options=options) for t in texts]
         self.stream_every, self.timeout_s = stream_every, timeout_s
@@ -171,12 +171,13 @@ async def wait_ready(address: str, timeout_s: float = 60.0) -> None:
 
 async def closed_loop(address: str, texts: Sequence[str], concurrency: int, requests: int,
                       stream_every: int = 0, max_output_tokens: int = 0,
-                      timeout_s: float = TIMEOUT_S) -> list[Record]:
-    """`concurrency` users, each sending its next request as soon as its previous one is answered."""
+                      timeout_s: float = TIMEOUT_S, beam_size: int = 0) -> list[Record]:
+    """`concurrency` users, each sending its next request as soon as its previous one is answered
+    (beam_size 0: the model's default)."""
     if concurrency < 1 or requests < 1:
         raise ValueError(f"concurrency and requests must be >= 1: {concurrency}, {requests}")
     async with open_channels(address, math.ceil(concurrency / STREAMS_PER_CHANNEL)) as channels:
-        client = Client(channels, texts, stream_every, max_output_tokens, timeout_s)
+        client = Client(channels, texts, stream_every, max_output_tokens, timeout_s, beam_size)
         pending = iter(range(requests))  # shared by the users: each index is taken exactly once
         records: list[Record] = []
 

@@ -225,7 +225,7 @@ async def server_tokens(address: str, texts: list[str], new_tokens: int,
                         concurrency: int = 8) -> list[list[int]]:
     """The server's best hypothesis (ids) for each text, `concurrency` requests at a time."""
     gate = asyncio.Semaphore(concurrency)
-    options = pb.TranslateOptions(max_output_tokens=new_tokens)
+    options = pb.TranslateOptions(max_output_tokens=new_tokens, beam_size=1)  # greedy, as CTranslate2
     async with open_channel(address) as channel:
         stub = pb_grpc.TranslatorStub(channel)
 
@@ -263,7 +263,7 @@ def measure_server(plan: Plan, name: str, server: ServerProcess, ct2: EngineProc
         for _ in range(plan.repeats):
             time.sleep(PAUSE_S)
             records = asyncio.run(closed_loop(server.address, sample, c, len(sample),
-                                              max_output_tokens=plan.new_tokens))
+                                              max_output_tokens=plan.new_tokens, beam_size=1))
             runs[name].append(replace(server_point(records, c, plan.new_tokens), engine=name))
             time.sleep(PAUSE_S)
             seconds, outputs = ct2.time(sample, c)

@@ -97,7 +97,7 @@ async def timed_requests(target: Target, text: str, n: int = 2,
         await asyncio.wait_for(channel.channel_ready(), timeout_s)
         stub = pb_grpc.TranslatorStub(channel)
         request = pb.TranslateRequest(texts=[text], model=target.model, options=pb.TranslateOptions(
-            max_output_tokens=target.max_output_tokens))
+            max_output_tokens=target.max_output_tokens, beam_size=target.beam_size))
         out = []
         for _ in range(n):
             start, code = time.perf_counter(), "OK"
