@@ -229,12 +229,23 @@ def test_verification_fails_for_a_different_model(tiny_concat_bundle, tiny_model
 
 
 def test_verification_sees_a_wrong_log_normalizer(tiny_concat_bundle, tiny_model):
-    """Logits one larger everywhere: the same log-probs and greedy tokens, a log-normalizer one larger."""
+    """Logits one larger everywhere: the same log-probs and greedy tokens, a log-normalizer one larger (a
+    difference of 1 / max(1, |normalizer|) once scaled)."""
     other = copy.deepcopy(tiny_model)
     with torch.no_grad():
         other.generator.proj.bias.add_(1.0)
-    with pytest.raises(ParityError, match="log_normalizer differs by 1"):
+    with pytest.raises(ParityError, match="log_normalizer differs by") as caught:
         verify_bundle(tiny_concat_bundle, other, sources=[[5, 2]], cases=(Case(2, 4, 1, 1),))
+    scaled = float(str(caught.value).split("differs by ")[1].split()[0])
+    assert 0.01 < scaled <= 1.0  # 1 / |normalizer|: the tiny model's normalizers lie within 100
+
+
+def test_differences_are_scaled_by_the_reference_beyond_one():
+    from export.verify import _diff
+    ref = torch.tensor([0.5, -20.0, 200.0])
+    assert _diff(np.array([0.5 + 3e-5, -20.0, 200.0], np.float32), ref) == pytest.approx(3e-5, rel=1e-2)
+    assert _diff(np.array([0.5, -20.002, 200.0], np.float32), ref) == pytest.approx(1e-4, rel=1e-2)
+    assert _diff(np.array([0.5, -20.0, 200.2], np.float32), ref) == pytest.approx(1e-3, rel=1e-2)
 
 
 def test_bundle_json_hashes_and_contents(tiny_concat_bundle, tiny_checkpoint, tiny_model):
