@@ -123,8 +123,8 @@ data/corpus/train.tsv: $(CORPUS_CODE) | $(STAMP)
 	  --copy 150000 --literal 200000 --nearmiss 2000 --alone 100000
 
 # The default model's next training stage: from the shipped model.pt with `--init` (its weights,
-# config and tokenizer; a fresh optimizer and schedule), as each of its five stages started from the
-# last one's weights (docs/model.md), on the corpus and its five supplements with the fifth stage's
+# config and tokenizer; a fresh optimizer and schedule), as each of its six stages started from the
+# last one's weights (docs/model.md), on the corpus and its six supplements with the sixth stage's
 # recipe. Resumable: running it again continues from runs/default/last.pt (ignored, not committed).
 # Its learning curve, every stage before it included, is drawn to runs/default/learning-curve.svg.
 train-default: corpus
@@ -136,14 +136,18 @@ train-default: corpus
 	  --cooldown-steps 6500 --max-steps 8000 --eval-every 1000 --eval-size 500 \
 	  --max-minutes $(TRAIN_MINUTES) --threads 2 \
 	  --earlier-metrics artifacts/default/metrics.stage1.jsonl artifacts/default/metrics.stage2.jsonl \
-	  artifacts/default/metrics.stage3.jsonl artifacts/default/metrics.stage4.jsonl artifacts/default/metrics.jsonl
+	  artifacts/default/metrics.stage3.jsonl artifacts/default/metrics.stage4.jsonl \
+	  artifacts/default/metrics.stage5.jsonl artifacts/default/metrics.jsonl
 
-# Exact match overall and by class on the test split, the probe of round and zero-heavy numbers and the
-# near-miss split (its figure: outside_unchanged, the sentences whose text outside the classes is kept).
+# Exact match overall and by class on the test split, the probe of round and zero-heavy numbers, the
+# near-miss split (its figure: outside_unchanged, the sentences whose text outside the classes is kept)
+# and the larger held-out split (model/heldout.py: the test split's stream drawn 10,000 pairs further).
 evaluate-default: corpus
 	$(PY) -m model.evaluate --checkpoint artifacts/default/model.pt --split data/corpus/test.tsv
 	$(PY) -m model.evaluate --checkpoint artifacts/default/model.pt --split data/corpus/probe.tsv
 	$(PY) -m model.evaluate --checkpoint artifacts/default/model.pt --split data/corpus/nearmiss.tsv
+	$(PY) -m model.heldout --corpus data/corpus --n 10000
+	$(PY) -m model.evaluate --checkpoint artifacts/default/model.pt --split data/corpus/test_ext.tsv
 
 # Re-export the shipped bundle from the committed checkpoint (verified against PyTorch).
 default-bundle: $(STAMP)
