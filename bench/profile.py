@@ -67,7 +67,7 @@ def profile_decoder(bundle: Path, sources: list[str], batch: int, threads: int,
     runner = Runner(bundle, intra_op_threads=threads,
                     profile_prefix=str(work / f"b{batch}"))
     ids = runner.encode_texts(sources)
-    options = DecodeOptions(max_new_tokens=runner.max_len - 1)
+    options = DecodeOptions(beam_size=1, max_new_tokens=runner.max_len - 1)  # greedy, whatever the default
     for i in range(0, len(ids), batch):
         runner.translate(ids[i : i + batch], options, max_rows=batch)
     out = []
