@@ -25,6 +25,7 @@ import torch
 
 from export.cases import DEFAULT_CASES, Case, fit_case
 from export.logits import decode_with_normalizer
+from export.parity import ParityError, difference, max_difference
 from export.verify_inplace import BoundCache, garbage_cache, row_past_lens, row_references, run_shape
 from interface import names
 from interface.generation import GenerationSpec
@@ -33,10 +34,6 @@ from model.decoding import greedy_decode
 from model.transformer import Transformer, padding_mask
 
 MAX_IR_VERSION = 13  # the newest IR onnxruntime 1.31 loads
-
-
-class ParityError(AssertionError):
-    """ONNX Runtime disagrees with PyTorch beyond the tolerance."""
 
 
 @dataclass
@@ -103,29 +100,9 @@ def kv_cache_of(dec: ort.InferenceSession) -> str:
     return "inplace" if names.SEQLENS_K in [i.name for i in dec.get_inputs()] else "concat"
 
 
-def _diff(a: np.ndarray, b: torch.Tensor) -> float:
-    """Max difference scaled by max(1, |reference|) (absolute where the reference is within 1, relative
-    beyond: a float32 value of -15 carries 15x the rounding of one of -1), failing on shape mismatch or
-    non-finite values."""
-    ref = b.detach().float().numpy()
-    if a.shape != ref.shape:
-        raise ParityError(f"shape {a.shape} != PyTorch {ref.shape}")
-    if not np.isfinite(a).all():
-        raise ParityError("ONNX Runtime produced non-finite values")
-    scale = np.maximum(np.abs(ref), np.float32(1.0))
-    return float((np.abs(a.astype(np.float32) - ref) / scale).max(initial=0.0))
-
-
 def _flat(kvs: list[tuple[torch.Tensor, torch.Tensor]]) -> list[torch.Tensor]:
     """[(k0, v0), (k1, v1), ...] -> [k0, v0, k1, v1, ...]."""
     return [t for kv in kvs for t in kv]
-
-
-def _max_diff(ours: list[np.ndarray], ref: list[torch.Tensor]) -> float:
-    """Largest _diff over paired lists of equal length."""
-    if len(ours) != len(ref):
-        raise ParityError(f"{len(ours)} outputs != PyTorch {len(ref)}")
-    return max(_diff(a, b) for a, b in zip(ours, ref, strict=True))
 
 
 def source_ids(cfg: ModelConfig, rng: np.random.Generator, size: int | tuple[int, ...]) -> np.ndarray:
@@ -184,10 +161,10 @@ def decoder_feeds(
 @torch.inference_mode()
 def compare_case(
     enc: ort.InferenceSession, dec: ort.InferenceSession, model: Transformer, case: Case,
-    rng: np.random.Generator,
+    rng: np.random.Generator, scaled: bool = True,
 ) -> dict[str, float]:
-    """Run one shape through both runtimes; return the max abs diff per output kind ("log_normalizer"
-    only where the decoder has that output).
+    """Run one shape through both runtimes; return the max difference per output kind (export/parity.py:
+    scaled beyond 1, or absolute; "log_normalizer" only where the decoder has that output).
 
     An in-place decoder runs `run_shape(case)` (see there) and is compared row by row.
     """
@@ -199,10 +176,10 @@ def compare_case(
     src_mask = padding_mask(src_t, cfg.pad_id)  # (B, 1, S): PyTorch's own mask
     cross_t = model.cross_kv(model.encode(src_t, src_mask))
     cross = enc.run(names.encoder_outputs(n), encoder_feeds(src, cfg.pad_id))
-    diffs = {"encoder": _max_diff(cross, _flat(cross_t))}
+    diffs = {"encoder": max_difference(cross, _flat(cross_t), scaled)}
     if kv_cache == "inplace":
         lens = row_past_lens(case, kv_cache)
-        return diffs | compare_inplace(dec, model, case.new_len, lens, src, cross_t, cross, rng)
+        return diffs | compare_inplace(dec, model, case.new_len, lens, src, cross_t, cross, rng, scaled)
 
     past_t = None
     if case.past_len:
@@ -224,11 +201,12 @@ def compare_case(
     feeds = decoder_feeds(tokens, positions, self_mask, enc_mask, past, cross)
     with_lse = has_normalizer(dec)
     out = dict(zip(wanted := names.decoder_outputs(n, with_lse), dec.run(wanted, feeds), strict=True))
-    diffs["logprobs"] = _diff(out[names.LOGPROBS], logp_t)
-    diffs["present"] = _max_diff([out[p] for p in names.self_cache_io(n).values()], _flat(presents_t))
-    diffs["cross_attentions"] = _diff(out[names.CROSS_ATTENTIONS], weights_t.mean(dim=1))
+    diffs["logprobs"] = difference(out[names.LOGPROBS], logp_t, scaled)
+    diffs["present"] = max_difference([out[p] for p in names.self_cache_io(n).values()], _flat(presents_t),
+                                      scaled)
+    diffs["cross_attentions"] = difference(out[names.CROSS_ATTENTIONS], weights_t.mean(dim=1), scaled)
     if with_lse:
-        diffs["log_normalizer"] = _diff(out[names.LOG_NORMALIZER], lse_t)
+        diffs["log_normalizer"] = difference(out[names.LOG_NORMALIZER], lse_t, scaled)
     return diffs
 
 
@@ -236,6 +214,7 @@ def compare_case(
 def compare_inplace(
     dec: ort.InferenceSession, model: Transformer, new_len: int, lens: list[int], src: np.ndarray,
     cross_t: list[tuple[torch.Tensor, torch.Tensor]], cross: list[np.ndarray], rng: np.random.Generator,
+    scaled: bool = True,
 ) -> dict[str, float]:
     """One in-place decoder step, rows with past lengths `lens`, vs `model.decode` row by row.
 
@@ -262,12 +241,12 @@ def compare_inplace(
     diffs = dict.fromkeys(["logprobs", "present", "cross_attentions"] + ["log_normalizer"] * with_lse, 0.0)
     for r, (p, (logp_t, presents_t, weights_t, lse_t)) in enumerate(zip(lens, refs, strict=True)):
         valid = [o[r : r + 1, :, : p + new_len] for o in presents]  # the row's columns only
-        got = {"logprobs": _diff(out[names.LOGPROBS][r : r + 1], logp_t),
-               "present": _max_diff(valid, _flat(presents_t)),
-               "cross_attentions": _diff(out[names.CROSS_ATTENTIONS][r : r + 1, :, : src_lens[r]],
-                                         weights_t.mean(dim=1)[..., : src_lens[r]])}
+        got = {"logprobs": difference(out[names.LOGPROBS][r : r + 1], logp_t, scaled),
+               "present": max_difference(valid, _flat(presents_t), scaled),
+               "cross_attentions": difference(out[names.CROSS_ATTENTIONS][r : r + 1, :, : src_lens[r]],
+                                              weights_t.mean(dim=1)[..., : src_lens[r]], scaled)}
         if with_lse:
-            got["log_normalizer"] = _diff(out[names.LOG_NORMALIZER][r : r + 1], lse_t)
+            got["log_normalizer"] = difference(out[names.LOG_NORMALIZER][r : r + 1], lse_t, scaled)
         diffs = {k: max(v, got[k]) for k, v in diffs.items()}
     return diffs
 

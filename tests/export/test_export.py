@@ -16,6 +16,7 @@ import torch
 from export.__main__ import main as cli_main
 from export.build import FP16_FILES, bundle_metrics
 from export.export import ExportError, example_sizes, name_axes, pin_ir_version
+from export.parity import difference
 from export.variants import optimize_offline
 from export.verify import (
     Case,
@@ -240,12 +241,13 @@ def test_verification_sees_a_wrong_log_normalizer(tiny_concat_bundle, tiny_model
     assert 0.01 < scaled <= 1.0  # 1 / |normalizer|: the tiny model's normalizers lie within 100
 
 
-def test_differences_are_scaled_by_the_reference_beyond_one():
-    from export.verify import _diff
+def test_fp32_differences_are_scaled_by_the_reference_beyond_one_and_fp16_ones_are_not():
     ref = torch.tensor([0.5, -20.0, 200.0])
-    assert _diff(np.array([0.5 + 3e-5, -20.0, 200.0], np.float32), ref) == pytest.approx(3e-5, rel=1e-2)
-    assert _diff(np.array([0.5, -20.002, 200.0], np.float32), ref) == pytest.approx(1e-4, rel=1e-2)
-    assert _diff(np.array([0.5, -20.0, 200.2], np.float32), ref) == pytest.approx(1e-3, rel=1e-2)
+    assert difference(np.array([0.5 + 3e-5, -20.0, 200.0], np.float32), ref) == pytest.approx(3e-5, rel=1e-2)
+    assert difference(np.array([0.5, -20.002, 200.0], np.float32), ref) == pytest.approx(1e-4, rel=1e-2)
+    assert difference(np.array([0.5, -20.0, 200.2], np.float32), ref) == pytest.approx(1e-3, rel=1e-2)
+    absolute = difference(np.array([0.5, -20.0, 200.2], np.float32), ref, scaled=False)
+    assert absolute == pytest.approx(0.2, rel=1e-3)
 
 
 def test_bundle_json_hashes_and_contents(tiny_concat_bundle, tiny_checkpoint, tiny_model):
