@@ -27,6 +27,7 @@ from tests.support.decoding import best_texts, best_tokens
 from tests.support.kserve import text_input, triton_client
 from tests.support.metrics import sample
 from tests.support.polling import wait_until
+from tests.support.repository import link_repository
 from tests.support.server import server_config
 
 TEXT = "we 5"
@@ -35,12 +36,8 @@ TEXT = "we 5"
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory, tiny_bundle: Path) -> Path:
     """DIR/a/1, DIR/b/1 and DIR/b/2: the tiny bundle under three versions of two models."""
-    root = tmp_path_factory.mktemp("repository")
-    for name, version in (("a", 1), ("b", 1), ("b", 2)):
-        (root / name).mkdir(exist_ok=True)
-        (root / name / str(version)).symlink_to(tiny_bundle, target_is_directory=True)
-    (root / "b" / "model.json").write_text(json.dumps({"version_policy": {"all": {}}, "max_batch_size": 3}))
-    return root
+    return link_repository(tmp_path_factory.mktemp("repository"), tiny_bundle, (("a", 1), ("b", 1), ("b", 2)),
+                           {"b": {"version_policy": {"all": {}}, "max_batch_size": 3}})
 
 
 @pytest.fixture(scope="module")
