@@ -34,7 +34,6 @@ ours), the identical-token counts, every point's sentences/s, the bytes, the mem
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import statistics
@@ -47,7 +46,6 @@ from typing import Any
 
 from bench.charts import from_results, record
 from bench.engine import EngineProcess, Point
-from bench.loadgen import TIMEOUT_S, Record, closed_loop, open_channel, summarize
 from bench.marian_build import FULL, QUICK, MarianShape, marian_dir, source_texts
 from bench.marian_engines import (
     CT2,
@@ -72,15 +70,18 @@ from bench.marian_footprint import (
     step_bytes,
     variant_bytes,
 )
+from bench.marian_servers import (
+    CT2_TEXT,
+    CT2_TEXT_INT8,
+    SERVER,
+    SERVER_INT8,
+    SERVERS,
+    TEXT_ENGINES,
+    compare_server,
+)
 from bench.serverproc import ServerProcess
 from bench.workload import PAUSE_S
-from protos.translator.v1 import translator_pb2 as pb
-from protos.translator.v1 import translator_pb2_grpc as pb_grpc
 
-SERVER, CT2_TEXT = "server", "ctranslate2 text"
-SERVER_INT8, CT2_TEXT_INT8 = "server int8", "ctranslate2 int8 text"
-SERVERS = {SERVER: (ORT, CT2_TEXT), SERVER_INT8: (ORT_INT8, CT2_TEXT_INT8)}  # -> its engine, its reference
-TEXT_ENGINES = {CT2_TEXT: CT2, CT2_TEXT_INT8: CT2_INT8}  # CTranslate2 in process on texts -> its engine
 PAIRS = {"": (ORT, CT2), "_int8": (ORT_INT8, CT2_INT8)}  # ratio key suffix -> ours, CTranslate2
 
 
@@ -221,56 +222,15 @@ def check_log_probs(plan: Plan, dirs: tuple[Path, Path, Path], ids: list[list[in
             result.logprob_diffs.append(abs(log_prob - score) / len(tokens))
 
 
-async def server_tokens(address: str, texts: list[str], new_tokens: int,
-                        concurrency: int = 8) -> list[list[int]]:
-    """The server's best hypothesis (ids) for each text, `concurrency` requests at a time."""
-    gate = asyncio.Semaphore(concurrency)
-    options = pb.TranslateOptions(max_output_tokens=new_tokens, beam_size=1)  # greedy, as CTranslate2
-    async with open_channel(address) as channel:
-        stub = pb_grpc.TranslatorStub(channel)
-
-        async def one(text: str) -> list[int]:
-            """One unary Translate."""
-            async with gate:
-                request = pb.TranslateRequest(texts=[text], options=options)
-                reply = await stub.Translate(request, timeout=TIMEOUT_S)
-            return list(reply.results[0].hypotheses[0].token_ids)
-        return list(await asyncio.gather(*(one(t) for t in texts)))
-
-
-def server_point(records: list[Record], concurrency: int, new_tokens: int) -> Point:
-    """A closed-loop run as a Point (every request answered, or an error)."""
-    summary = summarize(records)
-    if summary.errors:
-        raise RuntimeError(f"the server failed requests at concurrency {concurrency}: {summary.errors}")
-    tokens = sum(steps([0] * r.out_tokens, new_tokens) for r in records)
-    return Point(SERVER, concurrency, summary.ok, tokens, summary.elapsed_s)
-
-
 def measure_server(plan: Plan, name: str, server: ServerProcess, ct2: EngineProcess, texts: list[str],
                    free: int, result: Result) -> None:
-    """A server (closed loop) against CTranslate2 of its precision in process on the same texts, interleaved;
-    the fp32 server's tokens are compared with CTranslate2 float32's."""
-    served = asyncio.run(server_tokens(server.address, texts, plan.new_tokens))  # also the warm-up
-    _, theirs = ct2.time(texts, plan.batch)
+    """A server against CTranslate2 of its precision in process (bench/marian_servers.py), into result."""
+    runs, identical = compare_server(name, server.address, ct2, texts, plan.new_tokens, plan.batch,
+                                     plan.single, plan.repeats, free)
     if name == SERVER:
-        result.server_identical = sum(same(s, t, free) for s, (t, _) in zip(served, theirs, strict=True))
-        result.server_compared = len(texts)
-    reference = SERVERS[name][1]
-    for c in (1, plan.batch):
-        sample = texts[: plan.single] if c == 1 else texts
-        runs: dict[str, list[Point]] = {name: [], reference: []}
-        for _ in range(plan.repeats):
-            time.sleep(PAUSE_S)
-            records = asyncio.run(closed_loop(server.address, sample, c, len(sample),
-                                              max_output_tokens=plan.new_tokens, beam_size=1))
-            runs[name].append(replace(server_point(records, c, plan.new_tokens), engine=name))
-            time.sleep(PAUSE_S)
-            seconds, outputs = ct2.time(sample, c)
-            tokens = sum(steps(t, plan.new_tokens) for t, _ in outputs)
-            runs[reference].append(Point(reference, c, len(sample), tokens, seconds))
-        for points in runs.values():
-            add_point(result, points[0], [p.seconds for p in points])
+        result.server_identical, result.server_compared = identical, len(texts)
+    for points in runs:
+        add_point(result, points[0], [p.seconds for p in points])
 
 
 def measure_footprint(plan: Plan, bundle: Path, out: Path, hf_dir: Path, ids: list[list[int]],
