@@ -11,18 +11,13 @@ Holes at the end are trimmed (a view, no copy); when holes are at least half of 
 live rows are compacted with one gather. Other rows' caches are never copied when one leaves.
 
 Caches (service/runtime/kvcache.py), in the layout of the bundle's decoder: the self-attention
-cache `ConcatCache` (past ++ new; rows of different ages share columns, masked) or
-`InplaceCache` (buffers the decoder writes in place; each row has its own length), reordered in
-place for beam search; the cross-attention K/V `CrossCache`, computed once by the encoder when a
-request joins, repeated over its beam rows, in the first columns of an axis S >= the longest
-source present. A concat decoder takes `encoder_attention_mask` (n_rows, S); S grows when a
-longer source joins and shrinks (one copy) when it would drop by >= 1/4. An in-place decoder
-takes each row's source length - 1 (`encoder_seqlens_k`, 0 for holes) and computes nothing
-beyond it, so padding is free: S is a power of two >= 64 (at most max_len) that only grows and is
-kept when the batch empties. Masked entries are always finite and column 0 of every row's encoder
-mask is valid, so no NaN can leak through a mask. Tensors live in the backend's memory
-(service/runtime/backends.py): numpy arrays on the CPU, device OrtValues with the CUDA IO-binding
-backend, where joins, leaves, compaction and beam reordering stay on the device.
+cache, reordered in place for beam search, and the cross-attention K/V `CrossCache`, in the first
+columns of a source axis S >= the longest source present, written once when a request joins and
+repeated over its beam rows. A concat decoder masks the source (S grows with a longer source and
+shrinks, one copy, when it would drop by >= 1/4); an in-place decoder takes each row's source length
+and computes nothing beyond it, so S is a power of two >= 64 that only grows. Masked entries are
+always finite and column 0 of every row's source is valid, so no NaN leaks through a mask. Requests
+added together are encoded in groups of similar length (service/runtime/encode_groups.py).
 
 Runs. A run takes one step, or several greedy steps with a bundle's multi-step decoder when the
 batch's `StepPolicy` allows (service/runtime/stepping.py); requests join and leave between runs.
@@ -46,6 +41,7 @@ from service.runtime import controls, sampling
 from service.runtime.active import ActiveRequest, StepGroups
 from service.runtime.backends import Backend
 from service.runtime.devicemem import CacheTensor
+from service.runtime.encode_groups import BY_LENGTH, EncodeGrouping, rows_by_group
 from service.runtime.kvcache import ConcatCache, CrossCache, InplaceCache
 from service.runtime.rows import RowState
 from service.runtime.search import AlternativesSearch
@@ -62,11 +58,13 @@ class DecodeBatch:
     """
 
     def __init__(self, spec: ModelSpec, backend: Backend, tokenizer: TextTokenizer,
-                 max_rows: int = 64, policy: StepPolicy = SINGLE_STEP) -> None:
+                 max_rows: int = 64, policy: StepPolicy = SINGLE_STEP,
+                 grouping: EncodeGrouping = BY_LENGTH) -> None:
         if max_rows < 1:
             raise ValueError(f"max_rows must be >= 1, got {max_rows}")
         self.spec, self.max_rows, self._be, self._tokenizer = spec, max_rows, backend, tokenizer
         self.policy, self.last_steps = policy, 0  # steps per run (stepping.py); steps the last run took
+        self.grouping = grouping  # which new requests share an encoder run (encode_groups.py)
         n = spec.n_decoder_layers
         self._heads, self._d_head, self._dtype = spec.n_heads, spec.d_head, spec.cache_dtype
         self._self_names = list(self_cache_io(n))
@@ -135,13 +133,15 @@ class DecodeBatch:
         need = sum(o.rows for o in opts)
         if need > self.free_rows:
             raise BatchFull(f"{need} rows needed, {self.free_rows} free of {self.max_rows}")
-        enc = self._be.encode(self.spec.encoder_feeds([r.source for r in reqs]))  # may raise: nothing changed
+        encoded = self.grouping.encode(lambda src: self._be.encode(self.spec.encoder_feeds(src)),
+                                       [r.source for r in reqs])  # may raise: nothing changed
         rows = self._allocate([o.rows for o in opts])
         self._fit_src(self._cross.axis_for(max(len(r.source) for r in reqs)))
         owner = np.repeat(np.arange(len(reqs)), [len(rr) for rr in rows])  # request of each new row
         new = np.concatenate(rows)
         lengths = np.array([len(r.source) for r in reqs], np.int64)[owner]
-        self._cross.write(new, enc, owner)  # a request's K/V repeated over its beam rows
+        for rows_of_group, enc, local_owner in rows_by_group(encoded, new, owner):
+            self._cross.write(rows_of_group, enc, local_owner)  # a request's K/V repeated over its beam rows
         self._cache.start(new)
         self._rows.start(new, lengths, self.spec.decoder_start)
         eos, pad, limit = self.spec.special.eos, self.spec.special.pad, self.spec.rules.eos_at_limit
