@@ -36,6 +36,8 @@ class EncodeGrouping:
     def groups(self, lengths: Sequence[int]) -> list[np.ndarray]:
         """Indices into `lengths`, each group ascending, groups shortest first, minimising the sum over
         groups of overhead_tokens + len(group) * the group's longest."""
+        if len(lengths) < 2 or min(lengths) == max(lengths):
+            return [np.arange(len(lengths))] if len(lengths) else []  # one run pads nothing
         order = np.argsort(np.asarray(lengths, np.int64), kind="stable")
         ls = np.asarray(lengths, np.int64)[order]
         best = np.zeros(len(ls) + 1, np.int64)  # best[j]: least cost of the j shortest sources
@@ -64,6 +66,9 @@ def rows_by_group(encoded: Encoded, rows: np.ndarray, owner: np.ndarray
                   ) -> Iterator[tuple[np.ndarray, list[CacheTensor], np.ndarray]]:
     """For each group: the rows whose request (owner[i], an index into the sources) is in it, the group's
     K/V, and each such row's request as an index into the group."""
+    if len(encoded) == 1:  # one run of every source: owner already indexes it
+        yield rows, encoded[0][1], owner
+        return
     for members, enc in encoded:
         mine = np.isin(owner, members)
         yield rows[mine], enc, np.searchsorted(members, owner[mine])

@@ -39,6 +39,7 @@ import onnxruntime as ort
 
 from interface.names import SEQLENS_K, past_name
 from service.domain.errors import ProviderUnavailable
+from service.ops.hugepages import huge_pages_for
 from service.ops.mapped import drop_file_pages
 from service.runtime.cuda import CUDA, cuda_unavailable
 
@@ -155,6 +156,7 @@ class Sessions:
     options: dict[str, dict[str, str]] = field(default_factory=dict)  # provider options passed to ORT
     files: dict[str, Path] = field(default_factory=dict)  # {"encoder": path, "decoder": path} opened
     steps: ort.InferenceSession | None = None  # the multi-step decoder (export/multistep.py), if opened
+    huge_page_bytes: int = 0  # packed weights backed by huge pages (service/ops/hugepages.py)
 
     @property
     def provider(self) -> str:
@@ -217,7 +219,8 @@ def open_sessions(
     that provider's options; with `multistep`, the multi-step decoder's too when the files have one.
     Where the two decoders read one weights file (`shared_weights(provider)`), neither keeps a packed
     copy: both read the file's one mapping (docs/performance.md, weights in memory); elsewhere the
-    pages that creating the sessions read through the bundle's mappings are dropped (`drop_file_pages`)."""
+    pages that creating the sessions read through the bundle's mappings are dropped (`drop_file_pages`).
+    On the CPU, the weights the kernels packed are then backed by huge pages (`huge_pages_for`)."""
     planned = [p for p in (providers or [CPU]) if p != CPU] + [CPU]
     options = {p: {str(k): str(v) for k, v in (provider_options or {}).get(p, {}).items()} for p in planned}
     prefix = {g: profile_prefix and f"{profile_prefix}_{g}" for g in ("encoder", "decoder")}
@@ -229,31 +232,33 @@ def open_sessions(
         return _open(graph_files(providers_[0])["encoder"], providers_, options, intra_op_threads, shared_,
                      prefix["encoder"], spinning=shared_ or not shared_pool), shared_
 
-    enc, shared = encoder_on(planned)
-    in_use = list(enc.get_providers())
-    if in_use[0] != planned[0]:  # ORT fell back while creating it: the files and options of the one in use
-        log.warning("asked ONNX Runtime for %s but it uses %s", planned[0], in_use[0])
-        planned = in_use
+    with huge_pages_for(planned[0] == CPU) as collapsed:  # the packed weights (service/ops/hugepages.py)
         enc, shared = encoder_on(planned)
-    files = graph_files(planned[0])
-    multistep = multistep and "steps" in files
-    one_copy = multistep and shared_weights(planned[0])
-    dec = _open(files["decoder"], planned, options, intra_op_threads, shared, prefix["decoder"],
-                prepack=not one_copy)
-    in_use = list(dec.get_providers())
-    steps = None
-    if multistep:
-        steps = _open(files["steps"], planned, options, intra_op_threads, shared, prefix["decoder"],
-                      prepack=not one_copy)
-    else:
-        files = {g: f for g, f in files.items() if g != "steps"}
-    if not one_copy:  # what prepacking read stays mapped where a gather reads it too (service/ops/mapped.py)
-        folders = {Path(f).parent for f in files.values()}
-        dropped = drop_file_pages(p for d in folders for p in d.iterdir() if p.is_file())
-        log.debug("dropped %.1f MiB of mapped weights pages", dropped / 2**20)
-    log.info("ONNX Runtime providers in use: %s (shared thread pool: %s)", in_use, shared)
+        in_use = list(enc.get_providers())
+        if in_use[0] != planned[0]:  # ORT fell back while creating it: the files and options of that one
+            log.warning("asked ONNX Runtime for %s but it uses %s", planned[0], in_use[0])
+            planned = in_use
+            enc, shared = encoder_on(planned)
+        files = graph_files(planned[0])
+        multistep = multistep and "steps" in files
+        one_copy = multistep and shared_weights(planned[0])
+        dec = _open(files["decoder"], planned, options, intra_op_threads, shared, prefix["decoder"],
+                    prepack=not one_copy)
+        in_use = list(dec.get_providers())
+        steps = None
+        if multistep:
+            steps = _open(files["steps"], planned, options, intra_op_threads, shared, prefix["decoder"],
+                          prepack=not one_copy)
+        else:
+            files = {g: f for g, f in files.items() if g != "steps"}
+        if not one_copy:  # what prepacking read stays mapped where a gather reads it (service/ops/mapped.py)
+            folders = {Path(f).parent for f in files.values()}
+            dropped = drop_file_pages(p for d in folders for p in d.iterdir() if p.is_file())
+            log.debug("dropped %.1f MiB of mapped weights pages", dropped / 2**20)
+    log.info("ONNX Runtime providers in use: %s (shared thread pool: %s; packed weights in huge pages: "
+             "%.0f MiB)", in_use, shared, sum(collapsed) / 2**20)
     return Sessions(enc, dec, in_use, shared, why_not_cuda, {p: options.get(p, {}) for p in in_use},
-                    dict(files), steps)
+                    dict(files), steps, sum(collapsed))
 
 
 class PlacementUnknown(RuntimeError):
