@@ -14,7 +14,8 @@ memory-bandwidth floor of a batch-1 decoder step.
 - Floor: the bytes a batch-1 decoder step reads (every initializer of the variant's decoder graph but
   those only gathered: the embedding and position tables, of which a step reads one row) over the
   machine's read bandwidth, measured as ONNX Runtime's own fp32 MatMul of one row by a 512 MiB matrix
-  on `threads` threads (the kernel a step's largest MatMuls run).
+  on `threads` threads (the kernel a step's largest MatMuls run, its packed matrix in huge pages as the
+  service's are: service/ops/hugepages.py).
 """
 
 from __future__ import annotations
@@ -130,6 +131,8 @@ def measure_bandwidth(threads: int, mib: int = BANDWIDTH_MIB, repeats: int = 10)
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
+    from service.ops.hugepages import huge_pages_for
+
     k = 1024
     n = mib * 2**20 // (4 * k)
     weight = np.ones((k, n), np.float32)
@@ -140,7 +143,9 @@ def measure_bandwidth(threads: int, mib: int = BANDWIDTH_MIB, repeats: int = 10)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    serialized = model.SerializeToString()
+    with huge_pages_for():  # the packed matrix in huge pages, as the service's (service/ops/hugepages.py)
+        session = ort.InferenceSession(serialized, options, providers=["CPUExecutionProvider"])
     x = np.ones((1, k), np.float32)
     for _ in range(3):
         session.run(None, {"x": x})
