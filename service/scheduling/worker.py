@@ -129,7 +129,8 @@ class Worker(WorkerControl):
             self._outbox.append((j, error))
 
     def _add(self, jobs: list[Job]) -> None:
-        """Encode the newcomers into the batch (one encoder run); on failure only they fail."""
+        """Encode the newcomers into the batch (one hand-over: encoder runs by length group); on failure
+        only they fail."""
         now = time.monotonic()
         for j in jobs:
             j.admitted = now
