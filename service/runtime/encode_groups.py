@@ -5,9 +5,11 @@ An encoder run pads every source to the longest of the run, and a padded positio
 real one in every projection and feed-forward layer. Requests that join a batch together are
 therefore encoded in groups of similar length: the lengths are sorted and cut into the groups that
 minimise the padded tokens plus `overhead_tokens` per run (an exact dynamic programme over the sorted
-lengths). A run's fixed cost, its kernels' inefficiency with few rows included, is that of about
-20-40 more tokens on both the default model and the opus-mt shape (docs/performance.md). A request's
-K/V do not depend on the requests that share its run: every position beyond a source is masked.
+lengths). A run's fixed cost, its kernels' inefficiency with few rows and the host's work per run
+included, is that of about 20-60 more tokens on the default model and the opus-mt shape
+(docs/performance.md); the upper end is taken, so that a split must save clearly more padding than
+the run costs. A request's K/V do not depend on the requests that share its run: every position
+beyond a source is masked.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import numpy as np
 
 from service.runtime.devicemem import CacheTensor
 
-RUN_OVERHEAD_TOKENS = 32  # one more encoder run costs about as much as this many more padded tokens
+RUN_OVERHEAD_TOKENS = 64  # one more encoder run costs about as much as this many more padded tokens
 Encoded = list[tuple[np.ndarray, list[CacheTensor]]]  # (indices of a group's sources, their K/V)
 
 
