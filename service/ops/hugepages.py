@@ -18,8 +18,7 @@ than Linux, nothing changes.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
+import errno
 import logging
 import os
 import sys
@@ -28,6 +27,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
+
+from service.ops.madvise import madvise
 
 log = logging.getLogger(__name__)
 
@@ -79,14 +80,11 @@ def _resident_now() -> set[int]:
 
 def collapse(blocks: Iterable[int]) -> int:
     """madvise(MADV_COLLAPSE) over each block; bytes the kernel backed with huge pages."""
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    libc.madvise.restype = ctypes.c_int
     done = 0
     for block in sorted(blocks):
-        if libc.madvise(ctypes.c_void_p(block), ctypes.c_size_t(HUGE_PAGE), MADV_COLLAPSE) == 0:
+        if (err := madvise(block, HUGE_PAGE, MADV_COLLAPSE)) == 0:
             done += HUGE_PAGE
-        elif (err := ctypes.get_errno()) in (22, 1):  # EINVAL / EPERM: this kernel will not, stop asking
+        elif err in (errno.EINVAL, errno.EPERM):  # this kernel will not: stop asking
             log.debug("no huge pages for the packed weights: %s", os.strerror(err))
             break
     return done

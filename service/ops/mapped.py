@@ -14,13 +14,13 @@ nothing.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import logging
 import os
 import sys
 from collections.abc import Iterable
 from pathlib import Path
+
+from service.ops.madvise import madvise
 
 log = logging.getLogger(__name__)
 
@@ -55,18 +55,13 @@ def drop_file_pages(files: Iterable[Path]) -> int:
     (0 elsewhere than Linux, or where madvise is unavailable or refuses)."""
     if not sys.platform.startswith("linux"):
         return 0
+    advised = 0
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        mappings = clean_mappings(files)
+        for start, length in clean_mappings(files):
+            if (err := madvise(start, length, MADV_DONTNEED)) == 0:
+                advised += length
+            else:
+                log.debug("madvise(%#x, %d) failed: %s", start, length, os.strerror(err))
     except OSError as e:
         log.debug("not dropping mapped weights pages: %s", e)
-        return 0
-    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    libc.madvise.restype = ctypes.c_int
-    advised = 0
-    for start, length in mappings:
-        if libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(length), MADV_DONTNEED) == 0:
-            advised += length
-        else:
-            log.debug("madvise(%#x, %d) failed: %s", start, length, os.strerror(ctypes.get_errno()))
     return advised
