@@ -33,7 +33,7 @@ class WorkerControl:
                  recorder: ModelMetrics, scorer: Scorer | None = None) -> None:
         if batch.max_rows != settings.max_batch_size:
             raise ValueError(f"a batch of {batch.max_rows} rows for max_batch_size {settings.max_batch_size}")
-        self._queue = JobQueue(settings.queue_size, policy.encoder_padding)  # guarded by _cond
+        self._queue = JobQueue(settings.queue_size)  # guarded by _cond
         self.batch, self.policy, self.recorder = batch, policy, recorder
         self.scorer = scorer  # runs the score jobs (service/runtime/scoring.py); None: none queued
         self.watchdog_s, self.max_tokens = settings.watchdog_s, settings.token_budget

@@ -2,17 +2,14 @@
 
 A `JobQueue` holds `Job`s (service/scheduling/jobs.py) in arrival order and counts their rows. It has no
 lock of its own: the worker (service/scheduling/worker.py) calls it under its condition's lock. `take`
-pops the jobs that may join the decode batch now: FIFO while their rows fit and, with an
-`encoder_padding` limit, while the encoder input (every newcomer right-padded to the longest)
-stays mostly real tokens: padding at most `encoder_padding` times the real tokens or
-PAD_SLACK_TOKENS, whichever is more. The first job that would break the limit waits at the head
-of the queue for the next encoder run (one long source padded with short ones costs several
-times their separate encoder runs); nobody overtakes it, and the texts of one request
-(`joins_previous`) are never separated for it. With a token budget (`--max-batch-tokens`),
-newcomers also join only while the batch's tokens (every row's source plus what it has decoded,
+pops the jobs that may join the decode batch now: FIFO while their rows fit (newcomers of mixed
+lengths may join together: the batch encodes them in groups of similar length,
+service/runtime/encode_groups.py). With a token budget (`--max-batch-tokens`), newcomers join
+only while the batch's tokens (every row's source plus what it has decoded,
 service/runtime/batch.py `DecodeBatch.tokens`) and theirs (source x beam rows) stay within it; into an
-empty batch the head joins whatever its length. Jobs whose deadline passed while queued leave
-with DeadlineExceeded.
+empty batch the head joins whatever its length. The first job that may not join waits at the head of
+the queue; nobody overtakes it, and the texts of one request (`joins_previous`) are never separated.
+Jobs whose deadline passed while queued leave with DeadlineExceeded.
 """
 
 from __future__ import annotations
@@ -24,16 +21,12 @@ from collections.abc import Iterator
 from service.domain.errors import DeadlineExceeded, QueueFull
 from service.scheduling.jobs import Job, RequestStatus
 
-PAD_SLACK_TOKENS = 32  # padding always tolerated in one encoder run, whatever encoder_padding says
-
 
 class JobQueue:
     """Bounded FIFO of queued jobs (texts) with their row count; not thread-safe by itself."""
 
-    def __init__(self, size: int, encoder_padding: float = math.inf) -> None:
-        if not encoder_padding >= 0:
-            raise ValueError(f"encoder_padding must be >= 0, got {encoder_padding}")
-        self.size, self.encoder_padding = size, encoder_padding
+    def __init__(self, size: int) -> None:
+        self.size = size
         self._jobs: deque[Job] = deque()
         self.rows = 0  # rows the queued jobs will take (a beam-k text takes k)
 
@@ -85,18 +78,13 @@ class JobQueue:
         """
         out: list[Job] = []
         expired: list[tuple[Job, Exception]] = []
-        longest = real = 0  # source tokens of the jobs taken: the longest, and all of them
         while self._jobs and len(out) < limit:
             job = self._jobs[0]
             late = job.deadline is not None and now >= job.deadline
-            n = len(job.request.source)
-            cost = n * job.rows  # its rows hold its source each
-            first = not out or job.joins_previous  # starts the encoder run, or a request's next text
-            fits = (job.rows <= free_rows
-                    and (first or self.pads_well(len(out) + 1, max(longest, n), real + n))
-                    and (cost <= free_tokens or job.joins_previous or (idle and not out)))
+            cost = len(job.request.source) * job.rows  # its rows hold its source each
+            fits = job.rows <= free_rows and (cost <= free_tokens or job.joins_previous or (idle and not out))
             if not late and not fits:
-                break  # FIFO: the head waits for rows (or for the next encoder run), nobody overtakes it
+                break  # FIFO: the head waits for rows or tokens, nobody overtakes it
             self._jobs.popleft()
             self.rows -= job.rows
             if late:
@@ -105,10 +93,5 @@ class JobQueue:
                 continue
             job.state = RequestStatus.ACTIVE
             free_rows, free_tokens = free_rows - job.rows, free_tokens - cost
-            longest, real = max(longest, n), real + n
             out.append(job)
         return out, expired
-
-    def pads_well(self, count: int, longest: int, real: int) -> bool:
-        """Whether `count` sources of `real` tokens in all, padded to `longest`, may share an encoder run."""
-        return count * longest - real <= max(self.encoder_padding * real, PAD_SLACK_TOKENS)

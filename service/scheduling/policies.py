@@ -2,14 +2,14 @@
 
 The worker (service/scheduling/worker.py) asks its policy, once per round, how many queued texts
 may join the decode batch now; the policy sees only a `QueueView` and answers an `Admission`.
-Who exactly joins is the JobQueue's FIFO rule (rows, encoder padding, token budget). Policies
+Who exactly joins is the JobQueue's FIFO rule (rows, token budget). Policies
 are plain objects passed down to the worker: nothing calls back up to the scheduler.
 
 - `NoBatching` (none): one text at a time, decoded to completion.
 - `DynamicBatching` (dynamic, Triton-style): when the batch is empty, wait until max_batch_size
   rows are queued or the oldest text waited max_queue_delay_ms, then decode that batch to the end.
 - `ContinuousBatching` (continuous, Orca / vLLM-style): before every decoder step, queued texts
-  join while rows are free; newcomers of one encoder run must pad well together.
+  join while rows are free.
 """
 
 from __future__ import annotations
@@ -19,8 +19,6 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from service.domain.types import BatchingMode
-
-CONTINUOUS_ENCODER_PADDING = 0.5  # joining one step later costs less than a long pad
 
 
 @dataclass(frozen=True)
@@ -32,7 +30,6 @@ class SchedulerSettings:
     max_queue_delay_ms: float = 5.0  # dynamic mode: longest wait for a batch to fill
     queue_size: int = 256  # most texts waiting
     watchdog_s: float = 30.0  # a model run longer than this makes the scheduler unhealthy
-    encoder_padding: float | None = None  # most padding per encoder run / real tokens; None: the mode's
 
     def __post_init__(self) -> None:
         """Reject values out of range, naming them."""
@@ -44,8 +41,6 @@ class SchedulerSettings:
         if self.max_queue_delay_ms < 0 or self.watchdog_s <= 0:
             raise ValueError(f"bad max_queue_delay_ms {self.max_queue_delay_ms} or watchdog_s "
                              f"{self.watchdog_s}")
-        if self.encoder_padding is not None and not self.encoder_padding >= 0:
-            raise ValueError(f"encoder_padding must be >= 0, got {self.encoder_padding}")
 
     @property
     def token_budget(self) -> float:
@@ -75,7 +70,6 @@ class AdmissionPolicy(Protocol):
     """Decides when queued texts join the decode batch."""
 
     mode: BatchingMode
-    encoder_padding: float  # newcomers of one encoder run: most padding / real tokens (inf: no limit)
 
     def admit(self, view: QueueView) -> Admission:
         """How many queued texts may join now."""
@@ -86,7 +80,6 @@ class AdmissionPolicy(Protocol):
 class NoBatching:
     """One text at a time, decoded to completion."""
 
-    encoder_padding: float = math.inf
     mode: BatchingMode = BatchingMode.NONE
 
     def admit(self, view: QueueView) -> Admission:
@@ -100,7 +93,6 @@ class DynamicBatching:
 
     max_batch_size: int
     max_queue_delay_ms: float
-    encoder_padding: float = math.inf
     mode: BatchingMode = BatchingMode.DYNAMIC
 
     def admit(self, view: QueueView) -> Admission:
@@ -118,7 +110,6 @@ class ContinuousBatching:
     """Join before any step while rows are free."""
 
     max_batch_size: int
-    encoder_padding: float = CONTINUOUS_ENCODER_PADDING
     mode: BatchingMode = BatchingMode.CONTINUOUS
 
     def admit(self, view: QueueView) -> Admission:
@@ -133,9 +124,8 @@ def make_policy(mode: BatchingMode | str, settings: SchedulerSettings) -> Admiss
     except ValueError:
         names = ", ".join(m.value for m in BatchingMode)
         raise ValueError(f"unknown batching mode {mode!r}; choose one of {names}") from None
-    padding = {} if settings.encoder_padding is None else {"encoder_padding": settings.encoder_padding}
     if mode is BatchingMode.NONE:
-        return NoBatching(**padding)
+        return NoBatching()
     if mode is BatchingMode.DYNAMIC:
-        return DynamicBatching(settings.max_batch_size, settings.max_queue_delay_ms, **padding)
-    return ContinuousBatching(settings.max_batch_size, **padding)
+        return DynamicBatching(settings.max_batch_size, settings.max_queue_delay_ms)
+    return ContinuousBatching(settings.max_batch_size)

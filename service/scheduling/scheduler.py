@@ -27,10 +27,8 @@ pair, admitted, timed out, withdrawn and drained as a text is; the worker scores
 
 `max_batch_size` counts rows in every mode: a beam-k text takes k rows. Modes differ only in
 their admission policy (service/scheduling/policies.py); FIFO in all of them, nobody overtakes
-the head. In continuous mode the requests joining in one step must pad well together
-(encoder_padding 0.5: padding at most half the real tokens or 32 tokens): a long source queued
-behind short ones joins one step later, in its own encoder run; the texts of one request are
-never split for that. With `max_batch_tokens` (0 = none; the server's default is a budget) texts
+the head; texts of mixed lengths joining together are encoded in groups of similar length
+(service/runtime/encode_groups.py). With `max_batch_tokens` (0 = none; the server's default is a budget) texts
 also join only while the batch's rows hold at most that many tokens, source plus decoded so far;
 into an empty batch the head of the queue joins whatever its length. All modes return the same
 tokens as `runner.translate([text])`.

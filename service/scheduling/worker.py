@@ -10,9 +10,9 @@ The loop never waits on inference; the worker never touches asyncio objects. Wha
 
 Each round: **schedule** (under the lock: take the jobs whose callers gave up, ask the admission
 policy (service/scheduling/policies.py) how many queued texts may join, and let the queue pick
-them: FIFO while rows fit, the newcomers pad well together in one encoder run, and the batch
-stays within its token budget), **execute** (outside the lock: cancel given-up and expired jobs,
-encode the newcomers with `batch.add`, run one decoder step with `batch.step`), **update** (turn
+them: FIFO while rows fit and the batch stays within its token budget), **execute** (outside the
+lock: cancel given-up and expired jobs, encode the newcomers with `batch.add`, run one decoder step
+with `batch.step`), **update** (turn
 the step's events into deliveries and send them). Score jobs (`ScoreRequest`s) are admitted by the
 same queue and policy, a pair taking a row like a greedy text, but never join the decode batch: the
 newcomers of a round that are score jobs are scored at once by forced decoding (the `Scorer`,

@@ -8,7 +8,7 @@ import pytest
 
 from service.domain.errors import DeadlineExceeded, QueueFull
 from service.domain.types import DecodeOptions, Request
-from service.scheduling.jobqueue import PAD_SLACK_TOKENS, JobQueue
+from service.scheduling.jobqueue import JobQueue
 from service.scheduling.jobs import Job, RequestStatus
 
 
@@ -50,26 +50,20 @@ def test_take_is_fifo_while_rows_fit_and_the_head_is_never_overtaken() -> None:
     assert taken == [jobs[1]]
 
 
-def test_take_stops_where_padding_would_exceed_the_limit() -> None:
-    q = JobQueue(8, encoder_padding=0.5)
-    short, long_ = job(10), job(200)
-    q.put([short, long_, job(10)], now=0.0)
-    pad = 2 * 200 - 210  # 190 padded tokens for 210 real ones: over max(0.5 * 210, 32)
-    assert pad > max(0.5 * 210, PAD_SLACK_TOKENS) and not q.pads_well(2, 200, 210)
+def test_take_lets_sources_of_mixed_lengths_join_together() -> None:
+    q = JobQueue(8)  # the batch encodes them in groups of similar length (service/runtime/encode_groups.py)
+    jobs = [job(10), job(200), job(10)]
+    q.put(jobs, now=0.0)
     taken, _ = q.take(limit=8, free_rows=8, now=0.0)
-    assert taken == [short]  # the long one joins alone at the next encoder run
-    taken, _ = q.take(limit=8, free_rows=8, now=0.0)
-    assert taken == [long_]
-    assert JobQueue(8).pads_well(2, 200, 210)  # no limit by default
-    assert q.pads_well(2, 30, 30)  # 30 padded tokens are within the slack
+    assert taken == jobs and len(q) == 0
 
 
-def test_texts_of_one_request_join_together_however_they_pad() -> None:
-    q = JobQueue(8, encoder_padding=0.0)
-    first, second = job(10), job(200, joins_previous=True)
-    q.put([first, second], now=0.0)
-    taken, _ = q.take(limit=8, free_rows=8, now=0.0)
-    assert taken == [first, second]
+def test_texts_of_one_request_join_together_beyond_the_token_budget() -> None:
+    q = JobQueue(8)
+    first, second, other = job(10), job(200, joins_previous=True), job(10)
+    q.put([first, second, other], now=0.0)
+    taken, _ = q.take(limit=8, free_rows=8, now=0.0, free_tokens=15)
+    assert taken == [first, second] and list(q) == [other]  # the next request waits for room
 
 
 def test_take_fails_expired_jobs_even_when_they_would_not_fit() -> None:
@@ -88,26 +82,3 @@ def test_clear_marks_every_queued_job_done() -> None:
     assert q.clear() == jobs and len(q) == 0 and q.rows == 0
     assert all(j.state == RequestStatus.DONE for j in jobs)
 
-
-def test_encoder_padding_must_not_be_negative() -> None:
-    with pytest.raises(ValueError, match="encoder_padding"):
-        JobQueue(4, encoder_padding=-1.0)
-
-
-def test_a_token_budget_admits_while_sources_fit_and_an_empty_batch_takes_its_head() -> None:
-    q = JobQueue(8)
-    jobs = [job(40), job(30, beam=2), job(10)]  # costs: 40, 60 (30 tokens x 2 rows), 10
-    q.put(jobs, now=0.0)
-    taken, _ = q.take(limit=8, free_rows=8, now=0.0, free_tokens=99)
-    assert taken == jobs[:1]  # 40 fits, then 60 does not (39 left) and the 10 behind it waits
-    taken, _ = q.take(limit=8, free_rows=8, now=0.0, free_tokens=70)
-    assert taken == jobs[1:]  # 60 + 10
-    big = job(500)
-    q.put([big, job(5)], now=0.0)
-    assert q.take(limit=8, free_rows=8, now=0.0, free_tokens=100)[0] == []
-    taken, _ = q.take(limit=8, free_rows=8, now=0.0, free_tokens=100, idle=True)
-    assert taken == [big]  # alone into the empty batch; the 5-token one would now exceed the budget
-    q.clear()
-    first, rest = job(50), job(50, joins_previous=True)
-    q.put([first, rest], now=0.0)
-    assert q.take(limit=8, free_rows=8, now=0.0, free_tokens=60)[0] == [first, rest]  # one request

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from typing import Any
 
@@ -238,24 +237,22 @@ def test_stream_yields_tokens_then_the_result(runner, sched_texts):
     assert "".join(e.text for e in events) == final.hypotheses[0].text == want.text
 
 
-@pytest.mark.parametrize(("mode", "padding", "one_request", "split"), [
-    ("continuous", None, False, True), ("continuous", None, True, False),
-    ("continuous", math.inf, False, False), ("dynamic", None, False, False),
+@pytest.mark.parametrize(("mode", "one_request"), [
+    ("continuous", False), ("continuous", True), ("dynamic", False),
 ])
-def test_continuous_encodes_a_long_newcomer_apart_from_short_ones(hooked, sched_texts, mode, padding,
-                                                                   one_request, split):
+def test_newcomers_of_mixed_lengths_join_in_one_hand_over(hooked, sched_texts, mode, one_request):
+    """Queued texts of very different lengths join the batch together (the batch encodes them in groups
+    of similar length, tests/service/runtime/test_encode_groups.py), and each decodes as it does alone."""
     opts = DecodeOptions(max_new_tokens=MAX_NEW)
     queued = ["we 5", sched_texts[4], " ".join(p[0] for p in tiny_pairs(6, 3))]  # short, short, long
     lengths = [len(ids) for ids in hooked.encode_texts(queued)]
-    assert 2 * max(lengths[:2]) - sum(lengths[:2]) <= 32  # the short ones pad well together
-    assert 3 * max(lengths) - sum(lengths) > max(sum(lengths) / 2, 32)  # all three do not
+    assert max(lengths) > 3 * min(lengths)
     gate = Gate("decoder", at=(1,))
     hooked.fault_hook = gate
     encoded: list[list[int]] = []  # source lengths of each encoder run
 
     async def main() -> list[Result]:
-        s = make_scheduler(mode, hooked, max_batch_size=8, max_queue_delay_ms=0.0, encoder_padding=padding)
-        assert s.policy.encoder_padding == (0.5 if mode == "continuous" and padding is None else math.inf)
+        s = make_scheduler(mode, hooked, max_batch_size=8, max_queue_delay_ms=0.0)
         add = s._worker.batch.add
         s._worker.batch.add = lambda reqs: (encoded.append([len(r.source) for r in reqs]), add(reqs))[1]
         await s.start()
@@ -280,7 +277,7 @@ def test_continuous_encodes_a_long_newcomer_apart_from_short_ones(hooked, sched_
     for result, hyps in zip(results, want, strict=True):
         assert_same_hypotheses(result.hypotheses, hyps)
     first = len(hooked.encode_texts([sched_texts[0]])[0])
-    assert encoded == ([[first], lengths[:2], lengths[2:]] if split else [[first], lengths])
+    assert encoded == [[first], lengths]
 
 
 @pytest.mark.parametrize("budget", [0, 1])
