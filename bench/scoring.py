@@ -6,8 +6,9 @@ batch), then scores each source against its greedy output (Runner.score, R pairs
 scoring mode the bundle's decoder takes (service/runtime/scoring.py: "whole" on a concatenated cache,
 "steps" on both), K times each, alternating, and prints pairs per second of each and the ratio
 score / greedy (the issue's goal: >= 1). It checks on the way that the score of each greedy output is the
-log_prob the search reported (for outputs that ended with eos). In process, CPU provider unless
---provider says otherwise; the best of the K runs counts.
+log_prob the search reported (for outputs that ended with eos, and those cut at the maximum length, which
+Score takes without the end token). In process, CPU provider unless --provider says otherwise; the best
+of the K runs counts.
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     requests = runner.score_requests(texts, targets)
     checked = worst = 0
     for h, r in zip(hyps, runner.new_scorer(args.rows).score(requests), strict=True):
-        if h.finish_reason == "eos" and r.target_ids[:-1] == h.tokens:
+        body = r.target_ids[:-1] if r.end_token_scored else r.target_ids  # a cut one: no eos scored
+        if body == h.tokens and r.end_token_scored == (h.finish_reason == "eos"):
             checked, worst = checked + 1, max(worst, abs(r.log_prob - h.log_prob))
     modes = ["steps", *(["whole"] if runner.kv_cache == "concat" else [])]
     scorers = {m: runner.new_scorer(args.rows, m) for m in modes}
@@ -74,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             rates[f"score/{m}"] = max(rates.get(f"score/{m}", 0.0), r)
     tokens = sum(len(r.target) for r in requests) / len(requests)
     print(f"bundle {args.bundle} ({runner.kv_cache} cache, {runner.provider}), {len(texts)} pairs, "
-          f"{args.rows} rows, {tokens:.1f} target tokens a pair (eos incl.), best of {args.repeat}")
+          f"{args.rows} rows, {tokens:.1f} tokens scored a pair, best of {args.repeat}")
     print(f"score of the greedy output vs its log_prob: {checked} pairs checked, max |diff| {worst:.2e}")
     for name, rate in rates.items():
         ratio = "" if name == "greedy" else f"  ratio to greedy {rate / rates['greedy']:.2f}"

@@ -38,7 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--score", action="append", default=[], metavar="TARGET",
                         help="score TARGET given the text at its position instead of translating (one "
                              "--score per text; translator.v1 Score): prints score (mean), log_prob (sum), "
-                             "then token:log-prob of every target token, eos included")
+                             "token:log-prob of every scored token, and end_token_scored=true|false (eos "
+                             "appended and scored, or not: a target as long as a translation cut at the "
+                             "model's maximum length)")
     parser.add_argument("--scores", action="store_true", help="print score and log-probability")
     parser.add_argument("--n-best", type=int, default=0, help="hypotheses per text (needs --beam >= N)")
     parser.add_argument("--beam", type=int, default=0, help="beam size (default: the server's, greedy)")
@@ -227,7 +229,8 @@ def _score(channel: grpc.Channel, args: argparse.Namespace, out: TextIO) -> None
                               model_version=args.model_version)
     for r in pb_grpc.TranslatorStub(channel).Score(request, timeout=args.timeout).results:
         pieces = " ".join(f"{t}:{lp:.4f}" for t, lp in zip(r.tokens, r.log_probs, strict=True))
-        out.write(f"{r.score:.6f}\t{r.log_prob:.6f}\t{pieces}\n")
+        ended = "true" if r.end_token_scored else "false"
+        out.write(f"{r.score:.6f}\t{r.log_prob:.6f}\t{pieces}\tend_token_scored={ended}\n")
         for row in r.alignment:
             out.write("  " + " ".join(f"{w:.3f}" for w in row.weights) + "\n")
 

@@ -1,9 +1,11 @@
 """KServe v2 form of Score: a ModelInferRequest with a BYTES input TARGET beside TEXT (both shape [N]) scores
 each target given its source instead of translating it.
 
-Outputs (FP32 unless said): LOG_PROB [N] (each target's total log-prob, eos included), SCORE [N] (the
-mean per token), TOKEN_LOG_PROBS [N, T] (each target token's log-prob, T the longest target in tokens
-with eos; a shorter row is padded with 0) and TOKEN_COUNT INT32 [N] (the tokens of each row). Request
+Outputs (FP32 unless said): LOG_PROB [N] (each target's total log-prob, its end token included when
+scored), SCORE [N] (the mean per scored token), TOKEN_LOG_PROBS [N, T] (each scored token's log-prob, T
+the most tokens a row scored; a shorter row is padded with 0), TOKEN_COUNT INT32 [N] (the tokens each row
+scored) and END_TOKEN_SCORED BOOL [N] (whether eos was appended and scored: false for a target as long
+as a translation cut at the maximum length; one byte per element in raw form, as Triton's BOOL). Request
 parameters: source_language / target_language (many-to-many models); the decoding parameters of a
 translation do not apply and are refused. The semantics are translator.v1 Score's (docs/api.md).
 """
@@ -21,7 +23,8 @@ from service.domain.errors import InvalidTensor
 from service.domain.types import ScoreOptions, ScoreResult
 
 TARGET_NAME = "TARGET"
-OUTPUTS = {"LOG_PROB": "FP32", "SCORE": "FP32", "TOKEN_LOG_PROBS": "FP32", "TOKEN_COUNT": "INT32"}
+OUTPUTS = {"LOG_PROB": "FP32", "SCORE": "FP32", "TOKEN_LOG_PROBS": "FP32", "TOKEN_COUNT": "INT32",
+           "END_TOKEN_SCORED": "BOOL"}
 ALLOWED_KEYS = (*LANGUAGE_KEYS, "triton_enable_empty_final_response")
 
 
@@ -63,6 +66,7 @@ def encode_score_outputs(response: Message, results: Sequence[ScoreResult], name
         "SCORE": np.array([r.score for r in results], np.float32),
         "TOKEN_LOG_PROBS": token_log_probs,
         "TOKEN_COUNT": np.array([len(r.log_probs) for r in results], np.int32),
+        "END_TOKEN_SCORED": np.array([r.end_token_scored for r in results], np.bool_),
     }
     for name, array in values.items():
         if name not in names:

@@ -44,6 +44,7 @@ def score_message(result: ScoreResult, options: pb.ScoreOptions, runner: Runner)
     t = result.timings
     message = pb.ScoreResult(
         token_ids=result.target_ids, log_probs=result.log_probs, log_prob=result.log_prob, score=result.score,
+        end_token_scored=result.end_token_scored,
         timings=pb.Timings(queue_ms=t.queue_ms, compute_ms=t.compute_ms, total_ms=t.total_ms))
     if options.return_tokens:
         message.tokens.extend(runner.tokenizer.token(i) for i in result.target_ids)

@@ -120,25 +120,28 @@ class ScoreOptions:
 class ScoreRequest:
     """One (source, target) pair to score by forced decoding (service/runtime/scoring.py): the source ids
     as the encoder reads them, the tokens fed after the decoder's start id but not scored (a many-to-many
-    model's target language), and the target's ids then eos (each scored)."""
+    model's target language), and the tokens scored: the target's ids, then eos unless the target is as
+    long as a translation cut at the model's maximum length (`end_token_scored` says which)."""
 
     source: list[int]
     forced: list[int]
     target: list[int]
     options: ScoreOptions = field(default_factory=ScoreOptions)
+    end_token_scored: bool = True  # target ends with the eos score_requests appended
     tag: Any = None
     id: int = field(default_factory=lambda: next(_request_ids))
 
 
 @dataclass
 class ScoreResult:
-    """A target's score given its source, by forced decoding: each target token's log-prob (its eos
-    included, a forced target-language token excluded), their sum and their mean."""
+    """A target's score given its source, by forced decoding: each scored token's log-prob (the end token
+    included when it was scored, a forced target-language token never), their sum and their mean."""
 
-    target_ids: list[int]  # the tokens scored: the target's ids then eos
+    target_ids: list[int]  # the tokens scored: the target's ids, then eos when end_token_scored
     log_probs: list[float]  # log P(token | source, tokens before it), one per target_ids entry
     log_prob: float  # their sum
     score: float  # their mean: log_prob / len(target_ids)
+    end_token_scored: bool  # eos was appended and scored (False: a target cut at the maximum length)
     source_ids: list[int]  # what the encoder read
     alignment: list[list[float]] | None  # (len(target_ids), len(source_ids)) cross-attention, when asked
     timings: Timings

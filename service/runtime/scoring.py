@@ -2,11 +2,18 @@
 tokens before it, as CTranslate2's `score_batch` and transformers' teacher-forced log-probs.
 
 A pair becomes a `ScoreRequest` (`score_requests`): the source ids as a translation's (language prefix +
-tokenizer ids + suffix), the target's ids from the model's target tokenizer followed by eos, and the
-tokens fed but not scored (a many-to-many model's target language: its forced first token, whose own
-log-prob is not counted, as a translation's log_prob leaves it out). The decoder reads
-[start, *forced, *target[:-1]] and position j's `logprobs` (the graph's log_softmax of the logits, no
-bundle rules applied) give log P(sequence[j + 1] | source, sequence[:j + 1]).
+tokenizer ids + suffix), the target's ids from the model's target tokenizer, and the tokens fed but not
+scored (a many-to-many model's target language: its forced first token, whose own log-prob is not
+counted, as a translation's log_prob leaves it out). The decoder reads [start, *forced, *target[:-1]]
+and position j's `logprobs` (the graph's log_softmax of the logits, no bundle rules applied) give
+log P(sequence[j + 1] | source, sequence[:j + 1]).
+
+The end token (`end_target`): a translation generates at most max_len - 1 tokens (max_new_tokens'
+ceiling, ResolvedOptions), a forced target language, a target prefix and eos all counted; a hypothesis
+holds them less its eos. So a target of `most` = max_len - 1 - len(forced) tokens is what a translation
+cut at the maximum length returns (finish_reason "length", no eos): it is scored as it is. A shorter
+target gets eos appended and scored, as CTranslate2's score_batch appends its end token and as a
+finished hypothesis ended; a longer one no translation can give, and is refused.
 
 `Scorer` runs a set of requests in chunks of at most max_rows: one encoder run, then the decoder over the
 targets, right-padded (causal self-attention keeps a row's padding unseen by its real tokens). Modes:
@@ -56,8 +63,9 @@ TargetEncoder = Callable[[Sequence[str]], list[list[int]]]  # Runner.encode_targ
 def score_requests(sources: Sequence[str], targets: Sequence[str], options: ScoreOptions, spec: ModelSpec,
                    languages: Languages, encode_texts: TextEncoder, encode_target: TargetEncoder,
                    target_vocab: int) -> list[ScoreRequest]:
-    """Validated ScoreRequests of (source, target) text pairs; InvalidInput saying what is wrong (no pair,
-    lists of different lengths, an empty or too long source, a target too long for the model)."""
+    """Validated ScoreRequests of (source, target) text pairs, each target with or without eos by
+    `end_target`; InvalidInput saying what is wrong (no pair, lists of different lengths, an empty or too
+    long source, a target longer than a translation can be)."""
     for name, texts in (("sources", sources), ("targets", targets)):
         if isinstance(texts, str) or not isinstance(texts, Sequence):
             raise InvalidInput(f"{name} must be a list of strings, got {type(texts).__name__}")
@@ -72,18 +80,37 @@ def score_requests(sources: Sequence[str], targets: Sequence[str], options: Scor
     forced = [] if forced_first is None else [forced_first]
     source_ids = encode_texts(sources, prefix)
     target_ids = encode_target(targets)
-    most = spec.max_len - 1 - len(forced)  # a translation generates at most max_len - 1 tokens, eos included
+    most = most_target_tokens(spec, forced)
     out = []
     for i, (src, tgt) in enumerate(zip(source_ids, target_ids, strict=True)):
         spec.check_source(src)
-        if len(tgt) + 1 > most:
-            raise InvalidInput(f"target {i} is {len(tgt) + 1} tokens long (incl. eos); the model scores "
-                               f"at most {most}")
         if any(not 0 <= t < target_vocab for t in tgt):
             raise InvalidInput(f"target {i} has a token outside the model's output vocabulary of "
                                f"{target_vocab}")
-        out.append(ScoreRequest(src, forced, [*tgt, spec.special.eos], options))
+        scored, ended = end_target(i, list(tgt), most, spec.special.eos)
+        out.append(ScoreRequest(src, forced, scored, options, end_token_scored=ended))
     return out
+
+
+def most_target_tokens(spec: ModelSpec, forced: Sequence[int]) -> int:
+    """The most target tokens a translation generates (its eos included when it has one, a forced language
+    token not): max_len - 1, the ceiling of max_new_tokens (which counts every generated token, a target
+    prefix too), less the forced ones."""
+    return spec.max_len - 1 - len(forced)
+
+
+def end_target(index: int, target: list[int], most: int, eos: int) -> tuple[list[int], bool]:
+    """The tokens to score of a target's ids and whether eos is among them (the module's rule): shorter
+    than `most`, the target then eos; exactly `most`, a translation cut at the maximum length, as it is;
+    longer, InvalidInput naming the figures."""
+    if len(target) < most:
+        return [*target, eos], True
+    if len(target) == most:
+        return target, False
+    raise InvalidInput(
+        f"target {index} is {len(target)} tokens long; the model scores at most {most}: a target of fewer "
+        f"tokens is scored with the end token (eos) appended, one of exactly {most} (a translation cut at "
+        "the maximum length) without it")
 
 
 class Scorer:
@@ -141,8 +168,8 @@ class Scorer:
             wanted = r.options.with_alignment
             align = attn[b, cols, : len(r.source)].astype(np.float64).tolist() if wanted else None
             total = float(lp.sum())
-            out.append(ScoreResult(list(r.target), lp.tolist(), total, total / len(r.target), list(r.source),
-                                   align, Timings(0.0, 0.0, 0.0)))
+            out.append(ScoreResult(list(r.target), lp.tolist(), total, total / len(r.target),
+                                   r.end_token_scored, list(r.source), align, Timings(0.0, 0.0, 0.0)))
         return out
 
     def _past(self, rows: int, cols: int) -> dict[str, CacheTensor]:

@@ -1,5 +1,6 @@
 """`python -m service.client --score TARGET` against a real in-process server: one line per pair with the
-runner's score, log_prob and per-token log-probs; alignment rows when asked; bad flag use exits 2."""
+runner's score, log_prob, per-token log-probs and whether the end token was scored; alignment rows when
+asked; bad flag use exits 2."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ def test_score_prints_one_line_per_pair(server, runner):
     lines = [line for line in text.splitlines() if not line.startswith("  ")]
     assert len(lines) == 2 and len(text.splitlines()) == 2 + sum(len(w.target_ids) for w in want)
     for line, w in zip(lines, want, strict=True):
-        score, log_prob, pieces = line.split("\t")
+        score, log_prob, pieces, ended = line.split("\t")
+        assert ended == f"end_token_scored={'true' if w.end_token_scored else 'false'}"
         assert float(score) == pytest.approx(w.score, abs=1e-5)
         assert float(log_prob) == pytest.approx(w.log_prob, abs=1e-5)
         assert [float(p.rsplit(":", 1)[1]) for p in pieces.split(" ")] == pytest.approx(w.log_probs, abs=1e-4)

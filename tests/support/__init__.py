@@ -20,6 +20,7 @@ pretrained   format-2 bundles of the tiny graphs with SentencePiece / tokenizers
 hf_models    tiny Marian / M2M100 / NLLB Hugging Face checkpoints built offline (tokenizers included)
 svg          what an SVG chart holds (its ids and texts), whether a point lies in an axes' view
 bundle_search  greedy / beam search over a bundle's graphs, and transformers' generate searching alike
+scoring      translations cut at the model's maximum length (Score's end-token rule)
 """
 
 from pathlib import Path

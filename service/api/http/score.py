@@ -3,11 +3,12 @@
 Body: `{"source": "...", "target": "..."}` for one pair, or `{"sources": [...], "targets": [...]}`, and
 optionally `"parameters": {"return_alignment": bool, "return_tokens": bool, "source_language": "en",
 "target_language": "de", "timeout": µs}` (or these as other properties of the body). Answer:
-`{"model_name", "model_version", "results": [{"token_ids", "log_probs", "log_prob", "score"}, ...]}` in
-pair order, each result with `"alignment"` (rows over `"source_token_ids"`) and `"tokens"` /
-`"source_tokens"` when asked: the translator.v1 Score RPC's fields (docs/api.md), through the same
-scheduler. Bad input is 400 with a message saying what is wrong (service/api/status.py), an unknown
-model 404.
+`{"model_name", "model_version", "results": [{"token_ids", "log_probs", "log_prob", "score",
+"end_token_scored"}, ...]}` in pair order (`end_token_scored`: whether eos was appended and scored, false
+for a target as long as a translation cut at the maximum length), each result with `"alignment"` (rows
+over `"source_token_ids"`) and `"tokens"` / `"source_tokens"` when asked: the translator.v1 Score RPC's
+fields (docs/api.md), through the same scheduler. Bad input is 400 with a message saying what is wrong
+(service/api/status.py), an unknown model 404.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def score_parameters(body: dict[str, Any]) -> tuple[dict[str, Any], float | None
 def result_object(r: ScoreResult, parameters: dict[str, Any], runner: Runner) -> dict[str, Any]:
     """One pair's JSON result."""
     out: dict[str, Any] = {"token_ids": r.target_ids, "log_probs": r.log_probs, "log_prob": r.log_prob,
-                           "score": r.score}
+                           "score": r.score, "end_token_scored": r.end_token_scored}
     if parameters.get("return_tokens"):
         out["tokens"] = [runner.tokenizer.token(i) for i in r.target_ids]
         out["source_tokens"] = [runner.tokenizer.token(i) for i in r.source_ids]

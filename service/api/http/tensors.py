@@ -32,7 +32,7 @@ BINARY_SIZE_KEY = "binary_data_size"
 BINARY_OUTPUT_KEY = "binary_data_output"  # request parameter: every output as binary data
 BINARY_KEY = "binary_data"  # requested output parameter
 TIMEOUT_KEY = "timeout"  # request parameter, Triton's: microseconds for the request (tritonclient sets it)
-NUMERIC = {"FP32": "<f4", "INT32": "<i4"}  # the numeric datatypes of our outputs, as little-endian numpy
+NUMERIC = {"FP32": "<f4", "INT32": "<i4", "BOOL": "?"}  # our outputs' numeric datatypes, little-endian numpy
 MAX_ELEMENTS = 1 << 20  # most elements a JSON data array may hold (the body limit comes first)
 
 
@@ -250,7 +250,7 @@ def infer_response(response: pb.ModelInferResponse, binary: bool) -> tuple[dict[
         elif tensor.datatype == kserve_codec.BYTES_DATATYPE:
             count = int(tensor.shape[0]) if tensor.shape else 0
             entry["data"] = [e.decode("utf-8") for e in kserve_codec.deserialize_bytes(raw, count)]
-        else:  # numbers (a score's outputs): flattened in row-major order, as the protocol's JSON form
+        else:  # numbers, booleans (a score's outputs): flattened in row-major order, as the protocol's JSON
             entry["data"] = np.frombuffer(raw, NUMERIC[tensor.datatype]).tolist()
         outputs.append(entry)
     payload["outputs"] = outputs

@@ -1,6 +1,6 @@
 """Score over HTTP (service/api/http/score.py): the runner's numbers for one pair and for lists, with and
-without a version, alignment and tokens when asked; bad bodies 400 with what is wrong, an unknown model
-404."""
+without a version, alignment and tokens when asked, end_token_scored as the domain says (false for a
+translation cut at the model's maximum length); bad bodies 400 with what is wrong, an unknown model 404."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from service.domain.types import ScoreOptions
 from service.runtime.runner import Runner
 from service.server import BackgroundServer
 from tests.support.http import post_json
+from tests.support.scoring import cut_target
 from tests.support.server import MAX_BATCH, server_config
 
 
@@ -42,6 +43,7 @@ def test_one_pair_and_lists_score_as_the_runner(http_server, runner, texts):
     assert r["log_probs"] == pytest.approx(want[0].log_probs, abs=1e-5)
     assert r["log_prob"] == pytest.approx(want[0].log_prob, abs=1e-5)
     assert r["score"] == pytest.approx(want[0].score, abs=1e-6)
+    assert r["end_token_scored"] is want[0].end_token_scored
     payload = {"sources": texts[:3], "targets": targets, "parameters": {"return_alignment": True,
                                                                        "return_tokens": True}}
     status, _, body = post_json(score_url(http_server, "1"), payload)
@@ -50,6 +52,24 @@ def test_one_pair_and_lists_score_as_the_runner(http_server, runner, texts):
         assert r["log_prob"] == pytest.approx(w.log_prob, abs=1e-5) and r["source_token_ids"] == w.source_ids
         assert len(r["alignment"]) == len(w.target_ids) and len(r["tokens"]) == len(w.target_ids)
         assert r["alignment"][0] == pytest.approx(w.alignment[0], abs=1e-5)
+
+
+def test_end_token_scored_is_false_for_a_translation_cut_at_the_maximum_length(http_server, runner, texts):
+    ended = [(t, h[0]) for t, h in zip(texts, runner.translate(texts), strict=True)
+             if h[0].finish_reason == "eos"]
+    assert ended, "no greedy translation of the test texts ended with eos"
+    sources, targets = [texts[0], ended[0][0]], [cut_target(runner, texts[0]), ended[0][1].text]
+    want = runner.score(sources, targets)
+    status, _, body = post_json(score_url(http_server), {"sources": sources, "targets": targets})
+    assert status == 200, body
+    got = json.loads(body)["results"]
+    assert [r["end_token_scored"] for r in got] == [w.end_token_scored for w in want] == [False, True]
+    assert all(type(r["end_token_scored"]) is bool for r in got)
+    cut, finished = got
+    assert cut["token_ids"] == runner.encode_target([targets[0]])[0]  # no eos after the target's tokens
+    assert len(cut["token_ids"]) == runner.max_len - 1
+    assert cut["score"] == pytest.approx(cut["log_prob"] / len(cut["token_ids"]), rel=1e-6)
+    assert finished["token_ids"] == [*ended[0][1].tokens, runner.special.eos]
 
 
 @pytest.mark.parametrize(("payload", "message"), [

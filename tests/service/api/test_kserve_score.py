@@ -1,6 +1,7 @@
 """Score in KServe v2 form (service/api/kserve_score.py): a TARGET input beside TEXT, read by Triton's own
-client over gRPC and as JSON over HTTP, equal to the runner's Score; bad requests refused saying what
-is wrong."""
+clients over gRPC and HTTP (JSON and binary data) and as raw JSON, equal to the runner's Score, the end
+token's BOOL output included (false for a translation cut at the model's maximum length); bad requests
+refused saying what is wrong."""
 
 from __future__ import annotations
 
@@ -11,12 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.grpc as triton
+import tritonclient.http as triton_http
 
 from service.domain.types import ScoreOptions
 from service.runtime.runner import Runner
 from service.server import BackgroundServer
-from tests.support.http import post_json
+from tests.support.http import post_json, triton_http_client
 from tests.support.kserve import text_input, triton_client
+from tests.support.scoring import cut_target
 from tests.support.server import server_config
 
 
@@ -79,6 +82,41 @@ def test_named_outputs_only_and_json_over_http(both, runner, pairs):
     width = outputs["TOKEN_LOG_PROBS"]["shape"][1]
     assert len(flat) == 2 * width
     assert flat[: len(want[0].log_probs)] == pytest.approx(want[0].log_probs, abs=1e-5)
+
+
+def test_end_token_scored_is_a_bool_output_as_the_domain_says(both, runner, texts):
+    ended = [(t, h[0]) for t, h in zip(texts, runner.translate(texts), strict=True)
+             if h[0].finish_reason == "eos"]
+    assert ended, "no greedy translation of the test texts ended with eos"
+    sources, targets = [texts[0], ended[0][0]], [cut_target(runner, texts[0]), ended[0][1].text]
+    want = runner.score(sources, targets)
+    flags = [w.end_token_scored for w in want]
+    assert flags == [False, True]  # the cut translation scored as it is, the finished one with eos
+    with triton_client(both.address) as client:
+        result = client.infer("translator", [text_input(sources), target_input(targets)])
+    got = result.as_numpy("END_TOKEN_SCORED")
+    assert got.dtype == np.bool_ and got.shape == (2,) and got.tolist() == flags
+    assert result.as_numpy("TOKEN_COUNT").tolist() == [runner.max_len - 1, len(ended[0][1].tokens) + 1]
+    for binary in (False, True):  # tritonclient.http reads it from JSON data and from binary data
+        tensors = []
+        for name, items in (("TEXT", sources), ("TARGET", targets)):
+            tensor = triton_http.InferInput(name, [2], "BYTES")
+            tensor.set_data_from_numpy(np.array([t.encode() for t in items], dtype=np.object_),
+                                       binary_data=binary)
+            tensors.append(tensor)
+        output = triton_http.InferRequestedOutput("END_TOKEN_SCORED", binary_data=binary)
+        with triton_http_client(both.http_address) as client:
+            answer = client.infer("translator", tensors, outputs=[output])
+        read = answer.as_numpy("END_TOKEN_SCORED")
+        assert read.dtype == np.bool_ and read.tolist() == flags, binary
+    body = {"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [2], "data": sources},
+                       {"name": "TARGET", "datatype": "BYTES", "shape": [2], "data": targets}]}
+    status, _, raw = post_json(f"http://{both.http_address}/v2/models/translator/infer", body)
+    assert status == 200, raw
+    outputs = {o["name"]: o for o in json.loads(raw)["outputs"]}
+    assert outputs["END_TOKEN_SCORED"] == {"name": "END_TOKEN_SCORED", "datatype": "BOOL", "shape": [2],
+                                           "data": flags}
+    assert all(type(x) is bool for x in outputs["END_TOKEN_SCORED"]["data"])  # JSON true / false
 
 
 @pytest.mark.parametrize(("inputs", "parameters", "message"), [

@@ -1,16 +1,22 @@
 """Scoring by forced decoding (service/runtime/scoring.py): the score of a greedy output is the log-prob the
 search reported, in both cache layouts and both backends; one decoder run per chunk agrees with one run
-per position; bad pairs are refused with a message naming the problem. (The PyTorch / transformers
-oracles are in tests/export/test_scoring_oracles.py.)"""
+per position; the end token is scored unless the target is as long as a translation cut at the model's
+maximum length (then PyTorch's teacher-forced log-probs of exactly its tokens), and a longer one is
+refused; bad pairs are refused with a message naming the problem. (The PyTorch / transformers oracles
+of ordinary targets are in tests/export/test_scoring_oracles.py.)"""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
+import numpy as np
 import pytest
 
 from service.domain.errors import InvalidInput
-from service.domain.types import ScoreOptions
+from service.domain.types import DecodeOptions, ScoreOptions
+from service.runtime.scoring import score_requests
+from tests.support.scoring import cut_translation
 
 
 def greedy(runner, texts):
@@ -18,12 +24,39 @@ def greedy(runner, texts):
     return [h[0] for h in runner.translate(texts)]
 
 
+def score_ids(runner, sources: list[str], targets: Sequence[Sequence[int]],
+              options: ScoreOptions | None = None):
+    """Score of targets given as token ids (the target tokenizer's ids, taken as they are): Runner.score's
+    path after tokenization, so that a generated sequence is scored whatever its text re-tokenizes to."""
+    requests = score_requests(sources, [""] * len(targets), options or ScoreOptions(), runner.spec,
+                              runner.languages, runner.encode_texts, lambda _: [list(t) for t in targets],
+                              runner.vocab_size)
+    return runner.new_scorer().score(requests)
+
+
+def teacher_forced(model, source: list[int], target: list[int]) -> np.ndarray:
+    """PyTorch's log P(target[j] | source, target[:j]) of the tiny model (decoder start bos), float64."""
+    import torch
+
+    from model.transformer import padding_mask
+
+    with torch.inference_mode():
+        src = torch.tensor([source])
+        mask = padding_mask(src, model.cfg.pad_id)
+        ids = torch.tensor([[model.cfg.bos_id, *target[:-1]]])
+        logp = model.decode(ids, model.cross_kv(model.encode(src, mask)), mask)[0][0].double().numpy()
+    return logp[np.arange(len(target)), target]
+
+
 def test_the_score_of_a_greedy_output_is_the_log_prob_the_search_reported(layout_runner, texts):
     hyps = greedy(layout_runner, texts)
     scored = layout_runner.score(texts, [h.text for h in hyps])
     for hyp, s in zip(hyps, scored, strict=True):
-        assert s.target_ids[:-1] == hyp.tokens  # the text tokenizes back to what was generated
-        assert s.target_ids[-1] == layout_runner.special.eos and hyp.finish_reason == "eos"
+        assert s.end_token_scored == (hyp.finish_reason == "eos")  # a cut one: no eos, scored without
+        body = s.target_ids[:-1] if s.end_token_scored else s.target_ids
+        assert body == hyp.tokens  # the text tokenizes back to what was generated
+        if s.end_token_scored:
+            assert s.target_ids[-1] == layout_runner.special.eos
         assert len(s.log_probs) == len(s.target_ids)
         assert s.log_prob == pytest.approx(hyp.log_prob, abs=1e-5)
         assert s.log_prob == pytest.approx(sum(s.log_probs))
@@ -36,7 +69,7 @@ def test_alignment_rows_are_the_greedy_searchs(layout_runner, texts):
     scored = layout_runner.score(texts[:3], [h.text for h in hyps], ScoreOptions(with_alignment=True))
     for hyp, s in zip(hyps, scored, strict=True):
         assert len(s.alignment) == len(s.target_ids) and {len(r) for r in s.alignment} == {len(s.source_ids)}
-        assert len(hyp.alignment) in (len(s.alignment), len(s.alignment) - 1)  # the search's: eos row or not
+        assert len(hyp.alignment) == len(s.alignment) - s.end_token_scored  # the search's: no eos row
         for got, want in zip(s.alignment, hyp.alignment, strict=False):
             assert got == pytest.approx(want, abs=1e-5)
             assert sum(got) == pytest.approx(1.0, abs=1e-4)
@@ -74,6 +107,7 @@ def test_chunks_and_their_order_do_not_change_a_score(runner, texts):
 def test_an_empty_target_scores_eos_alone(runner, texts):
     (s,) = runner.score(texts[:1], [""])
     assert s.target_ids == [runner.special.eos] and len(s.log_probs) == 1 and s.score == s.log_prob < 0
+    assert s.end_token_scored
 
 
 @pytest.mark.parametrize(("sources", "targets", "message"), [
@@ -91,9 +125,64 @@ def test_bad_pairs_are_refused_saying_what_is_wrong(runner, sources, targets, me
 
 def test_a_target_longer_than_the_model_takes_is_refused(runner, texts):
     word = texts[0].split()[0]
-    with pytest.raises(InvalidInput, match=f"target 0 is .* tokens long .*; the model scores at most "
-                                           f"{runner.max_len - 1}"):
+    with pytest.raises(InvalidInput, match=f"target 0 is .* tokens long; the model scores at most "
+                                           f"{runner.max_len - 1}: "):
         runner.score(texts[:1], [" ".join([word] * runner.max_len)])
+
+
+@pytest.mark.parametrize("prefix", [None, "the"], ids=["free", "target-prefix"])
+def test_a_translation_cut_at_the_maximum_length_is_scored_without_the_end_token(runner, tiny_model, texts,
+                                                                                   prefix):
+    limit = runner.max_len - 1  # a translation generates at most max_len - 1 tokens, eos and prefix included
+    hyp = cut_translation(runner, texts[0], DecodeOptions(target_prefix=prefix))
+    forced = runner.encode_target([prefix])[0] if prefix else []
+    assert hyp.tokens[: len(forced)] == forced
+    (s,) = score_ids(runner, texts[:1], [hyp.tokens])
+    assert not s.end_token_scored and s.target_ids == hyp.tokens and len(s.log_probs) == limit
+    source = runner.encode_texts(texts[:1])[0]
+    assert s.source_ids == source
+    np.testing.assert_allclose(s.log_probs, teacher_forced(tiny_model, source, hyp.tokens), atol=1e-4)
+    assert s.log_prob == pytest.approx(sum(s.log_probs)) and s.score == pytest.approx(s.log_prob / limit)
+    if prefix is None:  # nothing forced: the search summed the same log-probs (a forced prefix adds 0 there)
+        assert s.log_prob == pytest.approx(hyp.log_prob, rel=1e-5, abs=1e-4)
+    (text,) = runner.score(texts[:1], [hyp.text])  # as a text: the same, when it tokenizes back
+    if runner.encode_target([hyp.text])[0] == hyp.tokens:
+        assert not text.end_token_scored and text.log_probs == pytest.approx(s.log_probs, abs=1e-6)
+    refused = f"target 0 is {limit + 1} tokens long; the model scores at most {limit}: .*end token"
+    with pytest.raises(InvalidInput, match=f"{refused}.*appended, one of exactly {limit} .*without it"):
+        score_ids(runner, texts[:1], [[*hyp.tokens, hyp.tokens[-1]]])
+
+
+def test_a_target_shorter_than_a_cut_translation_is_scored_with_the_end_token(runner, tiny_model, texts):
+    eos, limit = runner.special.eos, runner.max_len - 1
+    ended = [(t, h) for t, h in zip(texts, greedy(runner, texts), strict=True) if h.finish_reason == "eos"]
+    assert ended, "no greedy translation of the test texts ended with eos"
+    cut = cut_translation(runner, texts[0]).tokens
+    pairs = [(ended[0][0], ended[0][1].tokens), (texts[0], cut[:-1])]  # a finished one; one token short
+    scored = score_ids(runner, [t for t, _ in pairs], [ids for _, ids in pairs])
+    for (text, ids), s in zip(pairs, scored, strict=True):
+        assert s.end_token_scored and s.target_ids == [*ids, eos] and len(s.target_ids) <= limit
+        want = teacher_forced(tiny_model, runner.encode_texts([text])[0], [*ids, eos])
+        np.testing.assert_allclose(s.log_probs, want, atol=1e-4)
+        assert s.score == pytest.approx(float(want.sum()) / (len(ids) + 1), abs=1e-4)
+    assert scored[0].log_prob == pytest.approx(ended[0][1].log_prob, abs=1e-4)  # eos scored as generated
+
+
+def test_a_many_to_many_models_cut_translation_is_scored_without_its_end_token(m2m_runner):
+    limit = m2m_runner.max_len - 1
+    asked = DecodeOptions(source_language="en", target_language="de")
+    hyp = cut_translation(m2m_runner, "hello world", asked)
+    de = m2m_runner.languages.codes["de"]
+    assert hyp.tokens[0] == de  # the forced language token counts in the limit: limit - 1 target tokens
+    options = ScoreOptions(source_language="en", target_language="de")
+    (s,) = score_ids(m2m_runner, ["hello world"], [hyp.tokens[1:]], options)
+    assert not s.end_token_scored and s.target_ids == hyp.tokens[1:] and len(s.log_probs) == limit - 1
+    assert s.log_prob == pytest.approx(hyp.log_prob, rel=1e-5, abs=1e-4)  # the forced token adds 0 there
+    (short,) = score_ids(m2m_runner, ["hello world"], [hyp.tokens[1:-1]], options)
+    assert short.end_token_scored and short.target_ids == [*hyp.tokens[1:-1], m2m_runner.special.eos]
+    with pytest.raises(InvalidInput, match=f"target 0 is {limit} tokens long; the model scores at most "
+                                           f"{limit - 1}: "):
+        score_ids(m2m_runner, ["hello world"], [[*hyp.tokens[1:], hyp.tokens[-1]]], options)
 
 
 def test_a_many_to_many_model_needs_its_languages_and_does_not_count_the_forced_token(m2m_runner):
@@ -110,5 +199,6 @@ def test_a_many_to_many_model_needs_its_languages_and_does_not_count_the_forced_
     hyp = m2m_runner.translate(["hello world"], asked)[0][0]
     assert hyp.tokens[0] == de
     (g,) = m2m_runner.score(["hello world"], [hyp.text], options)
-    if g.target_ids[:-1] == hyp.tokens[1:] and hyp.finish_reason == "eos":  # the text tokenizes back
+    if (g.target_ids[:-1] if g.end_token_scored else g.target_ids) == hyp.tokens[1:]:  # it tokenizes back
+        assert g.end_token_scored == (hyp.finish_reason == "eos")
         assert g.log_prob == pytest.approx(hyp.log_prob, abs=1e-5)
