@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TRAIN_MINUTES ?= 300  # training budget of `make train-default` (a resume counts what was already spent)
 
-.PHONY: setup serve test prometheus-tools perf-analyzer-tools lint protos bench bench-quick charts gpu-check gpu-kit soak fuzz corpus train-default evaluate-default default-bundle clean
+.PHONY: setup serve test test-kernels prometheus-tools perf-analyzer-tools lint protos bench bench-quick charts gpu-check gpu-kit soak fuzz corpus train-default evaluate-default default-bundle clean
 
 setup: $(STAMP)
 
@@ -32,9 +32,17 @@ prometheus-tools:
 	  $$sudo apt-get update -q && \
 	  $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus; }
 
-# `make test` also installs perf_analyzer (below) and Debian's prometheus, so that no test is skipped.
+# `make test` also installs perf_analyzer (below) and Debian's prometheus, so that no test is skipped,
+# then runs the tests whose models PyTorch trains or builds a second time (test-kernels).
 test: $(STAMP) protos prometheus-tools perf-analyzer-tools
 	$(PY) -m pytest
+	$(MAKE) --no-print-directory test-kernels
+
+# The tests marked `kernels` (they train or read a model PyTorch made) again, their fixtures rebuilt,
+# with PyTorch held to another family of CPU kernels: AVX2 where it picks AVX-512, the default kernels
+# otherwise (tests/support/kernels.py, docs/testing.md). The suite must not depend on which ran.
+test-kernels: $(STAMP) protos
+	$(PY) -m tests.support.kernels
 
 # Benchmarks (docs/performance.md): engines, server batching modes, scaling and memory; the last
 # line printed is a JSON object of throughput ratios. Chart records (JSON) and their SVG charts go to

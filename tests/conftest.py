@@ -8,22 +8,44 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import tiny
+from tests.support import kernels, tiny
+
+# fixtures whose models PyTorch trains or builds: a test that uses one (directly or through another
+# fixture) is marked `kernels` and runs again under another CPU kernel family (tests/support/kernels.py)
+KERNEL_FIXTURES = {"tiny_corpus", "tiny_checkpoint", "tiny_model", "tiny_bundle", "tiny_concat_bundle",
+                   "tiny_int8_bundle", "hf_dirs", "hf_bundles"}
 
 
 def pytest_configure(config) -> None:
-    """One torch thread: tiny models gain nothing from more, and 2 cores are shared."""
+    """One torch thread: tiny models gain nothing from more, and 2 cores are shared. In the kernels run,
+    PyTorch must run the kernel family that run asked for (else the run proves nothing)."""
     try:
         import torch
     except ImportError:
         return
     torch.set_num_threads(1)
+    want = os.environ.get(kernels.EXPECT_ENV)
+    if want and kernels.capability() != want:
+        raise pytest.UsageError(f"{kernels.EXPECT_ENV}={want} but PyTorch runs its {kernels.capability()} "
+                                f"CPU kernels ({kernels.ATEN_ENV}={os.environ.get(kernels.ATEN_ENV)!r})")
+
+
+def pytest_report_header(config) -> str | None:
+    """The CPU kernel family PyTorch runs (the tiny model's weights depend on it)."""
+    try:
+        return f"PyTorch CPU kernels: {kernels.capability()}"
+    except ImportError:
+        return None
 
 
 def pytest_collection_modifyitems(config, items) -> None:
     """Tests marked `gpu` need a CUDA device: skipped (with the reason) where none can be opened, and
     a usage error instead under TRANSLATOR_REQUIRE_GPU=1 (`make gpu-check`), so that a GPU run never
-    passes by skipping."""
+    passes by skipping. Tests that use a model PyTorch trained or built (KERNEL_FIXTURES) are marked
+    `kernels`."""
+    for item in items:
+        if KERNEL_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.kernels)
     gpu = [item for item in items if "gpu" in item.keywords]
     if not gpu:
         return

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from model.checkpoint import load_checkpoint, tokenizer_path
@@ -84,12 +85,13 @@ def test_alignment_rows_are_distributions_over_source():
             assert abs(sum(row) - 1) < 1e-4
 
 
+@pytest.mark.kernels
 def test_tiny_model_overfits_tiny_corpus(tmp_path):
-    """20 sentences of the default task learned to 100% exact match within a bounded budget."""
+    """20 sentences of the tiny task learned to 100% exact match within a bounded budget."""
     pairs = tiny_pairs(20, seed=7)
     data = write_tsv(tmp_path / "train.tsv", pairs)
     args = parse_args(["--train", str(data), "--valid", str(data), "--out", str(tmp_path / "run"),
-                       *TINY_MODEL_ARGS, "--d-model", "64", "--d-ff", "128", "--lr-scale", "0.5",
+                       *TINY_MODEL_ARGS,
                        "--label-smoothing", "0",
                        "--max-steps", "1000", "--eval-every", "50", "--target-em", "100"])
     best = train(args)

@@ -11,6 +11,7 @@ import torch
 
 from model.checkpoint import load_checkpoint
 from model.train import noam_lr, parse_args, train
+from tests.support import tiny
 from tests.support.corpus import TINY_MODEL_ARGS
 
 
@@ -25,7 +26,8 @@ def test_noam_schedule_matches_paper():
 def test_checkpoint_holds_config_and_loads_weights_only(tiny_checkpoint):
     state = torch.load(tiny_checkpoint, weights_only=True)
     assert {"model", "config", "tokenizer", "step", "optimizer"} <= set(state)
-    assert state["config"]["d_model"] == 32 and state["step"] == 150
+    assert state["config"]["d_model"] == int(TINY_MODEL_ARGS[TINY_MODEL_ARGS.index("--d-model") + 1])
+    assert tiny.FIRST_STEPS <= state["step"] <= tiny.MAX_STEPS  # trained until it solved its task
     model, _ = load_checkpoint(tiny_checkpoint)
     assert not model.training
     assert torch.equal(model.state_dict()["src_embed.lut.weight"], state["model"]["src_embed.lut.weight"])

@@ -85,28 +85,42 @@ def assert_distinct(outputs: list) -> None:
 FP16_TIE_MARGIN = 0.1
 
 
-def next_logprobs(runner: Runner, source: list[int], prefix: list[int]) -> np.ndarray:
-    """A runner's log-probs of the token after `prefix` for source ids, the decoder start and the whole
-    prefix fed in one run of its in-place decoder (batch 1), read from its own sessions."""
+def forced_logprobs(runner: Runner, source: list[int], tokens: list[int]) -> np.ndarray:
+    """A runner's log-probs (len(tokens) + 1, V) float64 after the decoder start and after each of `tokens`
+    for source ids: its in-place decoder (batch 1) fed one token per run, the cache carried from run to
+    run as a translation decodes, read from its own sessions. (One run of several new tokens would work
+    only up to the source's length: the cross-attention's GroupQueryAttention takes no more.)"""
     n_layers = runner.bundle.n_decoder_layers
     ids = np.array([source], np.int64)
     cross = runner.sessions.encoder.run(None, {names.INPUT_IDS: ids, names.ATTENTION_MASK: np.ones_like(ids)})
-    tokens = np.array([[runner.spec.decoder_start, *prefix]], np.int64)
-    n, heads, d_head = tokens.shape[1], cross[0].shape[1], cross[0].shape[3]
+    fed = [runner.spec.decoder_start, *tokens]
+    heads, d_head = cross[0].shape[1], cross[0].shape[3]
     cross_names = [names.past_name(i, "encoder", kv) for i in range(n_layers) for kv in ("key", "value")]
-    empty = {past: np.zeros((1, heads, n, d_head), cross[0].dtype) for past in names.self_cache_io(n_layers)}
-    feeds = {names.INPUT_IDS: tokens, names.POSITION_IDS: np.arange(n, dtype=np.int64)[None],
-             names.SEQLENS_K: np.array([n - 1], np.int32), names.TOTAL_SEQUENCE_LENGTH: np.array(n, np.int32),
-             names.ENCODER_SEQLENS_K: np.array([len(source) - 1], np.int32),
+    cache = names.self_cache_io(n_layers)  # past -> present
+    past = {name: np.zeros((1, heads, len(fed), d_head), cross[0].dtype) for name in cache}
+    fixed = {names.ENCODER_SEQLENS_K: np.array([len(source) - 1], np.int32),
              names.ENCODER_TOTAL_LENGTH: np.array(len(source), np.int32),
-             **dict(zip(cross_names, cross, strict=True)), **empty}
-    return runner.sessions.decoder.run([names.LOGPROBS], feeds)[0][0, -1].astype(np.float64)
+             **dict(zip(cross_names, cross, strict=True))}
+    out = []
+    for j, token in enumerate(fed):
+        feeds = {names.INPUT_IDS: np.array([[token]], np.int64),
+                 names.POSITION_IDS: np.array([[j]], np.int64), names.SEQLENS_K: np.array([j], np.int32),
+                 names.TOTAL_SEQUENCE_LENGTH: np.array(j + 1, np.int32), **fixed, **past}
+        logp, *presents = runner.sessions.decoder.run([names.LOGPROBS, *cache.values()], feeds)
+        past = dict(zip(cache, presents, strict=True))
+        out.append(logp[0, -1].astype(np.float64))
+    return np.stack(out)
+
+
+def next_logprobs(runner: Runner, source: list[int], prefix: list[int]) -> np.ndarray:
+    """A runner's log-probs of the token after `prefix` for source ids (`forced_logprobs`'s last row)."""
+    return forced_logprobs(runner, source, prefix)[-1]
 
 
 def forced_log_prob(runner: Runner, source: list[int], tokens: list[int]) -> float:
     """A runner's total log-prob of `tokens` then eos for source ids (teacher-forced, one run per step)."""
     full = [*tokens, runner.special.eos]
-    return float(sum(next_logprobs(runner, source, full[:i])[t] for i, t in enumerate(full)))
+    return float(sum(forced_logprobs(runner, source, tokens)[np.arange(len(full)), full]))
 
 
 def assert_same_or_near_tie(fp32: Runner, source: list[int], got: list[int], want: list[int],

@@ -7,7 +7,8 @@ leave the batch. uvicorn with starlette would bring ASGI and its own server life
 
 Limits: a body is at most `max_body_bytes` (the gRPC message limit, --max-message-bytes; 413
 beyond) and must arrive within `read_timeout_s` (--http-read-timeout-s; 408 after, and the
-connection closes once aiohttp's lingering close, at most LINGER_S, has read what follows). The same
+connection closes once aiohttp's lingering close, at most LINGER_S and no longer than the read timeout,
+has read what follows). The same
 time bounds a request's headers: aiohttp's keep-alive timeout, which closes a connection whose next
 request has not arrived in full that long after it opened or after its last answer (a slowloris
 sending headers byte by byte included: bytes do not extend it). Request lines and header fields are
@@ -72,7 +73,7 @@ class HttpServer:
         self.runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
                                     shutdown_timeout=shutdown_timeout_s, max_line_size=HEADER_BYTES,
                                     max_field_size=HEADER_BYTES, keepalive_timeout=read_timeout_s,
-                                    lingering_time=LINGER_S)
+                                    lingering_time=min(LINGER_S, read_timeout_s))
         self.port = 0
         self.started = False
 

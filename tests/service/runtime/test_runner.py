@@ -20,6 +20,7 @@ from tests.support.decoding import (
     MAX_NEW,
     assert_same_hypotheses,
     assert_same_or_near_tie,
+    forced_logprobs,
     next_logprobs,
     tokens,
 )
@@ -172,13 +173,14 @@ def test_fp16_variant_decodes_like_fp32(tiny_bundle, runner, texts):
 
 
 def test_one_forced_run_gives_each_greedy_steps_log_probs_and_the_near_tie_check_uses_them(runner, texts):
-    """tests/support/decoding.py's near-tie check (the GPU tier's allowance for fp16): the prefix fed in one
-    decoder run gives, position by position, the token greedy decoding chose and its log-prob; a
-    divergence passes only within the margin of float32's lead there."""
+    """tests/support/decoding.py's near-tie check (the GPU tier's allowance for fp16): the greedy output
+    fed back gives, position by position, the token greedy decoding chose and its log-prob, with outputs
+    longer than the source; a divergence passes only within the margin of float32's lead there."""
     source = runner.encode_texts([texts[1]])[0]
     best = runner.translate([source], DecodeOptions(max_new_tokens=MAX_NEW))[0][0]
-    assert len(best.tokens) > 3
-    steps = [next_logprobs(runner, source, best.tokens[:i]) for i in range(len(best.tokens) + 1)]
+    assert best.finish_reason == "eos" and len(best.tokens) > len(source), "wanted: a long output that ends"
+    steps = forced_logprobs(runner, source, best.tokens)
+    assert np.array_equal(steps[2], next_logprobs(runner, source, best.tokens[:2]))
     assert [int(s.argmax()) for s in steps] == [*best.tokens, runner.special.eos]
     total = sum(s[t] for s, t in zip(steps, [*best.tokens, runner.special.eos], strict=True))
     assert total == pytest.approx(best.log_prob, abs=1e-4)

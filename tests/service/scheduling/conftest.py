@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.corpus import tiny_pairs
+from tests.support import tiny
 
 
 @pytest.fixture(scope="module")
 def sched_texts() -> list[str]:
-    """Sources of the tiny task of clearly different lengths; the first is long (many output tokens)."""
-    pairs = tiny_pairs(16, 7)
-    return [f"{pairs[1][0]} {pairs[2][0]} {pairs[3][0]}", "we 5", *(p[0] for p in pairs[4:14])]
+    """Validation sources of the tiny task (decoded with a margin: tests/support/tiny.py) of clearly
+    different lengths: the longest first (many output tokens), the shortest second, then ten more."""
+    sources = sorted({s for s, _ in tiny.valid_pairs()}, key=lambda s: (len(s), s))
+    return [sources[-1], sources[0], *sources[1:-1:3][:10]]

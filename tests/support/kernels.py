@@ -1,0 +1,45 @@
+"""The suite's second run under another family of PyTorch's CPU kernels (`make test-kernels`).
+
+PyTorch picks its CPU kernels by what the CPU has (AVX-512, AVX2, or the default ones), and a model
+trained or run on one family differs from another's in the last bits of every float. The tests that
+train a model with PyTorch or compare with one (marked `kernels`, tests/conftest.py) run a second time
+with the family held by ATEN_CPU_CAPABILITY: AVX2 where PyTorch picks AVX-512, the default kernels
+otherwise. Their fixtures are rebuilt in that run, so the tiny model is trained again on those kernels.
+EXPECT_ENV names the family the run must have; tests/conftest.py stops the run if PyTorch reports
+another one, so that the run cannot pass without having switched.
+
+`python -m tests.support.kernels [PYTEST ARGS]` runs `pytest -m kernels` so.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+ATEN_ENV = "ATEN_CPU_CAPABILITY"  # PyTorch's own switch: default, avx2, avx512
+EXPECT_ENV = "TRANSLATOR_CPU_CAPABILITY"  # the family PyTorch must report in this run
+
+
+def capability() -> str:
+    """The kernel family PyTorch runs in this process, as ATEN_CPU_CAPABILITY spells it."""
+    import torch
+
+    return torch.backends.cpu.get_cpu_capability().lower()
+
+
+def other_family(current: str) -> str:
+    """A family other than `current` that every x86-64 CPU with it can run."""
+    return "avx2" if current.startswith("avx512") else "default"
+
+
+def main(argv: list[str]) -> int:
+    """Run `pytest -m kernels` (plus argv) under another kernel family than this process's."""
+    family = other_family(capability())
+    env = {**os.environ, ATEN_ENV: family, EXPECT_ENV: family}
+    print(f"PyTorch CPU kernels: {capability()} in the first run, {family} in this one", file=sys.stderr)
+    return subprocess.call([sys.executable, "-m", "pytest", "-m", "kernels", *argv], env=env)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
