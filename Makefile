@@ -32,11 +32,21 @@ prometheus-tools:
 	  $$sudo apt-get update -q && \
 	  $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus; }
 
-# `make test` also installs perf_analyzer (below) and Debian's prometheus, so that no test is skipped,
-# then runs the tests whose models PyTorch trains or builds a second time (test-kernels).
+# `make test` also installs perf_analyzer (below) and Debian's prometheus, so that no test is skipped.
+# Beside the suite (niced, its output in KERNELS_LOG, whose summary is printed at the end) it runs
+# test-kernels: the tests whose models PyTorch trains or builds, again under other CPU kernels. It
+# fails if either run fails.
+KERNELS_LOG := runs/test-kernels.log
 test: $(STAMP) protos prometheus-tools perf-analyzer-tools
-	$(PY) -m pytest
-	$(MAKE) --no-print-directory test-kernels
+	@mkdir -p $(dir $(KERNELS_LOG)); \
+	nice -n 5 $(PY) -m tests.support.kernels > $(KERNELS_LOG) 2>&1 & kernels=$$!; \
+	trap 'kill $$kernels 2>/dev/null' INT TERM; \
+	$(PY) -m pytest; suite=$$?; \
+	wait $$kernels; again=$$?; \
+	echo "--- test-kernels (beside the suite; its whole output: $(KERNELS_LOG))"; \
+	grep -m1 "^PyTorch CPU kernels" $(KERNELS_LOG); \
+	sed -n '/short test summary info/,$$p' $(KERNELS_LOG) | grep -v "^SKIPPED" || tail -n 30 $(KERNELS_LOG); \
+	exit $$(( suite != 0 ? suite : again ))
 
 # The tests marked `kernels` (they train or read a model PyTorch made) again, their fixtures rebuilt,
 # with PyTorch held to another family of CPU kernels: AVX2 where it picks AVX-512, the default kernels

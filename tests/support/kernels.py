@@ -14,7 +14,6 @@ another one, so that the run cannot pass without having switched.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 
 ATEN_ENV = "ATEN_CPU_CAPABILITY"  # PyTorch's own switch: default, avx2, avx512
@@ -33,13 +32,13 @@ def other_family(current: str) -> str:
     return "avx2" if current.startswith("avx512") else "default"
 
 
-def main(argv: list[str]) -> int:
-    """Run `pytest -m kernels` (plus argv) under another kernel family than this process's."""
+def main(argv: list[str]) -> None:
+    """Become `pytest -m kernels` (plus argv) under another kernel family than this process's."""
     family = other_family(capability())
+    print(f"PyTorch CPU kernels: {capability()} in the first run, {family} in this one", flush=True)
     env = {**os.environ, ATEN_ENV: family, EXPECT_ENV: family}
-    print(f"PyTorch CPU kernels: {capability()} in the first run, {family} in this one", file=sys.stderr)
-    return subprocess.call([sys.executable, "-m", "pytest", "-m", "kernels", *argv], env=env)
+    os.execve(sys.executable, [sys.executable, "-m", "pytest", "-m", "kernels", *argv], env)
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    main(sys.argv[1:])
