@@ -33,13 +33,13 @@ prometheus-tools:
 	  $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus; }
 
 # `make test` also installs perf_analyzer (below) and Debian's prometheus, so that no test is skipped.
-# Beside the suite (niced, its output in KERNELS_LOG, whose summary is printed at the end) it runs
+# Beside the suite (its output in KERNELS_LOG, whose summary is printed at the end) it runs
 # test-kernels: the tests whose models PyTorch trains or builds, again under other CPU kernels. It
 # fails if either run fails.
 KERNELS_LOG := runs/test-kernels.log
 test: $(STAMP) protos prometheus-tools perf-analyzer-tools
 	@mkdir -p $(dir $(KERNELS_LOG)); \
-	nice -n 5 $(PY) -m tests.support.kernels > $(KERNELS_LOG) 2>&1 & kernels=$$!; \
+	$(PY) -m tests.support.kernels > $(KERNELS_LOG) 2>&1 & kernels=$$!; \
 	trap 'kill $$kernels 2>/dev/null' INT TERM; \
 	$(PY) -m pytest; suite=$$?; \
 	wait $$kernels; again=$$?; \

@@ -16,6 +16,7 @@ from service.domain.types import DEFAULT_MAX_BEAM, DecodeOptions, TokenEvent
 from service.runtime.backends import HostBackend
 from service.runtime.bundle import load_bundle
 from service.runtime.runner import Runner, check_decoder_inputs
+from tests.support import tiny
 from tests.support.decoding import (
     MAX_NEW,
     assert_same_hypotheses,
@@ -27,6 +28,18 @@ from tests.support.decoding import (
 
 
 # ----- runner basics ----------------------------------------------------------------------------
+def test_the_texts_hold_what_the_tests_rely_on(runner, texts):
+    """The tiny task's texts (tests/support/tiny.py): distinct sources of clearly different lengths, whose
+    greedy outputs differ, end with eos well before the limit, and are decoded exactly."""
+    lengths = sorted(len(source) for source in runner.encode_texts(texts))
+    assert len(set(texts)) == len(texts) and lengths[-1] >= 2 * lengths[0], lengths
+    hyps = [h[0] for h in runner.translate(texts)]
+    assert len({tuple(h.tokens) for h in hyps}) == len(texts)
+    assert all(h.finish_reason == "eos" and len(h.tokens) < runner.max_len // 2 for h in hyps)
+    references = dict(tiny.valid_pairs())
+    assert [h.text for h in hyps] == [references[t] for t in texts]
+
+
 def test_a_decoder_of_another_interface_is_refused_by_name(tiny_concat_bundle):
     from export.verify import open_session  # joins the global thread pool if a Runner made one
     from interface.names import ENCODER_ATTENTION_MASK, ENCODER_SEQLENS_K
