@@ -79,14 +79,16 @@ def python_files() -> list[Path]:
 
 def test_tests_mirror_the_package_tree():
     """Each test folder is a package named after the package it tests (tests/service/runtime tests
-    service/runtime); only tests/support, this module and test_repository.py are outside that scheme."""
+    service/runtime); only tests/support, this module, test_repository.py and test_kernels.py (the suite's
+    second run under other CPU kernels) are outside that scheme."""
     folders = {p.parent for p in python_files()} - {TESTS}
     for folder in folders:
         assert (folder / "__init__.py").is_file(), f"{folder} is not a package"
         rel = folder.relative_to(TESTS)
         assert rel.parts[0] == "support" or (REPO_ROOT / rel).is_dir(), f"tests/{rel} mirrors no package"
     at_top = {p.name for p in TESTS.glob("*.py")}
-    assert at_top == {"__init__.py", "conftest.py", "test_architecture.py", "test_repository.py"}, at_top
+    assert at_top == {"__init__.py", "conftest.py", "test_architecture.py", "test_repository.py",
+                      "test_kernels.py"}, at_top
 
 
 def test_tests_import_only_the_support_package_and_the_project():
