@@ -1,8 +1,8 @@
 """translator.v1 Score through the gRPC server: the in-process runner's numbers, the greedy Translate's
-log_prob for its own output (one that ended with eos, and one cut at the model's maximum length, whose eos
-is not scored: end_token_scored), optional fields, bad input as INVALID_ARGUMENT naming the problem, an
-unknown model as NOT_FOUND, and Score calls interleaved with Translate calls in continuous batching all
-answered."""
+log_prob for its own output that ended with eos, a target as long as a translation cut at the model's
+maximum length scored without eos (end_token_scored), optional fields, bad input as INVALID_ARGUMENT
+naming the problem, an unknown model as NOT_FOUND, and Score calls interleaved with Translate calls in
+continuous batching all answered."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from protos.translator.v1 import translator_pb2 as pb
 from protos.translator.v1 import translator_pb2_grpc as pb_grpc
 from service.domain.types import ScoreOptions
 from service.server import BackgroundServer
+from tests.support.scoring import limit_target
 from tests.support.server import MAX_BATCH, server_config
 
 
@@ -52,25 +53,25 @@ def test_score_is_the_runners_and_a_greedy_outputs_score_is_its_log_prob(stub, r
         assert r.timings.total_ms >= r.timings.compute_ms > 0
 
 
-def test_a_translation_cut_at_the_maximum_length_is_scored_without_the_end_token(stub, runner, texts):
+def test_a_target_as_long_as_a_cut_translation_is_scored_without_the_end_token(stub, runner, texts):
     limit = runner.max_len - 1  # the most tokens a translation generates (no forced language here)
     options = pb.TranslateOptions(beam_size=1, return_scores=True, min_output_tokens=limit)
     request = pb.TranslateRequest(texts=texts[:1], options=options)
     cut = stub.Translate(request, timeout=60).results[0].hypotheses[0]
     assert cut.finish_reason == pb.FINISH_REASON_LENGTH and len(cut.token_ids) == limit, (
         "min_output_tokens at the limit should cut the translation there")
-    assert runner.encode_target([cut.text])[0] == list(cut.token_ids), "the cut text must tokenize back"
     ended = [(t, h) for t, h in zip(texts, greedy(stub, texts), strict=True)
              if h.finish_reason == pb.FINISH_REASON_EOS]
     assert ended, "no greedy translation of the test texts ended with eos"
-    sources, targets = [texts[0], ended[0][0]], [cut.text, ended[0][1].text]
+    as_long = limit_target(runner)  # as many tokens as the cut one (whose text may not tokenize back)
+    sources, targets = [texts[0], ended[0][0]], [as_long, ended[0][1].text]
     response = stub.Score(pb.ScoreRequest(sources=sources, targets=targets), timeout=30)
     want = runner.score(sources, targets)
     flags = [r.end_token_scored for r in response.results]
     assert flags == [w.end_token_scored for w in want] == [False, True]  # as the domain says
     got, finished = response.results
-    assert list(got.token_ids) == list(cut.token_ids) and len(got.log_probs) == limit
-    assert got.log_prob == pytest.approx(cut.log_prob, rel=1e-5, abs=1e-4)  # the same tokens, no eos
+    assert list(got.token_ids) == runner.encode_target([as_long])[0] and len(got.log_probs) == limit
+    assert got.log_prob == pytest.approx(want[0].log_prob, rel=1e-5, abs=1e-4)  # the runner's, no eos
     assert got.score == pytest.approx(got.log_prob / limit, rel=1e-5)
     assert list(finished.token_ids) == [*ended[0][1].token_ids, runner.special.eos]
 

@@ -1,5 +1,6 @@
-"""Translations cut at the model's maximum length, by construction, for the tests of Score's end-token rule
-(service/runtime/scoring.py: a target as long as such a translation is scored without eos)."""
+"""Translations cut at the model's maximum length, and targets as long, by construction, for the tests of
+Score's end-token rule (service/runtime/scoring.py: a target as long as such a translation is scored
+without eos)."""
 
 from __future__ import annotations
 
@@ -22,10 +23,14 @@ def cut_translation(runner: Runner, text: str, options: DecodeOptions | None = N
     return hyp
 
 
-def cut_target(runner: Runner, text: str) -> str:
-    """The text of cut_translation(text), checked to tokenize back to exactly its tokens (Score reads
-    the text)."""
-    hyp = cut_translation(runner, text)
-    assert runner.encode_target([hyp.text])[0] == hyp.tokens, (
-        f"the cut translation {hyp.text!r} does not tokenize back to the {len(hyp.tokens)} tokens generated")
-    return hyp.text
+def limit_target(runner: Runner, word: str = "the") -> str:
+    """A target text of exactly the max_len - 1 tokens a translation cut at the maximum length has (no
+    forced language): `word` repeated, one token more per word, checked. (A cut translation's own text
+    may not tokenize back to its tokens: the runtime tests score those by id.)"""
+    limit = runner.max_len - 1
+    words: list[str] = []
+    while len(runner.encode_target([" ".join(words)])[0]) < limit:
+        words.append(word)
+    text = " ".join(words)
+    assert len(runner.encode_target([text])[0]) == limit, f"{word!r} repeated skips {limit} tokens"
+    return text

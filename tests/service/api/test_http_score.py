@@ -14,7 +14,7 @@ from service.domain.types import ScoreOptions
 from service.runtime.runner import Runner
 from service.server import BackgroundServer
 from tests.support.http import post_json
-from tests.support.scoring import cut_target
+from tests.support.scoring import limit_target
 from tests.support.server import MAX_BATCH, server_config
 
 
@@ -58,7 +58,7 @@ def test_end_token_scored_is_false_for_a_translation_cut_at_the_maximum_length(h
     ended = [(t, h[0]) for t, h in zip(texts, runner.translate(texts), strict=True)
              if h[0].finish_reason == "eos"]
     assert ended, "no greedy translation of the test texts ended with eos"
-    sources, targets = [texts[0], ended[0][0]], [cut_target(runner, texts[0]), ended[0][1].text]
+    sources, targets = [texts[0], ended[0][0]], [limit_target(runner), ended[0][1].text]
     want = runner.score(sources, targets)
     status, _, body = post_json(score_url(http_server), {"sources": sources, "targets": targets})
     assert status == 200, body

@@ -19,7 +19,7 @@ from service.runtime.runner import Runner
 from service.server import BackgroundServer
 from tests.support.http import post_json, triton_http_client
 from tests.support.kserve import text_input, triton_client
-from tests.support.scoring import cut_target
+from tests.support.scoring import limit_target
 from tests.support.server import server_config
 
 
@@ -88,7 +88,7 @@ def test_end_token_scored_is_a_bool_output_as_the_domain_says(both, runner, text
     ended = [(t, h[0]) for t, h in zip(texts, runner.translate(texts), strict=True)
              if h[0].finish_reason == "eos"]
     assert ended, "no greedy translation of the test texts ended with eos"
-    sources, targets = [texts[0], ended[0][0]], [cut_target(runner, texts[0]), ended[0][1].text]
+    sources, targets = [texts[0], ended[0][0]], [limit_target(runner), ended[0][1].text]
     want = runner.score(sources, targets)
     flags = [w.end_token_scored for w in want]
     assert flags == [False, True]  # the cut translation scored as it is, the finished one with eos
