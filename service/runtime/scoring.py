@@ -8,8 +8,8 @@ counted, as a translation's log_prob leaves it out). The decoder reads [start, *
 and position j's `logprobs` (the graph's log_softmax of the logits, no bundle rules applied) give
 log P(sequence[j + 1] | source, sequence[:j + 1]).
 
-The end token (`end_target`): a translation generates at most max_len - 1 tokens (max_new_tokens'
-ceiling, ResolvedOptions), a forced target language, a target prefix and eos all counted; a hypothesis
+The end token (`end_target`): a translation generates at most max_len - 1 tokens
+(ModelSpec.max_new_tokens), a forced target language, a target prefix and eos all counted; a hypothesis
 holds them less its eos. So a target of `most` = max_len - 1 - len(forced) tokens is what a translation
 cut at the maximum length returns (finish_reason "length", no eos): it is scored as it is. A shorter
 target gets eos appended and scored, as CTranslate2's score_batch appends its end token and as a
@@ -80,7 +80,7 @@ def score_requests(sources: Sequence[str], targets: Sequence[str], options: Scor
     forced = [] if forced_first is None else [forced_first]
     source_ids = encode_texts(sources, prefix)
     target_ids = encode_target(targets)
-    most = most_target_tokens(spec, forced)
+    most = spec.max_new_tokens - len(forced)  # a cut translation's target tokens (module docstring)
     out = []
     for i, (src, tgt) in enumerate(zip(source_ids, target_ids, strict=True)):
         spec.check_source(src)
@@ -90,13 +90,6 @@ def score_requests(sources: Sequence[str], targets: Sequence[str], options: Scor
         scored, ended = end_target(i, list(tgt), most, spec.special.eos)
         out.append(ScoreRequest(src, forced, scored, options, end_token_scored=ended))
     return out
-
-
-def most_target_tokens(spec: ModelSpec, forced: Sequence[int]) -> int:
-    """The most target tokens a translation generates (its eos included when it has one, a forced language
-    token not): max_len - 1, the ceiling of max_new_tokens (which counts every generated token, a target
-    prefix too), less the forced ones."""
-    return spec.max_len - 1 - len(forced)
 
 
 def end_target(index: int, target: list[int], most: int, eos: int) -> tuple[list[int], bool]:

@@ -38,6 +38,11 @@ class ModelSpec:
     beam_search: str = "gnmt"  # beam_size > 1: "gnmt" (search.py) or "transformers" (pooled_beam.py)
     early_stopping: bool | str = False  # the "transformers" search's stopping rule
 
+    @property
+    def max_new_tokens(self) -> int:
+        """The most tokens a translation generates: eos, a forced language and a target prefix counted."""
+        return self.max_len - 1
+
     def new_search(self, options: ResolvedOptions, src_len: int) -> GreedySearch | BeamSearch:
         """The search of a request's rows: greedy for beam_size 1, else the bundle's beam search; the
         forced tokens are the "transformers" search's prompt when a target prefix is among them
@@ -81,7 +86,7 @@ class ModelSpec:
         if not isinstance(request.options, ResolvedOptions):
             raise InvalidInput(f"request {request.id}: options must be resolved (ResolvedOptions), "
                                f"got {type(request.options).__name__}")
-        if request.options.max_new_tokens > self.max_len - 1:
+        if request.options.max_new_tokens > self.max_new_tokens:
             raise InvalidInput(f"request {request.id}: max_new_tokens {request.options.max_new_tokens} "
-                               f"exceeds the model's limit of {self.max_len - 1}")
+                               f"exceeds the model's limit of {self.max_new_tokens}")
         return request.options

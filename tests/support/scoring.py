@@ -34,3 +34,12 @@ def limit_target(runner: Runner, word: str = "the") -> str:
     text = " ".join(words)
     assert len(runner.encode_target([text])[0]) == limit, f"{word!r} repeated skips {limit} tokens"
     return text
+
+
+def limit_and_ended_pairs(runner: Runner, texts: list[str]) -> tuple[list[str], list[str]]:
+    """(sources, targets) of two pairs: a target as long as a cut translation (`limit_target`), scored
+    without eos, and a greedy translation that ended with eos, scored with it."""
+    ended = [(t, h[0]) for t, h in zip(texts, runner.translate(texts), strict=True)
+             if h[0].finish_reason == "eos"]
+    assert ended, "no greedy translation of the test texts ended with eos"
+    return [texts[0], ended[0][0]], [limit_target(runner), ended[0][1].text]

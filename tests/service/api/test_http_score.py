@@ -14,7 +14,7 @@ from service.domain.types import ScoreOptions
 from service.runtime.runner import Runner
 from service.server import BackgroundServer
 from tests.support.http import post_json
-from tests.support.scoring import limit_target
+from tests.support.scoring import limit_and_ended_pairs
 from tests.support.server import MAX_BATCH, server_config
 
 
@@ -55,10 +55,7 @@ def test_one_pair_and_lists_score_as_the_runner(http_server, runner, texts):
 
 
 def test_end_token_scored_is_false_for_a_translation_cut_at_the_maximum_length(http_server, runner, texts):
-    ended = [(t, h[0]) for t, h in zip(texts, runner.translate(texts), strict=True)
-             if h[0].finish_reason == "eos"]
-    assert ended, "no greedy translation of the test texts ended with eos"
-    sources, targets = [texts[0], ended[0][0]], [limit_target(runner), ended[0][1].text]
+    sources, targets = limit_and_ended_pairs(runner, texts)
     want = runner.score(sources, targets)
     status, _, body = post_json(score_url(http_server), {"sources": sources, "targets": targets})
     assert status == 200, body
@@ -69,7 +66,7 @@ def test_end_token_scored_is_false_for_a_translation_cut_at_the_maximum_length(h
     assert cut["token_ids"] == runner.encode_target([targets[0]])[0]  # no eos after the target's tokens
     assert len(cut["token_ids"]) == runner.max_len - 1
     assert cut["score"] == pytest.approx(cut["log_prob"] / len(cut["token_ids"]), rel=1e-6)
-    assert finished["token_ids"] == [*ended[0][1].tokens, runner.special.eos]
+    assert finished["token_ids"] == [*runner.encode_target(targets[1:])[0], runner.special.eos]
 
 
 @pytest.mark.parametrize(("payload", "message"), [

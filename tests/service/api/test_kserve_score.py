@@ -19,7 +19,7 @@ from service.runtime.runner import Runner
 from service.server import BackgroundServer
 from tests.support.http import post_json, triton_http_client
 from tests.support.kserve import text_input, triton_client
-from tests.support.scoring import limit_target
+from tests.support.scoring import limit_and_ended_pairs
 from tests.support.server import server_config
 
 
@@ -85,10 +85,7 @@ def test_named_outputs_only_and_json_over_http(both, runner, pairs):
 
 
 def test_end_token_scored_is_a_bool_output_as_the_domain_says(both, runner, texts):
-    ended = [(t, h[0]) for t, h in zip(texts, runner.translate(texts), strict=True)
-             if h[0].finish_reason == "eos"]
-    assert ended, "no greedy translation of the test texts ended with eos"
-    sources, targets = [texts[0], ended[0][0]], [limit_target(runner), ended[0][1].text]
+    sources, targets = limit_and_ended_pairs(runner, texts)
     want = runner.score(sources, targets)
     flags = [w.end_token_scored for w in want]
     assert flags == [False, True]  # the cut translation scored as it is, the finished one with eos
@@ -96,7 +93,8 @@ def test_end_token_scored_is_a_bool_output_as_the_domain_says(both, runner, text
         result = client.infer("translator", [text_input(sources), target_input(targets)])
     got = result.as_numpy("END_TOKEN_SCORED")
     assert got.dtype == np.bool_ and got.shape == (2,) and got.tolist() == flags
-    assert result.as_numpy("TOKEN_COUNT").tolist() == [runner.max_len - 1, len(ended[0][1].tokens) + 1]
+    finished = len(runner.encode_target(targets[1:])[0]) + 1  # its tokens and eos
+    assert result.as_numpy("TOKEN_COUNT").tolist() == [runner.max_len - 1, finished]
     for binary in (False, True):  # tritonclient.http reads it from JSON data and from binary data
         tensors = []
         for name, items in (("TEXT", sources), ("TARGET", targets)):
