@@ -14,11 +14,11 @@ from pathlib import Path
 
 import torch
 
-import export.fused  # noqa: F401  (registers the "fused" lowering)
-import export.inplace  # noqa: F401  (registers the "inplace" lowering)
+import export.lowering.fused  # noqa: F401  (registers the "fused" lowering)
+import export.lowering.inplace  # noqa: F401  (registers the "inplace" lowering)
 from export.build import BundleError, add_bundle_options, build_bundle, bundle_options
 from export.export import ExportError
-from export.verify import ParityError
+from export.verify.base import ParityError
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -20,25 +20,25 @@ import numpy as np
 import onnx
 from tokenizers import Tokenizer
 
-import export.fused  # noqa: F401  (registers the "fused" lowering)
-import export.inplace  # noqa: F401  (registers the "inplace" lowering)
-from export.attention import get_lowering
+import export.lowering.fused  # noqa: F401  (registers the "fused" lowering)
+import export.lowering.inplace  # noqa: F401  (registers the "inplace" lowering)
 from export.bundle import build_manifest, copy_tokenizer, write_manifest
-from export.cuda_kernels import integer_nodes, missing_cuda_kernels
-from export.export import ExportError, export_graphs
-from export.multistep import verify_multistep, write_multistep
-from export.quantize import (
+from export.export import export_graphs
+from export.lowering.attention import get_lowering
+from export.lowering.tied import SHARE_TIED_EMBEDDING, tie_files
+from export.variants.cuda_kernels import integer_nodes
+from export.variants.fp16 import to_fp16
+from export.variants.int8 import (
     INT8_FILES,
     INT8_VARIANT,
     REDUCE_RANGE,
     quantization,
     write_int8,
 )
-from export.tied import SHARE_TIED_EMBEDDING, tie_files
-from export.variants import OFFLINE_LEVEL_NAME, optimize_offline, to_fp16
-from export.verify import source_ids, verify_bundle
-from export.verify_fp16 import verify_fp16
-from export.verify_int8 import Int8Limits, TestSet, verify_int8
+from export.variants.optimized import OFFLINE_LEVEL_NAME, optimize_offline
+from export.verify.base import source_ids, verify_bundle
+from export.verify.fp16 import verify_fp16
+from export.verify.int8 import Int8Limits, TestSet, verify_int8
 from export.weights import pack_bundle
 from interface import names
 from interface.generation import parse_generation
@@ -63,12 +63,12 @@ class BuildOptions:
     """What to build besides encoder.onnx and decoder.onnx."""
 
     fp16: bool = False
-    quantize: str | None = None  # "int8": the CPU provider's int8 variant (export/quantize.py)
+    quantize: str | None = None  # "int8": the CPU provider's int8 variant (export/variants/int8.py)
     cpu_variant: str | None = None  # the variant bundle.json names for the CPU provider (None: base files)
     int8_limits: Int8Limits = field(default_factory=Int8Limits)  # below them the int8 variant is refused
-    int8_reduce_range: bool = REDUCE_RANGE  # 7-bit weights, for CPUs without VNNI (export/quantize.py)
+    int8_reduce_range: bool = REDUCE_RANGE  # 7-bit weights, for CPUs without VNNI (export/variants/int8.py)
     # tied embeddings as tables of their own in every variant (fp32 / fp16 tables, int8 rows): the matrix
-    # stored twice (export/tied.py, export/int8_embedding.py; docs/export.md)
+    # stored twice (export/lowering/tied.py, export/variants/int8_embedding.py; docs/export.md)
     embedding_rows: bool = not SHARE_TIED_EMBEDDING
     optimize: bool = False
     test_split: Path | None = None
@@ -214,7 +214,8 @@ def package(
             write_int8(staging, fp32_files, model.cfg.d_model, reduce_range=opts.int8_reduce_range,
                        share_embedding=not opts.embedding_rows)
             variants[INT8_VARIANT] = dict(INT8_FILES)
-        # export/tied.py: the matrix once, as rows that the lookups gather and the projection's Gemm reads
+        # export/lowering/tied.py: the matrix once, as rows that the lookups gather and the projection's
+        # Gemm reads
         tied = 0 if opts.embedding_rows else tie_files(staging, fp32_files, model.cfg.d_model)
         if opts.fp16:  # for the CUDA provider, from the tied graphs: every node checked against its kernels
             for graph, file in FP16_FILES.items():
@@ -225,15 +226,6 @@ def package(
             log(f"optimizing offline (onnxruntime level {OFFLINE_LEVEL_NAME})")
             for file in fp32_files.values():
                 optimize_offline(staging / file)
-        if info.kv_cache == "inplace":  # each decoder file's multi-step decoder, composed from it
-            for file in [names.DECODER_FILE, *(v["decoder"] for v in variants.values())]:
-                write_multistep(staging, file, model.cfg.n_decoder_layers, model.cfg.eos_id)
-            if opts.fp16:  # the CUDA provider's multi-step file: the Loop and its body checked like to_fp16's
-                steps = names.steps_file(FP16_FILES["decoder"])
-                if missing := missing_cuda_kernels(proto := onnx.load(staging / steps)):
-                    listed = "; ".join(f"{m.node} ({m.op}): {m.reason}" for m in missing)
-                    raise ExportError(f"{steps}: {len(missing)} node(s) without a CUDA kernel: {listed}")
-                host_nodes[steps] = integer_nodes(proto)  # the loop body's included
         source.write_tokenizer(staging)
         log("verifying against PyTorch")
         t = time.perf_counter()
@@ -247,13 +239,6 @@ def package(
                 staging, fp32_files, INT8_FILES, model.cfg, source.sources, rules, source.test_set(),
                 opts.int8_limits) | {"quantization": quantization(opts.int8_reduce_range,
                                                                   shared=not opts.embedding_rows)}
-        if info.kv_cache == "inplace":  # every multi-step file runs (CPU) against its decoder's one step
-            cfg, first = model.cfg, (source.manifest.get("generation") or {}).get("decoder_start_id")
-            for variant, files in {None: fp32_files, **variants}.items():
-                n = verify_multistep(staging, files["decoder"], files["encoder"], source.sources,
-                                     cfg.n_decoder_layers, cfg.bos_id if first is None else first, cfg.eos_id,
-                                     min(64, cfg.max_len - 1))
-                (verification.setdefault(variant, {}) if variant else verification)["multistep_sources"] = n
         seconds["verify"] = round(time.perf_counter() - t, 2)
         log("packing the weights (each tensor once per variant)")
         t = time.perf_counter()
@@ -288,7 +273,7 @@ def bundle_options(args: argparse.Namespace, **extra: Any) -> BuildOptions:
 
 def add_bundle_options(ap: argparse.ArgumentParser) -> None:
     """The options both export CLIs share: where to write, which variants, the lowering, threads."""
-    from export.attention import LOWERINGS
+    from export.lowering.attention import LOWERINGS
 
     ap.add_argument("--out", type=Path, required=True, help="bundle directory to write")
     ap.add_argument("--fp16", action="store_true", help="also write encoder.fp16.onnx / decoder.fp16.onnx")

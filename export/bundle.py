@@ -15,7 +15,6 @@ from interface import names
 from model.checkpoint import file_sha256
 from model.config import ModelConfig
 
-MODEL_NAME = "translator"
 # execution provider -> the variant (key of "variants") made for it; providers not listed use the base files
 PROVIDER_VARIANTS = {"CUDAExecutionProvider": "fp16"}
 
@@ -48,17 +47,13 @@ def file_entries(bundle_dir: Path) -> dict[str, dict[str, Any]]:
 
 
 def io_spec(n_layers: int, kv_cache: str = "concat") -> dict[str, Any]:
-    """Input/output names and dynamic axes of the graphs, as declared in interface/names.py (an in-place
-    decoder comes with its multi-step decoder, export/multistep.py)."""
-    spec: dict[str, Any] = {
+    """Input/output names and dynamic axes of the graphs, as declared in interface/names.py."""
+    return {
         "encoder": {"inputs": names.encoder_inputs(), "outputs": names.encoder_outputs(n_layers)},
         "decoder": {"inputs": names.decoder_inputs(n_layers, kv_cache),
                     "outputs": names.decoder_outputs(n_layers)},
+        "dynamic_axes": names.dynamic_axes(n_layers, kv_cache),
     }
-    if kv_cache == "inplace":
-        spec["steps"] = {"inputs": names.multistep_inputs(n_layers),
-                         "outputs": names.multistep_outputs(n_layers)}
-    return spec | {"dynamic_axes": names.dynamic_axes(n_layers, kv_cache)}
 
 
 def build_manifest(
@@ -85,7 +80,7 @@ def build_manifest(
     now = datetime.now(UTC)
     manifest: dict[str, Any] = {
         "format_version": format_version,
-        "name": MODEL_NAME,
+        "name": names.MODEL_NAME,
         "version": f"{now:%Y%m%d}-{checkpoint_sha256[:8]}",
         "created": now.isoformat(timespec="seconds"),
         "model": cfg.to_dict(),

@@ -30,9 +30,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from export.attention import AttentionLowering, PlainAttention
-from export.fused import CACHE_LENGTHS, CROSS_LENGTHS, KEY_PADDING
-from export.logits import decode_with_normalizer
+from export.lowering.attention import AttentionLowering, PlainAttention
+from export.lowering.fused import CACHE_LENGTHS, CROSS_LENGTHS, KEY_PADDING
+from export.lowering.logits import decode_with_normalizer
 from interface import names
 from model.transformer import Transformer
 
@@ -103,7 +103,7 @@ class EncoderGraph(nn.Module):
 
 class DecoderGraph(nn.Module):
     """New tokens + caches -> log-probs, updated self-attention cache, cross-attention, and the
-    log-normalizer of the logits (export/logits.py)."""
+    log-normalizer of the logits (export/lowering/logits.py)."""
 
     def __init__(self, model: Transformer) -> None:
         """Wrap model (shared, not copied)."""

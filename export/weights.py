@@ -1,13 +1,13 @@
 """Packing the initializers of a variant's graphs into one shared ONNX external-data file.
 
-A group is the graphs one session set reads: the base files (encoder, decoder, multi-step decoder)
-or one variant's. Every initializer of at least `THRESHOLD` bytes, in every graph of the group and
-in its subgraphs (Loop / If bodies), is written once per distinct content (element type, dims,
-bytes) into the group's data file (interface/names.py `weights_file`) at an `ALIGN`-byte aligned
-offset, and each graph refers to it as ONNX external data (location, offset, length); smaller
-tensors stay inline. The tied embedding of the encoder and the decoder, and the decoder's weights
-that its multi-step file repeats, are thus stored once. ONNX Runtime resolves the data file
-relative to the model file it opens by path (service/runtime/sessions.py).
+A group is the graphs one session set reads: the base files (encoder, decoder) or one variant's.
+Every initializer of at least `THRESHOLD` bytes, in every graph of the group and in its subgraphs
+(Loop / If bodies, should a graph have them), is written once per distinct content (element type,
+dims, bytes) into the group's data file (interface/names.py `weights_file`) at an `ALIGN`-byte
+aligned offset, and each graph refers to it as ONNX external data (location, offset, length);
+smaller tensors stay inline. The tied embedding of the encoder and the decoder is thus stored once.
+ONNX Runtime resolves the data file relative to the model file it opens by path
+(service/runtime/model/sessions.py).
 
 `verify_packed` reloads every packed graph with its external data, compares each initializer with
 the graph before packing (graph, name, type, dims, sha256 of the bytes) and opens each file in an
@@ -27,7 +27,7 @@ from onnx import AttributeProto, TensorProto, numpy_helper
 from onnx.external_data_helper import load_external_data_for_model, set_external_data, uses_external_data
 
 from export.export import ExportError
-from export.verify import open_session
+from export.verify.base import open_session
 from interface import names
 
 THRESHOLD = 1024  # bytes: smaller tensors stay inline (onnx's own default size_threshold)
@@ -169,24 +169,19 @@ def verify_packed(bundle_dir: Path, report: PackReport) -> None:
             raise WeightsError(f"{file}: ONNX Runtime cannot open it with {report.data_file}: {e}") from e
 
 
-def weight_groups(bundle_dir: Path, variants: Mapping[str, Mapping[str, str]]) -> dict[str, list[str]]:
-    """data file -> the graph files of bundle_dir that share it: the base files, then each variant's
-    (its encoder, decoder and the decoder's multi-step file where there is one)."""
+def weight_groups(variants: Mapping[str, Mapping[str, str]]) -> dict[str, list[str]]:
+    """data file -> the graph files that share it: the base files, then each variant's (its encoder and
+    decoder)."""
     groups = {None: {"encoder": names.ENCODER_FILE, "decoder": names.DECODER_FILE}, **variants}
-    out = {}
-    for variant, parts in groups.items():
-        files = [parts["encoder"], parts["decoder"]]
-        if (Path(bundle_dir) / names.steps_file(parts["decoder"])).is_file():
-            files.append(names.steps_file(parts["decoder"]))
-        out[names.weights_file(variant)] = files
-    return out
+    return {names.weights_file(variant): [parts["encoder"], parts["decoder"]]
+            for variant, parts in groups.items()}
 
 
 def pack_bundle(bundle_dir: Path, variants: Mapping[str, Mapping[str, str]],
                 threshold: int = THRESHOLD) -> dict[str, PackReport]:
     """Pack and verify every weight group of a bundle directory; data file -> its report."""
     reports = {}
-    for data_file, files in weight_groups(bundle_dir, variants).items():
+    for data_file, files in weight_groups(variants).items():
         reports[data_file] = pack(bundle_dir, files, data_file, threshold)
         verify_packed(bundle_dir, reports[data_file])
     return reports

@@ -35,9 +35,9 @@ from pretrained checkpoints (export/pretrained.py, format_version 2) state them:
     "generation": {..., "beam_search": "transformers", "early_stopping": false, "begin_suppress_ids": [],
                    "defaults": {"num_beams": 4, "max_length": 512}}
         beam_search (default "gnmt"): the beam search of beam_size > 1. "gnmt" is ours
-            (service/runtime/search.py: finished beams stay in the beam, length penalty
+            (service/runtime/decoding/search.py: finished beams stay in the beam, length penalty
             ((5 + len) / 6) ** alpha, alpha 0 by default); "transformers" is transformers' generate's
-            (service/runtime/pooled_beam.py: finished hypotheses leave for a pool of num_beams, score
+            (service/runtime/decoding/pooled_beam.py: finished hypotheses leave for a pool of num_beams, score
             sum / generated_len ** length_penalty, length_penalty 1 by default): imported checkpoints
             use it, so that they decode as transformers' pipeline does;
         early_stopping (default false; true, false or "never"): transformers' early_stopping, the

@@ -25,7 +25,7 @@ decoder.onnx, kv_cache "concat" (one step, or several new tokens)
 Decoders exported before `log_normalizer` existed end at cross_attentions
 (`decoder_outputs(n, normalizer=False)`); a runtime tells them apart by the decoder's output names.
 
-decoder.onnx, kv_cache "inplace" (export/inplace.py): the same but for the masks
+decoder.onnx, kv_cache "inplace" (export/lowering/inplace.py): the same but for the masks
     seqlens_k            int32  [batch]                   per row: cache length after the step - 1
     total_sequence_length int32 []                        max over rows of seqlens_k + 1
     encoder_seqlens_k    int32  [batch]                   per row: source length - 1 (>= 0)
@@ -36,20 +36,8 @@ decoder.onnx, kv_cache "inplace" (export/inplace.py): the same but for the masks
     attends to its first encoder_seqlens_k[b] + 1 source positions, whatever the rest holds, and
     its cross_attentions beyond them are unspecified (not computed).
 
-decoder.steps.onnx (export/multistep.py; one per in-place decoder file, `steps_file`): an ONNX
-`Loop` around that decoder, greedy, several steps per run. Inputs: the decoder's, plus
-    max_steps            int64  []                        steps to run at most (K)
-    finished             bool   [batch]                   rows to ignore (holes, finished rows)
- -> tokens               int64  [steps, batch]            argmax of each step (steps <= K: the loop
-                                                          stops early once every row has emitted eos)
-    token_logprobs       float32 [steps, batch]           log-prob of each chosen token
-    step_cross_attentions float [steps, batch, src_len]   cross_attentions of each step
-    present.{i}.decoder.key/value  as the decoder's (bind to the past buffer)
-Each step feeds the chosen token back with positions and seqlens_k one further; the caller's
-cache lengths grow by `steps` for every row.
-
 weights.data, weights.{variant}.data (export/weights.py; `weights_file`): the ONNX external data of
-the base graphs (encoder, decoder, multi-step decoder), or of one variant's, each tensor stored once;
+the base graphs (encoder, decoder), or of one variant's, each tensor stored once;
 ONNX Runtime reads it relative to the model file it opens by path.
 """
 
@@ -67,19 +55,12 @@ ENCODER_ATTENTION_MASK = "encoder_attention_mask"
 ENCODER_SEQLENS_K, ENCODER_TOTAL_LENGTH = "encoder_seqlens_k", "encoder_total_sequence_length"  # in-place
 LOGPROBS, CROSS_ATTENTIONS = "logprobs", "cross_attentions"
 LOG_NORMALIZER = "log_normalizer"  # logsumexp of the logits: logits = logprobs + log_normalizer[..., None]
-MAX_STEPS, FINISHED = "max_steps", "finished"  # multi-step decoder inputs
-TOKENS, TOKEN_LOGPROBS, STEP_CROSS_ATTENTIONS = "tokens", "token_logprobs", "step_cross_attentions"
 
 
 def weights_file(variant: str | None = None) -> str:
     """The shared external-data file of a variant's graphs: weights.data (None: the base files),
     weights.fp16.data for "fp16"."""
     return "weights.data" if variant is None else f"weights.{variant}.data"
-
-
-def steps_file(decoder_file: str) -> str:
-    """The multi-step decoder file of a decoder file: decoder.onnx -> decoder.steps.onnx."""
-    return decoder_file.removesuffix(".onnx") + ".steps.onnx"
 
 
 def past_name(layer: int, kind: str, kv: str) -> str:
@@ -133,16 +114,6 @@ def decoder_outputs(n_layers: int, normalizer: bool = True) -> list[str]:
     return names + [CROSS_ATTENTIONS] + ([LOG_NORMALIZER] if normalizer else [])
 
 
-def multistep_inputs(n_layers: int) -> list[str]:
-    """Multi-step decoder inputs, in order: the in-place decoder's, then max_steps and finished."""
-    return [*decoder_inputs(n_layers, "inplace"), MAX_STEPS, FINISHED]
-
-
-def multistep_outputs(n_layers: int) -> list[str]:
-    """Multi-step decoder outputs, in order: per-step tokens, log-probs, cross-attention, then the caches."""
-    return [TOKENS, TOKEN_LOGPROBS, STEP_CROSS_ATTENTIONS, *self_cache_io(n_layers).values()]
-
-
 def dynamic_axes(n_layers: int, kv_cache: str = "concat") -> dict[str, dict[str, dict[int, str]]]:
     """Symbolic axis names of every input and output of both graphs."""
     inplace = kv_cache == "inplace"
@@ -168,3 +139,5 @@ def dynamic_axes(n_layers: int, kv_cache: str = "concat") -> dict[str, dict[str,
         del dec[ATTENTION_MASK], dec[ENCODER_ATTENTION_MASK]
         dec[SEQLENS_K] = dec[ENCODER_SEQLENS_K] = {0: "batch"}
     return {"encoder": enc, "decoder": dec}
+
+MODEL_NAME = "translator"  # the model a bundle serves as when nothing else names it (bundle.json "name")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from service.runtime.bundle import load_bundle
+from service.runtime.model.bundle import load_bundle
 from service.runtime.runner import Runner
 from tests.support import REPO_ROOT
 from tests.support.docs import documented_sample_exact_match, readme_example

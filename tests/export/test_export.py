@@ -16,9 +16,8 @@ import torch
 from export.__main__ import main as cli_main
 from export.build import FP16_FILES, bundle_metrics
 from export.export import ExportError, example_sizes, name_axes, pin_ir_version
-from export.parity import difference
-from export.variants import optimize_offline
-from export.verify import (
+from export.variants.optimized import optimize_offline
+from export.verify.base import (
     Case,
     ParityError,
     check_graphs,
@@ -29,7 +28,8 @@ from export.verify import (
     open_session,
     verify_bundle,
 )
-from export.verify_fp16 import FP16_ATOL, verify_fp16
+from export.verify.fp16 import FP16_ATOL, verify_fp16
+from export.verify.parity import difference
 from interface import names
 from model.checkpoint import file_sha256, tokenizer_path
 from model.data import read_tsv

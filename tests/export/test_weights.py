@@ -16,15 +16,14 @@ from onnx import TensorProto, helper, numpy_helper
 import export.weights
 from export.build import FP16_FILES, BuildOptions, build_bundle
 from export.export import ExportError
-from export.verify import open_session
+from export.verify.base import open_session
 from export.weights import WeightsError, pack, verify_packed
 from interface import names
-from service.runtime.bundle import load_bundle
+from service.runtime.model.bundle import load_bundle
 from service.runtime.runner import Runner
-from service.runtime.stepping import StepPolicy
 
-BASE = [names.ENCODER_FILE, names.DECODER_FILE, names.steps_file(names.DECODER_FILE)]
-FP16 = [FP16_FILES["encoder"], FP16_FILES["decoder"], names.steps_file(FP16_FILES["decoder"])]
+BASE = [names.ENCODER_FILE, names.DECODER_FILE]
+FP16 = [FP16_FILES["encoder"], FP16_FILES["decoder"]]
 
 
 def all_initializers(graph: onnx.GraphProto) -> list[TensorProto]:
@@ -96,9 +95,7 @@ def test_weights_file_holds_each_distinct_tensor_once(tiny_bundle, inline, data_
     vocab, d_model = (json.loads((tiny_bundle / names.BUNDLE_FILE).read_text())["model"][k]
                       for k in ("vocab_size", "d_model"))
     shared = [c for c, where in seen_in.items() if where == set(files) and c[1] == (vocab, d_model)]
-    assert shared  # the tied rows, in the encoder, the decoder and the multi-step decoder (export/tied.py)
-    decoder, steps = files[1:]
-    assert all(decoder in where for where in seen_in.values() if steps in where)  # steps adds nothing
+    assert shared  # the tied rows, in the encoder and the decoder (export/lowering/tied.py)
     offsets = set()
     for f in files:
         packed = all_initializers(onnx.load(tiny_bundle / f, load_external_data=False).graph)
@@ -118,7 +115,7 @@ def test_weights_file_holds_each_distinct_tensor_once(tiny_bundle, inline, data_
 
 def test_packed_and_inline_bundles_decode_the_same_tokens(tiny_bundle, inline, texts):
     """The inline bundle loads as it always did; both give the same tokens, in either variant (fp16 on
-    the CPU provider too), one step per run and several (the multi-step file)."""
+    the CPU provider too)."""
     assert not any(p.suffix == ".data" for p in inline.iterdir())
     assert "weights" not in load_bundle(inline).manifest
     for f in BASE:
@@ -127,12 +124,10 @@ def test_packed_and_inline_bundles_decode_the_same_tokens(tiny_bundle, inline, t
     for variant in ("base", "fp16"):
         results = {}
         for bundle in (tiny_bundle, inline):
-            for steps in (1, 4):
-                runner = Runner(bundle, providers=["CPUExecutionProvider"], variant=variant,
-                                step_policy=StepPolicy(steps))
-                assert runner.variant_name == variant
-                results[bundle, steps] = [[h.tokens for h in hyps] for hyps in runner.translate(texts)]
-        want = results[inline, 1]
+            runner = Runner(bundle, providers=["CPUExecutionProvider"], variant=variant)
+            assert runner.variant_name == variant
+            results[bundle] = [[h.tokens for h in hyps] for hyps in runner.translate(texts)]
+        want = results[inline]
         assert len({tuple(h[0]) for h in want}) > 1
         assert all(got == want for got in results.values()), variant
 

@@ -1,0 +1,168 @@
+"""A Hugging Face checkpoint's tokenizer -> the bundle's SentencePiece files and its format-2 objects.
+
+What the bundle records (interface/generation.py, docs/bundle-format.md):
+
+    tokenizer   kind "sentencepiece": Marian's source.spm / target.spm as they are; M2M100 / NLLB's
+                one sentencepiece.bpe.model as both; vocab.json = the transformers tokenizer's
+                get_vocab() (piece -> model id; for M2M100 / NLLB with the fairseq offsets and the
+                language tokens)
+    generation  decoder_start_id (the model's decoder_start_token_id: Marian pad, M2M100 / NLLB
+                eos) and source_suffix (what the tokenizer appends to a source: [eos]); its rules
+                (suppress_ids, ...) come from the generation config (export/pretrained.py)
+    languages   many-to-many models only: code -> id of its language token, the source prefixed
+                with its language, the first generated token forced to the target language
+
+The affixes are read off the tokenizer itself (a sample text encoded with and without its special
+tokens), and a tokenizer whose affixes the format cannot state is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from interface.generation import parse_generation, parse_languages, parse_tokenizer
+from model.config import ModelConfig
+
+VOCAB_FILE = "vocab.json"
+NLLB_CODE = re.compile(r"[a-z]{3}_[A-Z][a-z]{3}")  # eng_Latn, fra_Latn, ...
+SAMPLE = "a b"  # encoded with and without special tokens to find the affixes
+
+
+class TokenizerMismatch(ValueError):
+    """The tokenizer cannot be expressed in the bundle, or disagrees with the model."""
+
+
+@dataclass
+class TokenizerImport:
+    """The bundle's tokenizer files, special ids and format-2 objects."""
+
+    files: dict[str, Path]  # bundle file name -> file to copy
+    vocab: dict[str, int]  # written as vocab.json
+    special: dict[str, int]  # pad, bos, eos, unk
+    tokenizer: dict[str, Any]
+    generation: dict[str, Any]
+    languages: dict[str, Any] | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def write(self, bundle_dir: Path) -> None:
+        """Copy the SentencePiece model(s) and write vocab.json into the bundle directory."""
+        for name, src in self.files.items():
+            shutil.copyfile(src, bundle_dir / name)
+        by_id = dict(sorted(self.vocab.items(), key=lambda kv: kv[1]))
+        text = json.dumps(by_id, ensure_ascii=False, indent=0)
+        (bundle_dir / VOCAB_FILE).write_text(text + "\n", encoding="utf-8")
+
+    def manifest(self) -> dict[str, Any]:
+        """bundle.json's tokenizer, generation (and languages) objects, checked by the runtime's parsers."""
+        parse_tokenizer(self.tokenizer)
+        parse_generation(self.generation)
+        out = {"tokenizer": self.tokenizer, "generation": self.generation}
+        if self.languages is not None:
+            parse_languages(self.languages)
+            out["languages"] = self.languages
+        return out
+
+
+def load_hf_tokenizer(model_dir: Path) -> Any:
+    """The checkpoint's transformers tokenizer, from local files only."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+    except Exception as e:  # a missing file surfaces as OSError, TypeError or AssertionError
+        raise FileNotFoundError(f"cannot load the tokenizer of {model_dir} (are its tokenizer files there?): "
+                                f"{type(e).__name__}: {e}") from e
+
+
+def affixes(tok: Any) -> tuple[list[int], list[int]]:
+    """(prefix, suffix): the ids the tokenizer puts before and after a text's own ids."""
+    body = tok(SAMPLE, add_special_tokens=False)["input_ids"]
+    full = tok(SAMPLE)["input_ids"]
+    for i in range(len(full) - len(body) + 1):
+        if full[i : i + len(body)] == body:
+            return full[:i], full[i + len(body) :]
+    raise TokenizerMismatch(f"the tokenizer's ids of {SAMPLE!r} with special tokens ({full}) do not contain "
+                            f"those without ({body})")
+
+
+def spm_files(tok: Any, model_dir: Path, family: str) -> tuple[Path, Path]:
+    """The (source, target) SentencePiece model files of the tokenizer."""
+    if family == "marian":
+        if getattr(tok, "separate_vocabs", False):
+            raise TokenizerMismatch("a Marian tokenizer with separate source and target vocabularies "
+                                    "(target_vocab.json) is not supported: the bundle holds one vocab.json")
+        source, target = (Path(f) for f in tok.spm_files)
+    else:
+        path = Path(getattr(tok, "spm_file", None) or model_dir / "sentencepiece.bpe.model")
+        source = target = path
+    for f in {source, target}:
+        if not f.is_file():
+            raise FileNotFoundError(f"SentencePiece model {f} not found (the bundle's tokenizer needs it)")
+    return source, target
+
+
+def language_codes(tok: Any) -> dict[str, int]:
+    """Language code -> id of its token: M2M100's lang_code_to_id, else NLLB-style code tokens."""
+    codes = getattr(tok, "lang_code_to_id", None)
+    if codes:
+        return {str(c): int(i) for c, i in codes.items()}
+    vocab = tok.get_vocab()
+    return {t: int(vocab[t]) for t in sorted(vocab) if NLLB_CODE.fullmatch(t)}
+
+
+def special_ids(tok: Any, cfg: ModelConfig) -> dict[str, int]:
+    """pad / bos / eos / unk of the tokenizer; they must agree with the model's config.
+
+    bos: Marian defines none; the runtime's only use of bos is the decoder's first input, so the
+    decoder start (pad) is recorded (generation.decoder_start_id says the same explicitly).
+    """
+    ids = {"pad": tok.pad_token_id, "eos": tok.eos_token_id, "unk": tok.unk_token_id,
+           "bos": tok.bos_token_id if tok.bos_token_id is not None else cfg.start_id}
+    if None in ids.values():
+        raise TokenizerMismatch(f"the tokenizer lacks a special token: {ids}")
+    for name, model_id in (("pad", cfg.pad_id), ("eos", cfg.eos_id)):
+        if ids[name] != model_id:
+            raise TokenizerMismatch(f"the tokenizer's {name} id {ids[name]} differs from the model's "
+                                    f"{model_id}")
+    return {k: int(v) for k, v in ids.items()}
+
+
+def read_tokenizer(model_dir: Path, family: str, cfg: ModelConfig) -> TokenizerImport:
+    """The bundle's tokenizer of a supported checkpoint (export/hf/mapping.py family)."""
+    tok = load_hf_tokenizer(model_dir)
+    source, target = spm_files(tok, model_dir, family)
+    names = {"source_model": "source.spm", "target_model": "target.spm"} if family == "marian" else \
+        {"source_model": source.name, "target_model": source.name}
+    vocab = {str(p): int(i) for p, i in tok.get_vocab().items()}
+    codes = language_codes(tok) if family == "m2m_100" else {}
+    vocab |= {getattr(tok, "lang_code_to_token", {}).get(c, c): i for c, i in codes.items()}
+    too_big = {p: i for p, i in vocab.items() if i >= max(cfg.vocab_size, cfg.src_vocab)}
+    if too_big:
+        raise TokenizerMismatch(f"{len(too_big)} tokenizer id(s) beyond the model's vocabulary, e.g. "
+                                f"{next(iter(too_big.items()))}")
+    special = special_ids(tok, cfg)
+    prefix, suffix = affixes(tok)
+    if suffix != [cfg.eos_id]:
+        raise TokenizerMismatch(f"the tokenizer appends {suffix} to a source; the bundle format states a "
+                                f"suffix of ids but not one with a language code (legacy NLLB?)")
+    languages = None
+    if codes:
+        if len(prefix) != 1 or prefix[0] not in codes.values():
+            raise TokenizerMismatch(f"a many-to-many tokenizer must prefix a source with its language id, "
+                                    f"got {prefix}")
+        languages = {"codes": codes, "source_prefix": True, "forced_target": True}
+    elif prefix:
+        raise TokenizerMismatch(f"the tokenizer prefixes a source with {prefix}; the format states only "
+                                "language ids")
+    files = {names["source_model"]: source, names["target_model"]: target}
+    return TokenizerImport(
+        files=files, vocab=vocab, special=special,
+        tokenizer={"kind": "sentencepiece", **names, "vocab": VOCAB_FILE},
+        generation={"decoder_start_id": cfg.start_id, "source_suffix": suffix},
+        languages=languages,
+    )

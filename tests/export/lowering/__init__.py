@@ -1,0 +1,1 @@
+"""Tests of export/lowering/: attention lowerings, the log-normalizer, the tied matrix."""
