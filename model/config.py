@@ -14,7 +14,7 @@ class ModelConfig:
     """Hyper-parameters of an encoder-decoder Transformer.
 
     The fields after layer_norm_eps are the switches of imported pretrained families (Marian,
-    M2M100 / NLLB: export/hf_mapping.py); their defaults are the paper's Transformer, and
+    M2M100 / NLLB: export/hf/mapping.py); their defaults are the paper's Transformer, and
     `to_dict` leaves them out at those defaults, so our own checkpoints and bundles keep exactly
     the keys they always had.
     """

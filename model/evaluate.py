@@ -3,7 +3,7 @@
     python -m model.evaluate --checkpoint artifacts/default/model.pt --split data/corpus/test.tsv
     python -m model.evaluate --hypotheses outputs.txt --split data/corpus/test.tsv   # no decoding
 
-Besides the overall scores it prints a table of exact match by class (model/verbalize.py tells the
+Besides the overall scores it prints a table of exact match by class (textnorm/verbalize.py tells the
 classes of a source sentence from its written forms; a sentence counts toward every class it
 contains, "plain" when it contains none) and the wrong outputs by class, each flagged when it
 stutters (repeats a word twice in a row where the reference does not), and the share of sentences
@@ -31,7 +31,7 @@ from model.data import pad, read_tsv
 from model.decoding import beam_search, greedy_decode
 from model.tokenizer import load_tokenizer
 from model.transformer import Transformer
-from model.verbalize import CLASSES, PATTERN, classes
+from textnorm.verbalize import CLASSES, PATTERN, classes
 
 
 @dataclass

@@ -1,1 +1,1 @@
-"""Tests of model/: the network, decoding, corpus and training."""
+"""Tests of model/: the network, decoding, training and evaluation."""

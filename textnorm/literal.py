@@ -13,9 +13,9 @@ from __future__ import annotations
 import random
 import string
 
-from model.everyday import draw_decade, roman_numeral
-from model.sampling import shaped_number, with_separators
-from model.verbalize import ROMAN_NAMES, ROMAN_NOUNS
+from textnorm.everyday import draw_decade, roman_numeral
+from textnorm.sampling import shaped_number, with_separators
+from textnorm.verbalize import ROMAN_NAMES, ROMAN_NOUNS
 
 ASCII_SYMBOLS = string.punctuation  # every printable ASCII symbol
 OTHER_SYMBOLS = "§«»©®™†‡•…—–¶±×÷µ¢¥₹₩₽¤¬¦¨¯´¸¹²³¼·¿¡‰′″‹›“”‘’„→←↑↓⇒∞≈≠≤≥√∑∆✓✔✗★☆♥♦♣♠☺☀☂♪♫"

@@ -9,11 +9,11 @@ import unicodedata
 
 import pytest
 
-from model.corpus import build, literal_sentence, word_lists
 from model.data import read_tsv
 from model.evaluate import outside_unchanged
-from model.literal import near_miss
-from model.verbalize import classes, verbalize
+from textnorm.corpus import build, literal_sentence, word_lists
+from textnorm.literal import near_miss
+from textnorm.verbalize import classes, verbalize
 
 
 @pytest.fixture(scope="module")

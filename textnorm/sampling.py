@@ -17,14 +17,14 @@ Shapes that need more digits than drawn fall back to uniform. What comes out of
 significant digit from 10 on (0.9%); 10% with a run of two or more inner zeros, as in 1,000,001 or
 40,050 (3.4%); 5% one digit repeated, three digits or more (0.1%); 6% other numbers ending in two
 or more zeros (0.7%); 18% 0 .. 20; 6% 11 or 12 digits. The `draw_*` functions return one written
-form of each class (model/verbalize.py reads them).
+form of each class (textnorm/verbalize.py reads them).
 """
 
 from __future__ import annotations
 
 import random
 
-from model.verbalize import MONTHS
+from textnorm.verbalize import MONTHS
 
 SHAPES: dict[str, float] = {"uniform": 0.38, "round": 0.16, "trailing": 0.12, "inner": 0.16,
                             "repeated": 0.08, "small": 0.06, "yearlike": 0.04}

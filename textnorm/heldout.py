@@ -1,14 +1,14 @@
 """A larger held-out split: the test split's own stream continued past its pairs, minus every source the
 corpus's other files hold.
 
-The test split (model/corpus.py) is the first `--test` pairs the generator draws from the corpus seed + 2,
+The test split (textnorm/corpus.py) is the first `--test` pairs the generator draws from the corpus seed + 2,
 with held-out filler words. Its classes hold about 100-450 sentences each in 2,000 pairs, so one wrong
 sentence moves a class by up to a point. This module draws the same stream further (the test split's own
 pairs first, checked to be the file's), and keeps the next `n` pairs whose source is in none of the
 corpus directory's other files (training, supplements, valid, probe, near-miss): pairs no training run
 saw, from the test split's distribution.
 
-    python -m model.heldout --corpus data/corpus --n 10000   # writes data/corpus/test_ext.tsv
+    python -m textnorm.heldout --corpus data/corpus --n 10000   # writes data/corpus/test_ext.tsv
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ import argparse
 import itertools
 from pathlib import Path
 
-from model.corpus import generate, word_lists
+from textnorm.corpus import generate, word_lists
 
 TEST_FILE = "test.tsv"
 OUT_FILE = "test_ext.tsv"
-TEST_SEED_OFFSET = 2  # model/corpus.py `build`: the test split's seed is the corpus seed + 2
+TEST_SEED_OFFSET = 2  # textnorm/corpus.py `build`: the test split's seed is the corpus seed + 2
 
 
 def sources(path: Path) -> list[str]:
@@ -46,10 +46,10 @@ def extend_test(corpus: Path, n: int, seed: int = 1234) -> list[tuple[str, str]]
 
 def main(argv: list[str] | None = None) -> None:
     """Command-line entry point."""
-    ap = argparse.ArgumentParser(prog="python -m model.heldout", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m textnorm.heldout", description=__doc__.splitlines()[0])
     ap.add_argument("--corpus", type=Path, default=Path("data/corpus"), help="the corpus directory")
     ap.add_argument("--n", type=int, default=10_000, help="pairs drawn past the test split's")
-    ap.add_argument("--seed", type=int, default=1234, help="the corpus seed (model.corpus --seed)")
+    ap.add_argument("--seed", type=int, default=1234, help="the corpus seed (textnorm.corpus --seed)")
     a = ap.parse_args(argv)
     pairs = extend_test(a.corpus, a.n, a.seed)
     out = a.corpus / OUT_FILE

@@ -1,16 +1,16 @@
-"""The corpus's alone supplement (model/corpus.py, `--alone`): a written form of any class as the whole
+"""The corpus's alone supplement (textnorm/corpus.py, `--alone`): a written form of any class as the whole
 input, two side by side, or in a frame of one or two words, so that a form read right inside a sentence
 is read right alone too (a decade alone was read as a cardinal: `1800s` -> "one thousand, eight
 hundreds"). Every class about equally often, decades of every century, the probe's number shapes for
-half of the cardinals, and a tenth of items the rules copy (model/literal.py)."""
+half of the cardinals, and a tenth of items the rules copy (textnorm/literal.py)."""
 
 from __future__ import annotations
 
 import random
 
-from model.everyday import DRAW_ALL
-from model.literal import literal_items
-from model.sampling import filler_word, pick, probe_number, shaped_number, with_separators
+from textnorm.everyday import DRAW_ALL
+from textnorm.literal import literal_items
+from textnorm.sampling import filler_word, pick, probe_number, shaped_number, with_separators
 
 # The alone supplement: every class about equally often (the decade a little more: `1800s` alone was
 # read as a cardinal), each written form the whole input or in a frame of one or two words.
@@ -24,7 +24,7 @@ ALONE_AFTER = ("saw", "were", "was", "is", "left", "now", "then", "again", "ago"
 def alone_form(rng: random.Random, words: list[str]) -> str:
     """One written form of any class (a probe shape for half of the cardinals, a decade of any century
     1000-2090 for half of the decades), or in 10% an item the
-    rules copy (model/literal.py: `10°`, `#12`, `1990s-era`, a symbol, a word of another script)."""
+    rules copy (textnorm/literal.py: `10°`, `#12`, `1990s-era`, a symbol, a word of another script)."""
     if rng.random() < 0.1:
         return literal_items(rng, words, 1)[0]
     kind = pick(rng, ALONE_CLASSES)

@@ -1,4 +1,4 @@
-"""The everyday classes read as model/verbalize.py's docstring says: hand-written references, the issue's
+"""The everyday classes read as textnorm/verbalize.py's docstring says: hand-written references, the issue's
 examples, and near-misses that are copied or read only where a stated rule applies."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import string
 
 import pytest
 
-from model import verbalize as v
+from textnorm import verbalize as v
 
 
 @pytest.mark.parametrize(("written", "spoken"), [

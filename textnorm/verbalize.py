@@ -94,7 +94,7 @@ from __future__ import annotations
 
 import re
 
-from model.readers import (
+from textnorm.readers import (
     CURRENCIES,
     DIGITS,
     MONTHS,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from num2words import num2words
 
-from model import verbalize as v
+from textnorm import verbalize as v
 
 NAMES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
 SHAPES = [0, 7, 10, 20, 100, 101, 999, 1000, 1001, 1984, 20000, 40050, 100001, 555555, 1000000, 1000001,

@@ -10,12 +10,12 @@ import sys
 import pytest
 from num2words import num2words
 
-from model.corpus import build, fill, generate, ordinal_suffix, sentence, word_lists
 from model.data import CorpusError, read_tsv
-from model.frames import FRAMES, SLOT
-from model.sampling import shaped_number
 from model.tokenizer import train_tokenizer
-from model.verbalize import CLASSES, classes, verbalize
+from textnorm.corpus import build, fill, generate, ordinal_suffix, sentence, word_lists
+from textnorm.frames import FRAMES, SLOT
+from textnorm.sampling import shaped_number
+from textnorm.verbalize import CLASSES, classes, verbalize
 
 NUMBER = re.compile(r"(?<![\w,])(\d{1,3}(?:,\d{3})+|\d+)(st|nd|rd|th|%)?(?![\w])")
 TRAINING = {"train", "numbers", "long", "copy"}  # the files training reads
@@ -211,7 +211,7 @@ def test_the_copy_supplement_makes_up_words_in_several_scripts(small_corpus):
 
 
 def test_cli_writes_every_split(tmp_path):
-    cmd = [sys.executable, "-m", "model.corpus", "--out", str(tmp_path), "--train", "40", "--valid", "5",
+    cmd = [sys.executable, "-m", "textnorm.corpus", "--out", str(tmp_path), "--train", "40", "--valid", "5",
            "--test", "5", "--probe", "20", "--numbers", "10", "--long", "7", "--copy", "6", "--seed", "3"]
     subprocess.run(cmd, check=True, capture_output=True, timeout=120)
     sizes = {s: len(read_tsv(tmp_path / f"{s}.tsv")) for s in SPLITS}

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from model.corpus import build
-from model.heldout import extend_test, sources
-from model.verbalize import verbalize
+from textnorm.corpus import build
+from textnorm.heldout import extend_test, sources
+from textnorm.verbalize import verbalize
 
 SEED = 77
 

@@ -1,4 +1,4 @@
-"""The spoken form of one written form of each class (the rules are in model/verbalize.py); torch-free."""
+"""The spoken form of one written form of each class (the rules are in textnorm/verbalize.py); torch-free."""
 
 from __future__ import annotations
 

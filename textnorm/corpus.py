@@ -2,17 +2,17 @@
 
 Written form -> spoken form, the first stage of a speech synthesizer. The classes (cardinal,
 ordinal, percentage, decimal, money, year, date, time, measure, phone) and their conventions are
-in model/verbalize.py, which also makes every target: target = verbalize(source). Numbers are drawn
-by shape (model/sampling.py), not only uniformly.
+in textnorm/verbalize.py, which also makes every target: target = verbalize(source). Numbers are drawn
+by shape (textnorm/sampling.py), not only uniformly.
 
-Sentences are of two kinds: 60% real sentence frames (model/frames.py: "It costs $5.20 today.",
+Sentences are of two kinds: 60% real sentence frames (textnorm/frames.py: "It costs $5.20 today.",
 "The meeting moved to 5:30 pm on May 21."), a quarter of them two frames in a row; 40% word salad
 as before: 2-10 filler words from wordfreq's English list around 1-3 written forms of any class,
 with punctuation. A share of the filler words is held out of the training split (never a word the
 frames write themselves, a month, a unit or am/pm), so the model must learn to copy words it has
 never seen. Splits are disjoint by source sentence.
 
-    python -m model.corpus --out data/corpus   # writes train.tsv, valid.tsv, test.tsv, probe.tsv
+    python -m textnorm.corpus --out data/corpus   # writes train.tsv, valid.tsv, test.tsv, probe.tsv
 
 probe.tsv holds the shapes uniform sampling misses (round numbers, trailing and inner zeros,
 repeated digits, round ordinals and percentages, zero cents and decimals), disjoint from train.
@@ -31,11 +31,11 @@ from pathlib import Path
 from num2words import num2words
 from wordfreq import top_n_list
 
-from model.alone import alone_sentence
-from model.everyday import DRAW_ALL, roman_numeral
-from model.frames import FRAMES, SLOT, THINGS, frame_vocabulary
-from model.literal import literal_items
-from model.sampling import (
+from textnorm.alone import alone_sentence
+from textnorm.everyday import DRAW_ALL, roman_numeral
+from textnorm.frames import FRAMES, SLOT, THINGS, frame_vocabulary
+from textnorm.literal import literal_items
+from textnorm.sampling import (
     DRAW,
     draw_measure,
     draw_year,
@@ -46,7 +46,7 @@ from model.sampling import (
     shaped_number,
     with_separators,
 )
-from model.verbalize import MONTHS, ROMAN_NAMES, ROMAN_NOUNS, UNITS, YEAR_CONTEXT, verbalize
+from textnorm.verbalize import MONTHS, ROMAN_NAMES, ROMAN_NOUNS, UNITS, YEAR_CONTEXT, verbalize
 
 __all__ = ["build", "cardinal", "generate", "ordinal", "ordinal_suffix", "probe", "sentence", "word_lists"]
 
@@ -202,7 +202,7 @@ def copy_sentence(rng: random.Random, words: list[str]) -> str:
 
 
 def literal_sentence(rng: random.Random, words: list[str]) -> str:
-    """Filler words around 1-3 items the rules copy (model/literal.py), a written form of a class in 40%."""
+    """Filler words around 1-3 items the rules copy (literal.py), a written form of a class in 40%."""
     items = [filler_word(rng, words) for _ in range(rng.randint(1, 8))]
     extra = literal_items(rng, words, rng.randint(1, 3))
     if rng.random() < 0.4:

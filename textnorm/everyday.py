@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import random
 
-from model.readers import DAYS_IN_MONTH, VULGAR
-from model.sampling import DRAW, draw_measure, draw_percentage, shaped_number, with_separators
-from model.verbalize import ROMAN_NAMES, ROMAN_NOUNS
+from textnorm.readers import DAYS_IN_MONTH, VULGAR
+from textnorm.sampling import DRAW, draw_measure, draw_percentage, shaped_number, with_separators
+from textnorm.verbalize import ROMAN_NAMES, ROMAN_NOUNS
 
 SIGN_WEIGHTS = {"-": 4, "\u2212": 1}  # hyphen-minus, minus sign
 ROMAN = (("", "X", "XX", "XXX", "XL", "L", "LX", "LXX", "LXXX", "XC"),

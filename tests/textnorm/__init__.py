@@ -1,0 +1,1 @@
+"""Tests of textnorm/: the verbalization rules and the default corpus generator."""
