@@ -1,1 +1,1 @@
-"""Benchmarks: engines, the server's batching modes, scaling and memory (`python -m bench`)."""
+"""Benchmarks, soak and fuzz drivers, by family (bench/README.md lists every command)."""

@@ -3,13 +3,14 @@
     python -m bench            # full (`make bench`, <= 30 min)
     python -m bench --quick    # fewer points (`make bench-quick`, <= 5 min)
 
+Runs bench/engines (greedy engines, then the server against CTranslate2: vs_ct2), bench/server
+(batching modes), bench/protocols (one server, each protocol) and bench/server/scaling.py in turn.
 Prints each benchmark's tables and writes its chart records and charts (bench/charts) to --out
 (runs/bench, or runs/bench-quick with --quick): server.json, server-latency-throughput.svg,
-server-ttft.svg, protocols.json, protocols-latency-throughput.svg (bench/protocols: one server, each
-protocol), scaling-rss.json, scaling-rss.svg. Progress by phase goes to stderr (a bar on a
-terminal, plain lines otherwise). The last line is one JSON object of throughput ratios (higher
-is better): ort_vs_torch_b1, ort_vs_torch_b32, ort_vs_ct2_b1, ort_vs_ct2_b32,
-service_vs_ct2_c1, service_vs_ct2_c64, server_c64_vs_inprocess (bench/vs_ct2.py),
+server-ttft.svg, protocols.json, protocols-latency-throughput.svg, scaling-rss.json, scaling-rss.svg.
+Progress by phase goes to stderr (a bar on a terminal, plain lines otherwise). The last line is one
+JSON object of throughput ratios (higher is better): ort_vs_torch_b1, ort_vs_torch_b32, ort_vs_ct2_b1,
+ort_vs_ct2_b32, service_vs_ct2_c1, service_vs_ct2_c64, server_c64_vs_inprocess (bench/engines/vs_ct2.py),
 continuous_vs_none_c64, continuous_vs_dynamic_mixed, server_c1_vs_inprocess.
 """
 
@@ -41,23 +42,24 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     out = a.out or Path("runs/bench-quick" if a.quick else "runs/bench")
 
-    from bench import engine, scaling, server, vs_ct2
-    from bench.progress import Progress
+    from bench.common.progress import Progress
+    from bench.engines import greedy, vs_ct2
     from bench.protocols.curve import run as protocols_run
+    from bench.server import modes, scaling
 
     figures: dict[str, float] = {}
     start = time.perf_counter()
     phases = Progress(5, "bench phases", lines=5)
     print("## Engines (greedy, static batches, sentences/s and tokens/s)", flush=True)
-    points, ratios = engine.run(a.quick, a.checkpoint, a.bundle, threads=a.threads)
-    print(engine.table(points), flush=True)
+    points, ratios = greedy.run(a.quick, a.checkpoint, a.bundle, threads=a.threads)
+    print(greedy.table(points), flush=True)
     figures |= ratios
     phases.update(1, "engines done")
     print("\n## The server against CTranslate2 in process", flush=True)
     figures |= vs_ct2.run(a.quick, a.checkpoint, a.bundle, threads=a.threads)
     phases.update(1, "server against CTranslate2 done")
     print("\n## Server", flush=True)
-    figures |= server.run(a.quick, a.bundle, intra_op_threads=a.threads, out=out)
+    figures |= modes.run(a.quick, a.bundle, intra_op_threads=a.threads, out=out)
     phases.update(1, f"server done (charts in {out})")
     print("\n## Server per protocol (gRPC, KServe v2 gRPC, HTTP infer, generate)", flush=True)
     per_protocol = protocols_run(a.quick, a.bundle, intra_op_threads=a.threads, out=out)

@@ -7,14 +7,14 @@ from typing import Any
 
 SUMMARY = ("requests", "throughput", "tokens_per_s", "p50_ms", "p90_ms", "p99_ms", "ttft_p50_ms",
            "ttft_p99_ms")
-# bench/marian.py's engine names -> (the chart's name, the engine's text-in, text-out counterpart)
+# bench/marian/compare.py's engine names -> (the chart's name, the engine's text-in, text-out counterpart)
 MARIAN = {"onnxruntime": ("ours fp32", "server"), "ctranslate2": ("CTranslate2 float32", "ctranslate2 text"),
           "onnxruntime int8": ("ours int8", "server int8"),
           "ctranslate2 int8": ("CTranslate2 int8", "ctranslate2 int8 text")}
 
 
 def server(results: Mapping[str, Any]) -> dict[str, Any]:
-    """bench/server.py: every closed-loop point by mode, workload and concurrency."""
+    """bench/server/modes.py: every closed-loop point by mode, workload and concurrency."""
     points = [{"mode": mode, "workload": workload, "concurrency": c,
                **{k: getattr(p.summary, k) for k in SUMMARY}}
               for mode, r in results.items() for (workload, c), p in r.closed.items()]
@@ -22,8 +22,8 @@ def server(results: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def scaling_rss(rss: Mapping[str, Any], every: int) -> dict[str, Any]:
-    """bench/scaling.py's memory run: RSS after start-up, then after each chunk of `every` requests (the
-    first chunk is the warm-up)."""
+    """bench/server/scaling.py's memory run: RSS after start-up, then after each chunk of `every` requests
+    (the first chunk is the warm-up)."""
     return {"title": "Server memory under load (continuous batching)",
             "label": f"RSS every {every:,} requests",
             "warmup_requests": every, "started_mib": round(rss["started_mib"], 1),
@@ -33,7 +33,7 @@ def scaling_rss(rss: Mapping[str, Any], every: int) -> dict[str, Any]:
 
 def soak_rss(curve_mib: Sequence[float], requests: int, warmup: int, warm_mib: float,
              end_mib: float) -> dict[str, Any]:
-    """bench/soak.py: RSS after the warm-up, then at each twentieth of the soak (the last at its end)."""
+    """bench/soak/run.py: RSS after the warm-up, then at each twentieth of the soak (the last at its end)."""
     n = len(curve_mib)
     return {"title": "Soak with faults: server RSS", "label": f"RSS at each 1/{n} of the soak",
             "warmup_requests": warmup, "warm_mib": round(warm_mib, 1), "end_mib": round(end_mib, 1),
@@ -41,8 +41,8 @@ def soak_rss(curve_mib: Sequence[float], requests: int, warmup: int, warm_mib: f
 
 
 def marian_engines(points: Sequence[Any], footprint: Mapping[str, Any], batch: int) -> dict[str, Any]:
-    """bench/marian.py: sentences/s of each engine and its text counterpart at 1 and `batch`, its bytes
-    on disk and the memory it adds (Rss after loading, a warm-up, a batch)."""
+    """bench/marian/compare.py: sentences/s of each engine and its text counterpart at 1 and `batch`, its
+    bytes on disk and the memory it adds (Rss after loading, a warm-up, a batch)."""
     by = {(p.engine, p.batch): p.sentences_per_s for p in points}
     engines = []
     for engine, (name, text) in MARIAN.items():

@@ -1,19 +1,11 @@
-"""Resident memory of a bundle's weights in one process, each configuration in a fresh process.
+"""Resident memory of a bundle's weights in one process: the runner measured in a fresh process.
 
-The runner on the CPU (default options), after decoding a warm-up batch greedily and with beam search
-(so that every session has read its weights):
-- `one_step`: encoder and decoder sessions (the server's default, `--steps-per-call 1`);
-- `multistep`: plus the multi-step decoder (`--steps-per-call > 1`), a second session over the
-  decoder's weights, each session keeping the kernels' prepacked copy (`--multistep-weights packed`,
-  the default);
-- `multistep_shared`: the same with `--multistep-weights shared`: neither decoder session prepacks and
-  both read the bundle's one weights file mapping (service/runtime/sessions.py).
-
-Memory is read from /proc/self/smaps_rollup: resident (Rss), proportional (Pss: a page mapped twice,
-by two sessions, counts once; the ratios use it), of Rss anonymous (heap, arena, packed copies) and
-file-backed (the mapped weights file: page cache, shared with any other process that maps it). Prints
-one JSON line: `multistep_vs_one_step` is the packed copy the multi-step decoder adds, and
-`shared_vs_one_step` near 1.0 means that with shared weights it adds none.
+The runner on the CPU (default options: encoder and decoder sessions), after decoding a warm-up batch
+greedily and with beam search (so that every session has read its weights). Memory is read from
+/proc/self/smaps_rollup: resident (Rss), proportional (Pss: a page mapped twice counts once), of Rss
+anonymous (heap, arena, the kernels' prepacked copies) and file-backed (the mapped weights file: page
+cache, shared with any other process that maps it). Prints one JSON line: the bundle, its weights
+file's size and what the runner added.
 
     python -m bench.memory.weights [--bundle DIR]
 """
@@ -27,10 +19,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench.workload import DEFAULT_BUNDLE, REPO_ROOT
+from bench.common.workload import DEFAULT_BUNDLE, REPO_ROOT
 from interface import names
 
-CONFIGS = ("one_step", "multistep", "multistep_shared")
 _CHILD = """
 import json, sys
 from bench.memory.proc import smaps_rollup
@@ -39,38 +30,28 @@ def mem():
     return out | {"file": out["rss"] - out["anonymous"]}
 from service.domain.types import DecodeOptions
 from service.runtime.runner import Runner
-from service.runtime.stepping import StepPolicy
-config = sys.argv[2]
 before = mem()
-weights = {"multistep": "packed", "multistep_shared": "shared"}.get(config)
-policy = StepPolicy(16, weights=weights) if weights else StepPolicy(1)
-runner = Runner(sys.argv[1], providers=["CPUExecutionProvider"], step_policy=policy)
+runner = Runner(sys.argv[1], providers=["CPUExecutionProvider"])
 ids = [[5 + (i + j) % 50 for j in range(12)] + [runner.special.eos] for i in range(8)]
-runner.translate(ids, DecodeOptions(max_new_tokens=16))
-runner.translate(ids[:2], DecodeOptions(max_new_tokens=8, beam_size=2))
+runner.translate(ids, DecodeOptions(max_output_tokens=16))
+runner.translate(ids[:2], DecodeOptions(max_output_tokens=8, beam_size=2))
 after = mem()
 print(json.dumps({k: round(after[k] - before[k], 1) for k in after}))
 """
 
 
-def measure(bundle: Path, config: str) -> dict[str, float]:
-    """MiB added by opening and warming the runner in a fresh process, for one configuration."""
-    out = subprocess.run([sys.executable, "-c", _CHILD, str(bundle), config], capture_output=True, text=True,
+def measure(bundle: Path) -> dict[str, float]:
+    """MiB added by opening and warming the runner in a fresh process."""
+    out = subprocess.run([sys.executable, "-c", _CHILD, str(bundle)], capture_output=True, text=True,
                          cwd=REPO_ROOT, timeout=1200, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def run(bundle: Path) -> dict[str, Any]:
-    """Every configuration's memory and the ratios."""
+    """The weights file's size and the runner's memory."""
     data = bundle / names.weights_file(None)  # the base variant's, which the CPU runs
     weights = data.stat().st_size / 2**20 if data.is_file() else 0.0
-    result: dict[str, Any] = {"bundle": str(bundle), "weights_file_mib": round(weights, 1)}
-    for config in CONFIGS:
-        result[config] = measure(bundle, config)
-    rss = {config: result[config]["pss"] for config in CONFIGS}  # shared pages counted once
-    result["multistep_vs_one_step"] = round(rss["multistep"] / rss["one_step"], 3)
-    result["shared_vs_one_step"] = round(rss["multistep_shared"] / rss["one_step"], 3)
-    return result
+    return {"bundle": str(bundle), "weights_file_mib": round(weights, 1), "runner": measure(bundle)}
 
 
 def main(argv: list[str] | None = None) -> int:

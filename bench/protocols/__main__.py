@@ -19,9 +19,9 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from bench.common.workload import DEFAULT_BUNDLE, HELD_OUT
 from bench.protocols.clients import PROTOCOLS
 from bench.protocols.curve import QUICK, Plan, run
-from bench.workload import DEFAULT_BUNDLE, HELD_OUT
 
 
 def main(argv: list[str] | None = None) -> int:

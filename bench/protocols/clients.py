@@ -1,27 +1,27 @@
-"""Closed-loop clients of one server, one per protocol, each answering `call(i, lane) -> loadgen.Record`.
+"""The load generator's clients of one server, one per protocol, each a `Call`: `call(i, lane) -> Record`
+(bench/common/loadgen.py).
 
     async with open_client("http-generate", addresses, texts, concurrency=8) as call:
         records = await closed_loop(call, concurrency=8, requests=200)
 
 Request i sends `texts[i % len(texts)]`, one text per request, greedy, no options. gRPC clients spread
-their users over connections as bench/loadgen.py does; HTTP clients hold one keep-alive connection
+their users over connections as bench/common/translator.py does; HTTP clients hold one keep-alive connection
 per user (as perf_analyzer's HTTP client does).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import aiohttp
 from grpc import aio
 
-from bench import loadgen
-from bench.loadgen import Record
+from bench.common import translator
+from bench.common.loadgen import Call, Record
 from protos.inference import grpc_service_pb2 as v2
 from protos.inference import grpc_service_pb2_grpc as v2_grpc
 
@@ -29,29 +29,12 @@ MODEL = "translator"
 # protocol -> what it calls (the chart's legend)
 PROTOCOLS = {"grpc": "gRPC translator.v1 Translate", "kserve-grpc": "gRPC KServe v2 ModelInfer",
              "http-infer": "HTTP KServe v2 infer (JSON)", "http-generate": "HTTP generate (Triton)"}
-Call = Callable[[int, int], Awaitable[Record]]
-
-
-async def closed_loop(call: Call, concurrency: int, requests: int) -> list[Record]:
-    """`concurrency` users, each sending its next request as soon as its previous one is answered."""
-    if concurrency < 1 or requests < 1:
-        raise ValueError(f"concurrency and requests must be >= 1: {concurrency}, {requests}")
-    pending = iter(range(requests))  # shared by the users: each index is taken exactly once
-    records: list[Record] = []
-
-    async def user(u: int) -> None:
-        """Send requests back to back until none are left."""
-        for i in pending:
-            records.append(await call(i, u))
-
-    await asyncio.gather(*(user(u) for u in range(min(concurrency, requests))))
-    return sorted(records, key=lambda r: r.index)
 
 
 def _record(i: int, start: float, code: str) -> Record:
     """A Record of request i sent at `start` (perf_counter) and finished now."""
-    latency = time.perf_counter() - start if code == "OK" else math.nan
-    return Record(i, start, latency, math.nan, 0, code, False)
+    end = time.perf_counter()
+    return Record(i, start, end - start if code == "OK" else math.nan, code=code, end=end)
 
 
 def kserve_request(text: str) -> v2.ModelInferRequest:
@@ -83,17 +66,17 @@ def answered(protocol: str, reply: Any) -> bool:
 
 @contextlib.asynccontextmanager
 async def _grpc(address: str, texts: Sequence[str], concurrency: int) -> AsyncIterator[Call]:
-    """translator.v1 Translate through bench/loadgen.py's client."""
-    n = math.ceil(concurrency / loadgen.STREAMS_PER_CHANNEL)
-    async with loadgen.open_channels(address, n) as channels:
-        yield loadgen.Client(channels, texts).call
+    """translator.v1 Translate through bench/common/translator.py's client."""
+    n = math.ceil(concurrency / translator.STREAMS_PER_CHANNEL)
+    async with translator.open_channels(address, n) as channels:
+        yield translator.Client(channels, texts).call
 
 
 @contextlib.asynccontextmanager
 async def _kserve_grpc(address: str, texts: Sequence[str], concurrency: int) -> AsyncIterator[Call]:
     """KServe v2 ModelInfer over grpc.aio."""
-    n = math.ceil(concurrency / loadgen.STREAMS_PER_CHANNEL)
-    async with loadgen.open_channels(address, n) as channels:
+    n = math.ceil(concurrency / translator.STREAMS_PER_CHANNEL)
+    async with translator.open_channels(address, n) as channels:
         stubs = [v2_grpc.GRPCInferenceServiceStub(c) for c in channels]
         requests = [kserve_request(t) for t in texts]
 
@@ -102,7 +85,7 @@ async def _kserve_grpc(address: str, texts: Sequence[str], concurrency: int) -> 
             start, code = time.perf_counter(), "OK"
             try:
                 reply = await stubs[lane % len(stubs)].ModelInfer(requests[i % len(requests)],
-                                                                  timeout=loadgen.TIMEOUT_S)
+                                                                  timeout=translator.TIMEOUT_S)
                 if not reply.outputs:
                     code = "NO_OUTPUT"
             except aio.AioRpcError as exc:
@@ -117,7 +100,7 @@ async def _http(protocol: str, address: str, texts: Sequence[str], concurrency: 
     """KServe v2 REST infer or Triton's generate over aiohttp, one connection per user."""
     url = f"http://{address}{http_path(protocol)}"
     bodies = [http_body(protocol, t) for t in texts]
-    timeout = aiohttp.ClientTimeout(total=loadgen.TIMEOUT_S)
+    timeout = aiohttp.ClientTimeout(total=translator.TIMEOUT_S)
     connector = aiohttp.TCPConnector(limit=concurrency)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
 

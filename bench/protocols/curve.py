@@ -1,12 +1,13 @@
 """One server, every protocol at each concurrency in turn: a closed-loop point per (protocol, concurrency).
 
 One `python -m service.server` process (default configuration: continuous batching, `--http-port` on a
-free port) serves all four clients of bench/protocols/clients.py on the held-out sentences. At each
-concurrency every protocol takes its point before the next concurrency starts, the order rotated
-per concurrency, so that a drift of the machine touches every protocol alike; the whole sweep runs
-`rounds` times (the order rotated again each round) and each point pools its rounds: percentiles over
-all its requests, throughput = its answers / the time its rounds took. Each point records the client's
-CPU time per request too: the clients are Python (grpc.aio, aiohttp) on the server's cores.
+free port) serves all four clients of bench/protocols/clients.py on the held-out sentences, each driven
+by the closed loop of bench/common/loadgen.py. At each concurrency every protocol takes its point before
+the next concurrency starts, the order rotated per concurrency, so that a drift of the machine touches
+every protocol alike; the whole sweep runs `rounds` times (the order rotated again each round) and each
+point pools its rounds: percentiles over all its requests, throughput = its answers / the time its rounds
+took. Each point records the client's CPU time per request too: the clients are Python (grpc.aio,
+aiohttp) on the server's cores.
 """
 
 from __future__ import annotations
@@ -20,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from bench.charts import record as chart_record
-from bench.loadgen import Record, Summary, summarize
-from bench.protocols.clients import PROTOCOLS, closed_loop, open_client
-from bench.server import Plan as ServerPlan
-from bench.serverproc import ServerProcess, free_port
-from bench.workload import DEFAULT_BUNDLE, HELD_OUT, PAUSE_S, held_out_sources
+from bench.common.loadgen import Record, Summary, closed_loop, summarize
+from bench.common.serverproc import ServerProcess, free_port
+from bench.common.workload import DEFAULT_BUNDLE, HELD_OUT, PAUSE_S, held_out_sources
+from bench.protocols.clients import PROTOCOLS, open_client
+from bench.server.modes import Plan as ServerPlan
 
 # the server benchmark's closed-loop concurrencies up to 64 (its gRPC curve's points)
 CONCURRENCIES = tuple(c for c in ServerPlan().concurrencies if c <= 64)

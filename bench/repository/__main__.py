@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from bench.charts import record
-from bench.progress import Progress
+from bench.common.progress import Progress
+from bench.common.workload import DEFAULT_BUNDLE, PAUSE_S, held_out_sources
 from bench.repository import cold, colocate, cycles, perf
 from bench.repository.models import ct2_dir, large_bundle, make_repository
 from bench.repository.plan import QUICK, Plan
-from bench.workload import DEFAULT_BUNDLE, PAUSE_S, held_out_sources
 
 RESULTS = "repository.json"
 CHART = "repository-cycles-rss"

@@ -19,12 +19,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.loadgen import Record, summarize
+from bench.common.loadgen import Record, summarize
+from bench.common.serverproc import ServerProcess
+from bench.common.workload import PAUSE_S
 from bench.repository.models import bundle_server, make_repository, repository_server
 from bench.repository.plan import Plan
 from bench.repository.traffic import Target, closed_loops
-from bench.serverproc import ServerProcess
-from bench.workload import PAUSE_S
 
 NAMES = ("first", "second")
 

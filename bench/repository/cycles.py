@@ -26,11 +26,12 @@ from typing import Any
 
 import tritonclient.grpc as triton
 
-from bench.loadgen import open_channel
+from bench.common.loadgen import Record, closed_loop
+from bench.common.serverproc import ServerProcess
+from bench.common.translator import open_channel
 from bench.repository.models import bundle_bytes, make_repository, repository_server
 from bench.repository.plan import Plan
-from bench.repository.traffic import Target, Timed, loop_until, model_client
-from bench.serverproc import ServerProcess
+from bench.repository.traffic import Target, loop_until, model_client
 
 STEADY, CYCLED = "steady", "cycled"
 REFUSED = ("UNAVAILABLE", "NOT_FOUND")  # what a request for a model that is not loaded may get
@@ -38,19 +39,12 @@ API_TIMEOUT_S = 120.0  # one load_model / unload_model call
 Window = tuple[float, float]  # (from, to) s on the run's clock: the cycled model not loaded
 
 
-async def _cycled_requests(target: Target, texts: Sequence[str], n: int, t0: float) -> list[Timed]:
+async def _cycled_requests(target: Target, texts: Sequence[str], n: int, t0: float) -> list[Record]:
     """n requests to the freshly loaded model, four at a time."""
+    if n < 1:
+        return []
     async with open_channel(target.address) as channel:
-        client = model_client(channel, texts, target, t0)
-        pending = iter(range(n))
-        out: list[Timed] = []
-
-        async def user() -> None:
-            for i in pending:
-                record = await client.call(i)
-                out.append((record, time.perf_counter() - t0))
-        await asyncio.gather(*(user() for _ in range(min(4, n))))
-    return out
+        return await closed_loop(model_client(channel, texts, target, t0).call, 4, n)
 
 
 def _size(server: ServerProcess, client: triton.InferenceServerClient) -> float:
@@ -73,7 +67,7 @@ async def _cycles(server: ServerProcess, client: triton.InferenceServerClient, t
     windows: list[Window] = []
     samples: list[tuple[float, float]] = []  # (s on the clock, RSS MiB) after each counted unload
     warmup: list[tuple[float, float]] = []  # the same after each warm-up cycle
-    own: list[Timed] = []
+    own: list[Record] = []
     load_s: list[float] = []
     unloaded_since = 0.0  # the cycled model is not loaded from the start
     try:
@@ -93,29 +87,28 @@ async def _cycles(server: ServerProcess, client: triton.InferenceServerClient, t
             log(f"  {what}: loaded in {load_s[-1]:.2f} s, RSS after the unload {sample[1]:.1f} MiB")
     finally:
         stop.set()
-        steady_timed, probe_timed = await asyncio.gather(*background)
+        steady_records, probe_records = await asyncio.gather(*background)
     windows.append((unloaded_since, float("inf")))
-    return {"steady": steady_timed, "probe": probe_timed, "own": own, "windows": windows,
+    return {"steady": steady_records, "probe": probe_records, "own": own, "windows": windows,
             "samples": samples, "warmup_samples": warmup, "load_s": load_s}
 
 
-def expected_refusal(timed: Timed, windows: Sequence[Window]) -> bool:
+def expected_refusal(record: Record, windows: Sequence[Window]) -> bool:
     """A refusal of a request that overlapped a window in which the cycled model was not loaded."""
-    record, end = timed
-    return record.code in REFUSED and any(record.start <= hi and end >= lo for lo, hi in windows)
+    return record.code in REFUSED and any(record.start <= hi and record.end >= lo for lo, hi in windows)
 
 
-def account(kinds: dict[str, list[Timed]], windows: Sequence[Window], may_refuse: Sequence[str]
+def account(kinds: dict[str, list[Record]], windows: Sequence[Window], may_refuse: Sequence[str]
             ) -> dict[str, dict[str, Any]]:
     """Per kind of request: sent, answered OK, refused while unloaded (kinds in may_refuse only), lost
     (every other failure)."""
     out = {}
-    for kind, timed in kinds.items():
-        ok = sum(r.code == "OK" for r, _ in timed)
-        refused = sum(expected_refusal(t, windows) for t in timed) if kind in may_refuse else 0
-        out[kind] = {"sent": len(timed), "answered": ok, "refused_while_unloaded": refused,
-                     "lost": len(timed) - ok - refused,
-                     "errors": dict(Counter(r.code for r, _ in timed if r.code != "OK"))}
+    for kind, records in kinds.items():
+        ok = sum(r.code == "OK" for r in records)
+        refused = sum(expected_refusal(r, windows) for r in records) if kind in may_refuse else 0
+        out[kind] = {"sent": len(records), "answered": ok, "refused_while_unloaded": refused,
+                     "lost": len(records) - ok - refused,
+                     "errors": dict(Counter(r.code for r in records if r.code != "OK"))}
     return out
 
 
@@ -141,7 +134,7 @@ def run(bundle: Path, work: Path, texts: Sequence[str], plan: Plan, max_output_t
     rss = [v for _, v in got["samples"]]
     base = warm[-1] if warm else rss[0]  # after the last warm-up cycle, else after the first counted one
     growth = rss[-1] - base
-    ends = sorted(end for timed in kinds.values() for _, end in timed)
+    ends = sorted(r.end for records in kinds.values() for r in records)
     every = [*got["warmup_samples"], *got["samples"]]
     sent_by = [sum(end <= at for end in ends) for at, _ in every]
     chart = {"title": f"{plan.cycles} load/unload cycles of one model under load: server RSS",

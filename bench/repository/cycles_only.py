@@ -22,9 +22,9 @@ from pathlib import Path
 
 import tritonclient.grpc as triton
 
+from bench.common.workload import DEFAULT_BUNDLE, held_out_sources
 from bench.repository import cycles
 from bench.repository.plan import QUICK, Plan
-from bench.workload import DEFAULT_BUNDLE, held_out_sources
 
 
 class _Kept(triton.InferenceServerClient):

@@ -11,8 +11,8 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench.serverproc import ServerProcess
-from bench.workload import DEFAULT_BUNDLE, REPO_ROOT
+from bench.common.serverproc import ServerProcess
+from bench.common.workload import DEFAULT_BUNDLE, REPO_ROOT
 
 LARGE_ROOT = REPO_ROOT / "runs" / "bench-marian"  # bench.marian's <x>/bundle and <x>/ct2
 MANIFEST = "bundle.json"

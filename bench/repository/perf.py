@@ -1,4 +1,5 @@
-"""Triton's perf_analyzer against one named model of several (`-m <name>`), through bench/perf_analyzer.py.
+"""Triton's perf_analyzer against one named model of several (`-m <name>`), through
+bench/server/perf_analyzer.py.
 
 One explicit-mode server of three copies of a bundle, all loaded; perf_analyzer loads the first by name
 at each concurrency (its model metadata, config and statistics, ModelInfer), and the server's KServe
@@ -15,14 +16,14 @@ from typing import Any
 
 import tritonclient.grpc as triton
 
-from bench import perf_analyzer
 from bench.repository.models import make_repository, repository_server
+from bench.server import perf_analyzer
 
 NAMES = ("named", "other-1", "other-2")
 
 
 def command(address: str, model: str, data: Path, concurrency: int, requests: int, report: Path) -> list[str]:
-    """bench/perf_analyzer.py's command line for one level, against `model`."""
+    """bench/server/perf_analyzer.py's command line for one level, against `model`."""
     cmd = perf_analyzer.command(address, data, concurrency, requests, report, max_trials=8, stability=100)
     cmd[cmd.index("-m") + 1] = model
     return cmd
@@ -30,7 +31,7 @@ def command(address: str, model: str, data: Path, concurrency: int, requests: in
 
 def measure(address: str, model: str, data: Path, concurrency: int, requests: int,
             work: Path) -> dict[str, Any]:
-    """One perf_analyzer level against `model`: its row (bench/perf_analyzer.py Row, as a dict)."""
+    """One perf_analyzer level against `model`: its row (bench/server/perf_analyzer.py Row, as a dict)."""
     report = work / f"perf_analyzer_{model}_c{concurrency}.csv"
     cmd = command(address, model, data, concurrency, requests, report)
     done = subprocess.run(cmd, env=perf_analyzer.environment(), capture_output=True, text=True,

@@ -1,9 +1,10 @@
 """Requests that name a model: closed loops over several (server, model) targets at once, loops that run
 until told to stop, and single timed requests (translator.v1 Translate with `model` set).
 
-Every target gets bench/loadgen.py's `Client` with its requests addressed to the target's model; all of
-one run's records share one clock (`start` in seconds from the run's start), so `loadgen.summarize` of
-their union gives the run's throughput over every target.
+Every target gets bench/common/translator.py's `Client` with its requests addressed to the target's model,
+driven by the closed loop of bench/common/loadgen.py; all of one run's records share one clock (`start`
+and `end` in seconds from the run's start), so `summarize` of their union gives the run's throughput over
+every target.
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from bench.loadgen import TIMEOUT_S, Client, Record, open_channel
+from grpc import aio
+
+from bench.common.loadgen import Record, closed_loop
+from bench.common.translator import TIMEOUT_S, Client, open_channel
 from protos.translator.v1 import translator_pb2 as pb
 from protos.translator.v1 import translator_pb2_grpc as pb_grpc
 
 ERROR_PAUSE_S = 0.02  # a loop's pause after a refused request (refusals come back at once)
-Timed = tuple[Record, float]  # a request's record and when its answer or failure came (s on its clock)
 
 
 @dataclass(frozen=True)
@@ -32,9 +35,9 @@ class Target:
     beam_size: int = 0
 
 
-def model_client(channel, texts: Sequence[str], target: Target, t0: float,
+def model_client(channel: aio.Channel, texts: Sequence[str], target: Target, t0: float,
                  timeout_s: float = TIMEOUT_S) -> Client:
-    """loadgen's Client over one channel, its requests naming the target's model, on the clock t0."""
+    """The translator Client over one channel, its requests naming the target's model, on the clock t0."""
     client = Client([channel], texts, 0, target.max_output_tokens, timeout_s)
     for request in client.unary:
         request.model = target.model
@@ -53,41 +56,25 @@ async def closed_loops(targets: Sequence[Target], texts: Sequence[str], concurre
     async with contextlib.AsyncExitStack() as stack:
         channels = [await stack.enter_async_context(open_channel(t.address)) for t in targets]
         clients = [model_client(c, texts, t, t0) for c, t in zip(channels, targets, strict=True)]
-        out: list[list[Record]] = [[] for _ in targets]
-
-        async def users(k: int) -> None:
-            """The target's users, each taking the next request index until none are left."""
-            pending = iter(range(requests))
-
-            async def user() -> None:
-                for i in pending:
-                    out[k].append(await clients[k].call(i))
-            await asyncio.gather(*(user() for _ in range(min(concurrency, requests))))
-
-        await asyncio.gather(*(users(k) for k in range(len(targets))))
-    return [sorted(records, key=lambda r: r.index) for records in out]
+        loops = [closed_loop(client.call, concurrency, requests) for client in clients]
+        return list(await asyncio.gather(*loops))
 
 
 async def loop_until(stop: asyncio.Event, target: Target, texts: Sequence[str], concurrency: int,
-                     t0: float, limit: int = 1_000_000) -> list[Timed]:
+                     t0: float, limit: int = 1_000_000) -> list[Record]:
     """Users sending requests back to back to the target until `stop` is set (at most `limit`), each
-    request's record with the time its answer or failure came (s from t0); a refused request is
-    followed by a short pause."""
+    request's record on the clock t0; a refused request is followed by a short pause."""
     async with open_channel(target.address) as channel:
         client = model_client(channel, texts, target, t0)
-        indices = iter(range(limit))
-        out: list[Timed] = []
 
-        async def user() -> None:
-            for i in indices:
-                if stop.is_set():
-                    return
-                record = await client.call(i)
-                out.append((record, time.perf_counter() - t0))
-                if record.code != "OK":
-                    await asyncio.sleep(ERROR_PAUSE_S)
-        await asyncio.gather(*(user() for _ in range(concurrency)))
-    return sorted(out, key=lambda timed: timed[0].index)
+        async def call(i: int, lane: int) -> Record:
+            """Send request i; pause after a refusal."""
+            record = await client.call(i, lane)
+            if record.code != "OK":
+                await asyncio.sleep(ERROR_PAUSE_S)
+            return record
+
+        return await closed_loop(call, concurrency, limit, stop=stop)
 
 
 async def timed_requests(target: Target, text: str, n: int = 2,

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from bench import perf_analyzer
+from tests.support import perf_analyzer
 
 
 def require(available: bool, what: str, install: str) -> None:

@@ -7,8 +7,8 @@ import math
 from types import SimpleNamespace
 
 from bench.charts import from_results, record
-from bench.marian import CT2_TEXT, CT2_TEXT_INT8, SERVER, SERVER_INT8
-from bench.marian_engines import CT2, CT2_INT8, ORT, ORT_INT8
+from bench.marian.engines import CT2, CT2_INT8, ORT, ORT_INT8
+from bench.marian.servers import CT2_TEXT, CT2_TEXT_INT8, SERVER, SERVER_INT8
 from tests.support.svg import read_svg
 
 

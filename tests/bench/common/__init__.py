@@ -1,0 +1,1 @@
+"""Tests of bench/common: the load generator, its Record and Summary, and the progress bars."""

@@ -1,0 +1,1 @@
+"""Tests of bench/repository: many models in one server at tiny sizes."""

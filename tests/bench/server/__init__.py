@@ -1,0 +1,1 @@
+"""Tests of bench/server: the batching modes, scaling, perf_analyzer and HTTP against gRPC."""
