@@ -57,7 +57,7 @@ test-kernels: $(STAMP) protos
 # Benchmarks (docs/performance.md): engines, server batching modes, scaling and memory; the last
 # line printed is a JSON object of throughput ratios. Chart records (JSON) and their SVG charts go to
 # runs/bench (runs/bench-quick). perf_analyzer (below) is installed first: the server benchmarks load
-# the server with it as well as with bench/loadgen.py.
+# the server with it as well as with bench/common/loadgen.py. bench/README.md lists every benchmark command.
 bench: $(STAMP) protos perf-analyzer-tools
 	$(PY) -m bench
 
@@ -81,7 +81,7 @@ charts: $(STAMP)
 	$(PY) -m bench.charts
 
 # On a machine with an NVIDIA GPU: the GPU test tier (`pytest -m gpu`, required to run: no skipping),
-# then the GPU benchmark (bench/gpu.py: engine fp16 / fp32 at batch 1, 32, 128, server at concurrency 1
+# then the GPU benchmark (bench/gpu: engine fp16 / fp32 at batch 1, 32, 128, server at concurrency 1
 # and 64, CTranslate2 on CUDA when it loads); under 10 minutes on one GPU (docs/testing.md).
 # - Online (no KIT): the driver only; the `cuda` extra brings CUDA 13 and cuDNN 9 from PyPI.
 # - Offline (KIT=DIR, the folder of a kit's parts and manifest.json that `make gpu-kit` made): no
@@ -112,32 +112,32 @@ gpu-kit: $(STAMP) protos
 	$(PY) -m gpukit build --out $(KIT_OUT) --python $(KIT_PYTHON) --platform $(KIT_PLATFORM) \
 	  --part-mib $(PART_MIB) $(if $(KIT_CUDA),--with-cuda-libraries)
 
-# Soak with faults (bench/soak.py, docs/reliability.md): 10,000 requests of every kind, valid and
+# Soak with faults (bench/soak, docs/reliability.md): 10,000 requests of every kind, valid and
 # hostile, against a server on the default bundle, every 2000th decoder step failing; about 10 min
 # on 2 cores. Exit code 0 when nothing was lost, duplicated, late or wrong.
 SOAK_ARGS ?= --requests 10000 --concurrency 32 --inject-every 2000
 soak: $(STAMP) protos
 	$(PY) -m bench.soak $(SOAK_ARGS)
 
-# Fuzz the KServe v2 BYTES decoder and request decoding with hypothesis (bench/fuzz.py,
+# Fuzz the KServe v2 BYTES decoder and request decoding with hypothesis (bench/soak/fuzz.py,
 # docs/reliability.md); the last line printed is a JSON summary, exit code 1 on a failure.
 FUZZ_ARGS ?= --seconds 600
 fuzz: $(STAMP) protos
-	$(PY) -m bench.fuzz $(FUZZ_ARGS)
+	$(PY) -m bench.soak.fuzz $(FUZZ_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 
 # The default corpus (deterministic from its seed; rebuilt when its generator changes): train, valid,
-# test, probe and near-miss splits (model/corpus.py) and the five training supplements.
-CORPUS_CODE := model/corpus.py model/frames.py model/sampling.py model/verbalize.py model/readers.py \
-  model/everyday.py model/literal.py model/alone.py
+# test, probe and near-miss splits (textnorm/corpus.py) and the five training supplements.
+CORPUS_CODE := textnorm/corpus.py textnorm/frames.py textnorm/sampling.py textnorm/verbalize.py \
+  textnorm/readers.py textnorm/everyday.py textnorm/literal.py textnorm/alone.py
 
 corpus: data/corpus/train.tsv
 
 data/corpus/train.tsv: $(CORPUS_CODE) | $(STAMP)
-	$(PY) -m model.corpus --out data/corpus --train 400000 --numbers 100000 --probe 400 --long 150000 \
+	$(PY) -m textnorm.corpus --out data/corpus --train 400000 --numbers 100000 --probe 400 --long 150000 \
 	  --copy 150000 --literal 200000 --nearmiss 2000 --alone 100000
 
 # The default model's next training stage: from the shipped model.pt with `--init` (its weights,
@@ -159,12 +159,12 @@ train-default: corpus
 
 # Exact match overall and by class on the test split, the probe of round and zero-heavy numbers, the
 # near-miss split (its figure: outside_unchanged, the sentences whose text outside the classes is kept)
-# and the larger held-out split (model/heldout.py: the test split's stream drawn 10,000 pairs further).
+# and the larger held-out split (textnorm/heldout.py: the test split's stream drawn 10,000 pairs further).
 evaluate-default: corpus
 	$(PY) -m model.evaluate --checkpoint artifacts/default/model.pt --split data/corpus/test.tsv
 	$(PY) -m model.evaluate --checkpoint artifacts/default/model.pt --split data/corpus/probe.tsv
 	$(PY) -m model.evaluate --checkpoint artifacts/default/model.pt --split data/corpus/nearmiss.tsv
-	$(PY) -m model.heldout --corpus data/corpus --n 10000
+	$(PY) -m textnorm.heldout --corpus data/corpus --n 10000
 	$(PY) -m model.evaluate --checkpoint artifacts/default/model.pt --split data/corpus/test_ext.tsv
 
 # Re-export the shipped bundle from the committed checkpoint (verified against PyTorch).
@@ -172,8 +172,8 @@ default-bundle: $(STAMP)
 	$(PY) -m export --checkpoint artifacts/default/model.pt --out artifacts/default/bundle --fp16 \
 	  --test-split artifacts/default/test_sample.tsv --eval-size 500 --force
 
-# Triton's perf_analyzer against the server (bench/perf_analyzer.py: default bundle, concurrency
-# 1..64; PERF_ANALYZER_ARGS=--quick for a short run, --loadgen to compare with bench/loadgen.py).
+# Triton's perf_analyzer against the server (bench/server/perf_analyzer.py: default bundle, concurrency
+# 1..64; PERF_ANALYZER_ARGS=--quick for a short run, --loadgen to compare with bench/common/loadgen.py).
 # The binary comes from the tritonclient 2.41.1 wheel, installed with the CUDA runtime library it
 # links against (loaded even without a GPU) into .tools/perf_analyzer, apart from the project's
 # own tritonclient; it also needs Debian's libb64-0d. Installed once.
@@ -192,7 +192,7 @@ perf-analyzer-tools: $(PERF_ANALYZER)
 
 .PHONY: perf-analyzer
 perf-analyzer: $(STAMP) protos perf-analyzer-tools
-	$(PY) -m bench.perf_analyzer $(PERF_ANALYZER_ARGS)
+	$(PY) -m bench.server.perf_analyzer $(PERF_ANALYZER_ARGS)
 
 # HTTP/REST against gRPC on one server: perf_analyzer -i http and -i grpc at concurrency 1 and 64
 # (issue 33's benchmark; HTTP_ARGS=--quick for a short run), then latency against throughput per
@@ -202,20 +202,20 @@ HTTP_ARGS ?=
 PROTOCOLS_ARGS ?=
 .PHONY: bench-http
 bench-http: $(STAMP) protos perf-analyzer-tools
-	$(PY) -m bench.http_overhead $(HTTP_ARGS)
+	$(PY) -m bench.server.http_overhead $(HTTP_ARGS)
 	$(PY) -m bench.protocols --out runs/bench-http $(PROTOCOLS_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
 
 # Score (forced decoding) throughput against greedy translation throughput, same pairs, one run
-# (bench/scoring.py; the default model, CPU, a minute or so).
+# (bench/engines/scoring.py; the default model, CPU, a minute or so).
 .PHONY: bench-scoring
 bench-scoring: $(STAMP) protos
-	$(PY) -m bench.scoring --pairs 128 --repeat 3
+	$(PY) -m bench.engines.scoring --pairs 128 --repeat 3
 
-# What controlled decoding costs a decode step (bench/controls.py, docs/performance.md): rows with no
+# What controlled decoding costs a decode step (bench/engines/controls.py, docs/performance.md): rows with no
 # option against rows with repetition penalty + no-repeat n-grams, and with seeded sampling, at batch 32.
 .PHONY: bench-controls
 bench-controls: $(STAMP)
-	$(PY) -m bench.controls $(CONTROLS_ARGS)
+	$(PY) -m bench.engines.controls $(CONTROLS_ARGS)

@@ -34,7 +34,7 @@ from gpukit.parts import ARCHIVE, KitError, Manifest, join, unpack
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FIXTURES_ENV = "TRANSLATOR_TEST_FIXTURES"  # read by tests/support/tiny.py
 STAMP = ".kit-sha256"  # in KIT/unpacked and KIT/venv: the archive they were made from
-_REPORT = ("import json; from service.runtime.cuda import library_report, cuda_unavailable; "
+_REPORT = ("import json; from service.runtime.model.cuda import library_report, cuda_unavailable; "
            "print(json.dumps({'libraries': library_report(), 'unavailable': cuda_unavailable()}))")
 
 

@@ -9,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from service.api.common import MODEL_NAME
+from interface.names import MODEL_NAME
 from service.config import ServerConfig
 from service.domain.errors import BundleError, ProviderUnavailable
 from service.domain.types import DecodeOptions
@@ -20,7 +20,6 @@ from service.ops import metrics
 from service.ops.memory import resident_bytes
 from service.ops.model_metrics import ModelMetrics
 from service.runtime.runner import Runner
-from service.runtime.stepping import StepPolicy
 from service.scheduling.policies import SchedulerSettings, make_policy
 from service.scheduling.scheduler import Scheduler
 
@@ -34,9 +33,7 @@ def build_runner(config: ServerConfig) -> Runner:
     try:
         runner = Runner(config.bundle, providers=config.providers, intra_op_threads=config.intra_op_threads,
                         provider_options=config.provider_options or None, max_beam=config.max_beam,
-                        variant=config.variant or None, require_provider=config.require_provider or None,
-                        step_policy=StepPolicy(config.steps_per_call, config.multistep_rows,
-                                               config.multistep_weights))
+                        variant=config.variant or None, require_provider=config.require_provider or None)
     except (BundleError, ProviderUnavailable):
         raise
     except Exception as exc:  # ONNX Runtime or the tokenizer refused a file whose hash matched
@@ -84,7 +81,7 @@ def model_loader(config: ServerConfig, shared: Runner | None = None) -> Loader:
         await scheduler.start()
         try:
             source, target = runner.languages.example()  # a many-to-many model needs a pair
-            warmup = DecodeOptions(max_new_tokens=min(8, runner.max_len - 1), source_language=source,
+            warmup = DecodeOptions(max_output_tokens=min(8, runner.max_len - 1), source_language=source,
                                    target_language=target)
             await scheduler.submit([WARMUP_TEXT], warmup)  # a real translation before it serves
         except BaseException:

@@ -17,12 +17,13 @@ from typing import TextIO
 import grpc
 from google.protobuf import json_format
 
+from interface.names import MODEL_NAME
 from protos.inference import grpc_service_pb2 as v2
 from protos.inference import grpc_service_pb2_grpc as v2_grpc
 from protos.translator.v1 import translator_pb2 as pb
 from protos.translator.v1 import translator_pb2_grpc as pb_grpc
-from service.api import kserve_codec, kserve_parameters, tls
-from service.api.common import MODEL_NAME
+from service.api import tls
+from service.dataplane import kserve
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -100,16 +101,11 @@ def _count(text: str) -> int:
     return value
 
 
-CONTROLS = {  # flag destination -> (TranslateOptions field, KServe v2 parameter): set when the flag is given
-    "length_penalty": ("length_penalty", "length_penalty"),
-    "min_tokens": ("min_output_tokens", "min_output_tokens"),
-    "max_length_ratio": ("max_length_ratio", "max_length_ratio"),
-    "repetition_penalty": ("repetition_penalty", "repetition_penalty"),
-    "no_repeat_ngram": ("no_repeat_ngram_size", "no_repeat_ngram_size"),
-    "temperature": ("temperature", "temperature"),
-    "top_k": ("top_k", "top_k"),
-    "top_p": ("top_p", "top_p"),
-    "seed": ("seed", "seed"),
+CONTROLS = {  # flag destination -> the option's name (translator.v1 field and KServe v2 parameter alike)
+    "length_penalty": "length_penalty", "min_tokens": "min_output_tokens",
+    "max_length_ratio": "max_length_ratio",
+    "repetition_penalty": "repetition_penalty", "no_repeat_ngram": "no_repeat_ngram_size",
+    "temperature": "temperature", "top_k": "top_k", "top_p": "top_p", "seed": "seed",
 }
 
 
@@ -124,7 +120,7 @@ def _options(args: argparse.Namespace) -> pb.TranslateOptions:
         suppress_sequence_ids=[pb.TranslateOptions.TokenIds(ids=ids) for ids in args.suppress_ids],
         disable_unk=args.disable_unk,
     )
-    for flag, (field, _) in CONTROLS.items():
+    for flag, field in CONTROLS.items():
         if getattr(args, flag) is not None:
             setattr(options, field, getattr(args, flag))
     return options
@@ -194,30 +190,30 @@ def _infer_v2(channel: grpc.Channel, args: argparse.Namespace, out: TextIO) -> N
     request = v2.ModelInferRequest(model_name=args.model or MODEL_NAME, model_version=args.model_version,
                                    id=args.request_id)
     count = len(args.texts)
-    request.inputs.add(name=kserve_codec.INPUT_NAME, datatype=kserve_codec.BYTES_DATATYPE, shape=[count])
-    request.raw_input_contents.append(kserve_codec.serialize_bytes(t.encode("utf-8") for t in args.texts))
+    request.inputs.add(name=kserve.INPUT, datatype=kserve.BYTES, shape=[count])
+    request.raw_input_contents.append(kserve.serialize_bytes(t.encode("utf-8") for t in args.texts))
     if args.beam:
-        request.parameters[kserve_parameters.BEAM_SIZE_KEY].int64_param = args.beam
+        request.parameters["beam_size"].int64_param = args.beam
     if args.max_tokens:
         request.parameters["max_output_tokens"].int64_param = args.max_tokens
-    for key in kserve_parameters.LANGUAGE_KEYS:
+    for key in ("source_language", "target_language"):
         if getattr(args, key):
             request.parameters[key].string_param = getattr(args, key)
-    for flag, (_, key) in CONTROLS.items():
+    for flag, key in CONTROLS.items():
         if getattr(args, flag) is not None:
             _set_parameter(request, key, getattr(args, flag))
     if args.prefix:
-        _set_parameter(request, kserve_parameters.TARGET_PREFIX_KEY, args.prefix)
+        _set_parameter(request, "target_prefix", args.prefix)
     if args.prefix_ids:
-        _set_parameter(request, kserve_parameters.TARGET_PREFIX_IDS_KEY, args.prefix_ids)
+        _set_parameter(request, "target_prefix_ids", args.prefix_ids)
     if args.suppress or args.suppress_ids:
-        _set_parameter(request, kserve_parameters.SUPPRESS_KEY, [*args.suppress, *args.suppress_ids])
+        _set_parameter(request, "suppress_sequences", [*args.suppress, *args.suppress_ids])
     if args.disable_unk:
         _set_parameter(request, "disable_unk", True)
     response = v2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=args.timeout)
-    index = [o.name for o in response.outputs].index(kserve_codec.OUTPUT_NAME)
+    index = [o.name for o in response.outputs].index(kserve.OUTPUT)
     returned = int(response.outputs[index].shape[0])
-    for element in kserve_codec.deserialize_bytes(response.raw_output_contents[index], returned):
+    for element in kserve.deserialize_bytes(response.raw_output_contents[index], returned):
         out.write(element.decode("utf-8") + "\n")
 
 

@@ -15,14 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from service.domain.types import DEFAULT_MAX_BEAM, BatchingMode
-from service.runtime.sessions import DEFAULT_PROVIDERS
-from service.runtime.stepping import DEFAULT_STEPS_PER_CALL, MULTISTEP_WEIGHTS
+from service.models.repository import ControlMode
+from service.runtime.model.sessions import DEFAULT_PROVIDERS
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_BUNDLE = REPO_ROOT / "artifacts" / "default" / "bundle"
 BATCHING_MODES = tuple(mode.value for mode in BatchingMode)
 ENV_PREFIX = "TRANSLATOR_"
-CONTROL_MODES = ("none", "explicit", "on-demand")  # service/models/repository.py ControlMode
+CONTROL_MODES = tuple(mode.value for mode in ControlMode)
 UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "ki": 2**10, "mi": 2**20, "gi": 2**30}
 
 
@@ -51,9 +51,6 @@ class ServerConfig:
     provider_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     require_provider: str = ""  # "" = whichever provider loads; else fail start-up unless it runs the model
     variant: str = ""  # "" = the bundle's variant for the provider in use
-    steps_per_call: int = DEFAULT_STEPS_PER_CALL  # greedy decoder steps per ORT run (runtime/stepping.py)
-    multistep_rows: int = 0  # several steps per run only for batches of at most this many rows; 0 = any
-    multistep_weights: str = "packed"  # runtime/stepping.py MULTISTEP_WEIGHTS
     max_message_bytes: int = 4 * 1024 * 1024
     max_source_tokens: int = 0  # 0 = the model's limit (bundle max_len)
     max_output_tokens: int = 0  # 0 = the model's limit (bundle max_len - 1)
@@ -102,9 +99,6 @@ class ServerConfig:
             "--drain-grace-s": self.drain_grace_s >= 0,
             "--watchdog-s": self.watchdog_s > 0,
             "--max-beam": self.max_beam >= 1,
-            "--steps-per-call": self.steps_per_call >= 1,
-            "--multistep-rows": self.multistep_rows >= 0,
-            "--multistep-weights": self.multistep_weights in MULTISTEP_WEIGHTS,
             "--providers": len(self.providers) >= 1,
             "--memory-budget": self.memory_budget >= 0,
         }
@@ -193,11 +187,6 @@ _FLAGS: list[tuple[str, Any, str]] = [
      "model with every compute node placed on it; empty = fall back to the CPU"),
     ("--variant", str, "bundle variant to serve (e.g. fp16, base); empty = the one bundle.json names for "
      "the provider in use"),
-    ("--steps-per-call", int, "greedy decoder steps per ONNX Runtime run, with the bundle's multi-step "
-     "decoder; 1 = one step per run (docs/performance.md measures the trade)"),
-    ("--multistep-rows", int, "run several steps only while the batch has at most this many rows; 0 = any"),
-    ("--multistep-weights", str, "with --steps-per-call > 1: packed (each decoder session its own prepacked "
-     "copy of the weights: fastest) | shared (one copy, read from the bundle's weights file: less memory)"),
     ("--max-message-bytes", int, "largest gRPC message received or sent"),
     ("--max-source-tokens", int, "longest accepted text in tokens incl. eos (0 = the model's max_len)"),
     ("--max-output-tokens", int, "most tokens generated per text (0 = the model's max_len - 1)"),

@@ -34,13 +34,14 @@ from protos.inference import grpc_service_pb2, grpc_service_pb2_grpc
 from protos.modelmesh import model_runtime_pb2, model_runtime_pb2_grpc
 from protos.translator.v1 import translator_pb2, translator_pb2_grpc
 from service.api import tls
+from service.api.grpc.interceptor import ErrorMappingInterceptor
+from service.api.grpc.kserve import InferenceServicer
+from service.api.grpc.modelmesh import ModelRuntimeServicer
+from service.api.grpc.translator import TranslatorServicer
 from service.api.http.app import HttpServer, make_app, ssl_context
-from service.api.interceptor import ErrorMappingInterceptor
-from service.api.kserve import InferenceServicer
-from service.api.modelmesh import ModelRuntimeServicer
-from service.api.translator import TranslatorServicer
 from service.assembly import build_repository
 from service.config import ServerConfig, parse_config
+from service.dataplane.calls import DataPlane
 from service.domain.errors import BundleError, ProviderUnavailable
 from service.models.mesh import MeshModels
 from service.models.repository import ModelRepository
@@ -219,9 +220,9 @@ async def serve(config: ServerConfig, runner: Runner | None = None) -> RunningSe
     server = aio.server(interceptors=[ErrorMappingInterceptor()], options=grpc_options(config))
     # all series from the start: rate() sees the first call
     metrics.init_request_counts(counted_methods(), model_methods=model_methods())
-    translator_pb2_grpc.add_TranslatorServicer_to_server(TranslatorServicer(models), server)
-    grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
-        InferenceServicer(models, lambda: readiness.ready, config.queue_size), server)
+    plane = DataPlane(models, lambda: readiness.ready, config.queue_size)
+    translator_pb2_grpc.add_TranslatorServicer_to_server(TranslatorServicer(plane), server)
+    grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(plane), server)
     model_runtime_pb2_grpc.add_ModelRuntimeServicer_to_server(
         ModelRuntimeServicer(MeshModels(models), lambda: readiness.ready), server)
     health_servicer = health.aio.HealthServicer()
@@ -231,8 +232,7 @@ async def serve(config: ServerConfig, runner: Runner | None = None) -> RunningSe
     reflection.enable_server_reflection([*SERVICE_NAMES, reflection.SERVICE_NAME], server, pool=pool)
     running = RunningServer(config, server, 0, None, models, health_servicer, readiness)
     if config.http_port >= 0:
-        app = make_app(InferenceServicer(models, lambda: readiness.ready, config.queue_size),
-                       config.max_message_bytes, config.http_read_timeout_s)
+        app = make_app(plane, config.max_message_bytes, config.http_read_timeout_s)
         context = (ssl_context(config.tls_cert, config.tls_key, config.tls_client_ca)
                    if config.tls_cert is not None and config.tls_key is not None else None)
         running.http = HttpServer(app, config.http_host, config.http_port, context, DRAIN_MARGIN_S)

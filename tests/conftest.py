@@ -49,7 +49,7 @@ def pytest_collection_modifyitems(config, items) -> None:
     gpu = [item for item in items if "gpu" in item.keywords]
     if not gpu:
         return
-    from service.runtime.cuda import cuda_unavailable
+    from service.runtime.model.cuda import cuda_unavailable
 
     why = cuda_unavailable()
     if why is None:
@@ -84,8 +84,8 @@ def tiny_bundle(tmp_path_factory, request) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_int8_bundle(tmp_path_factory, request) -> Path:
-    """The tiny checkpoint exported with the int8 variant (export/quantize.py) as the CPU provider's default
-    (bundle.json provider_variants) and the fp16 variant; prebuilt under $TRANSLATOR_TEST_FIXTURES."""
+    """The tiny checkpoint exported with the int8 variant (export/variants/int8.py) as the CPU provider's
+    default (bundle.json provider_variants) and the fp16 variant; prebuilt under $TRANSLATOR_TEST_FIXTURES."""
     if (path := tiny.prebuilt("tiny-int8")) is not None:
         return path
     checkpoint = request.getfixturevalue("tiny_checkpoint")
@@ -114,9 +114,9 @@ def tiny_concat_bundle(tmp_path_factory, request) -> Path:
 
 @pytest.fixture(scope="module", params=["inplace", "concat", "inplace-bound", "concat-bound"])
 def layout_runner(request, tiny_bundle, tiny_concat_bundle):
-    """CPU runner of the tiny bundle in both KV-cache layouts (service/runtime/kvcache.py), with the
+    """CPU runner of the tiny bundle in both KV-cache layouts (service/runtime/cache/kvcache.py), with the
     host backend and ("-bound") with the IO-binding backend on the CPU device, whose cache is ORT
-    device memory restructured without host round trips (service/runtime/devicemem.py)."""
+    device memory restructured without host round trips (service/runtime/cache/devicemem.py)."""
     from service.runtime.runner import Runner
 
     layout, _, bound = request.param.partition("-")

@@ -1,55 +1,40 @@
-"""The one table from domain exceptions to gRPC status codes, and the message a client sees; and
-the HTTP status of every gRPC code, for the HTTP/REST server (service/api/http/).
+"""The one table from domain exceptions to status codes: the gRPC code (by name) and the HTTP status of
+every error, and the message a client sees.
 
-A full queue is RESOURCE_EXHAUSTED (as Triton answers when its queue policy rejects), so that
-clients can tell "back off" (RESOURCE_EXHAUSTED) from "this server is going away" (UNAVAILABLE).
-Over HTTP both are 503 (the message tells which); bad input 400, an unknown model 404, a deadline
-504, a client gone before its answer 499 (nginx's "client closed request"), a bug 500.
+A full queue is RESOURCE_EXHAUSTED (as Triton answers when its queue policy rejects), so that clients can
+tell "back off" (RESOURCE_EXHAUSTED) from "this server is going away" (UNAVAILABLE). Over HTTP both are 503
+(the message tells which); bad input 400, an unknown model 404, a deadline 504, a client gone before its
+answer 499 (nginx's "client closed request"), a bug 500.
 """
 
 from __future__ import annotations
 
-import grpc
-
 from service.domain import errors
 
 MAX_MESSAGE_CHARS = 1000  # longest status message sent (gRPC trailers are limited to a few KiB)
+INTERNAL = "INTERNAL"
 
-STATUS_CODES: dict[type[errors.ServiceError], grpc.StatusCode] = {
-    errors.InvalidInput: grpc.StatusCode.INVALID_ARGUMENT,  # InvalidTensor included
-    errors.UnknownModel: grpc.StatusCode.NOT_FOUND,
-    errors.RepositoryRefused: grpc.StatusCode.FAILED_PRECONDITION,
-    errors.MemoryBudgetExceeded: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    errors.BatchFull: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    errors.QueueFull: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    errors.ShuttingDown: grpc.StatusCode.UNAVAILABLE,
-    errors.NotReady: grpc.StatusCode.UNAVAILABLE,
-    errors.DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
-    errors.Cancelled: grpc.StatusCode.CANCELLED,
-    errors.BatchFailed: grpc.StatusCode.INTERNAL,
-    errors.BundleError: grpc.StatusCode.INTERNAL,
-    errors.ProviderUnavailable: grpc.StatusCode.UNAVAILABLE,
+CODES: dict[type[errors.ServiceError], str] = {  # gRPC status code names
+    errors.InvalidInput: "INVALID_ARGUMENT",  # InvalidTensor included
+    errors.UnknownModel: "NOT_FOUND",
+    errors.RepositoryRefused: "FAILED_PRECONDITION",
+    errors.MemoryBudgetExceeded: "RESOURCE_EXHAUSTED",
+    errors.BatchFull: "RESOURCE_EXHAUSTED",
+    errors.QueueFull: "RESOURCE_EXHAUSTED",
+    errors.ShuttingDown: "UNAVAILABLE",
+    errors.NotReady: "UNAVAILABLE",
+    errors.DeadlineExceeded: "DEADLINE_EXCEEDED",
+    errors.Cancelled: "CANCELLED",
+    errors.BatchFailed: INTERNAL,
+    errors.BundleError: INTERNAL,
+    errors.ProviderUnavailable: "UNAVAILABLE",
 }
 
-
-HTTP_CODES: dict[grpc.StatusCode, int] = {
-    grpc.StatusCode.OK: 200,
-    grpc.StatusCode.INVALID_ARGUMENT: 400,
-    grpc.StatusCode.FAILED_PRECONDITION: 400,
-    grpc.StatusCode.OUT_OF_RANGE: 400,
-    grpc.StatusCode.NOT_FOUND: 404,
-    grpc.StatusCode.ALREADY_EXISTS: 409,
-    grpc.StatusCode.RESOURCE_EXHAUSTED: 503,
-    grpc.StatusCode.UNAVAILABLE: 503,
-    grpc.StatusCode.DEADLINE_EXCEEDED: 504,
-    grpc.StatusCode.CANCELLED: 499,
-    grpc.StatusCode.UNIMPLEMENTED: 501,
-    grpc.StatusCode.UNAUTHENTICATED: 401,
-    grpc.StatusCode.PERMISSION_DENIED: 403,
-    grpc.StatusCode.INTERNAL: 500,
-    grpc.StatusCode.UNKNOWN: 500,
-    grpc.StatusCode.DATA_LOSS: 500,
-    grpc.StatusCode.ABORTED: 409,
+HTTP_STATUSES: dict[str, int] = {  # gRPC status code name -> HTTP status
+    "OK": 200, "INVALID_ARGUMENT": 400, "FAILED_PRECONDITION": 400, "OUT_OF_RANGE": 400, "NOT_FOUND": 404,
+    "ALREADY_EXISTS": 409, "RESOURCE_EXHAUSTED": 503, "UNAVAILABLE": 503, "DEADLINE_EXCEEDED": 504,
+    "CANCELLED": 499, "UNIMPLEMENTED": 501, "UNAUTHENTICATED": 401, "PERMISSION_DENIED": 403, INTERNAL: 500,
+    "UNKNOWN": 500, "DATA_LOSS": 500, "ABORTED": 409,
 }
 
 
@@ -58,21 +43,20 @@ def clip(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
-    """The gRPC status code and message for any exception raised while serving a call.
+def status_of(exc: BaseException) -> tuple[str, str]:
+    """The gRPC status code's name and the message for any exception raised while serving a call.
 
-    Messages of our own errors are written for clients; any other exception is a bug whose text may
-    hold internals (paths, class names), so the client gets an error id and the log gets the rest.
+    Messages of our own errors are written for clients; any other exception is a bug whose text may hold
+    internals (paths, class names), so the client gets an error id and the log gets the rest.
     """
     if isinstance(exc, errors.ServiceError):
         for kind in type(exc).__mro__:  # the most specific entry of the table
-            if kind in STATUS_CODES:
-                return STATUS_CODES[kind], clip(str(exc))
-    eid = errors.error_id()
-    return grpc.StatusCode.INTERNAL, f"internal error (error id {eid}; details in the server log)"
+            if kind in CODES:
+                return CODES[kind], clip(str(exc))
+    return INTERNAL, f"internal error (error id {errors.error_id()}; details in the server log)"
 
 
 def http_status_of(exc: BaseException) -> tuple[int, str, str]:
     """(HTTP status, the gRPC code's name for the metrics, message) of an exception: `status_of`'s row."""
     code, message = status_of(exc)
-    return HTTP_CODES[code], code.name, message
+    return HTTP_STATUSES[code], code, message

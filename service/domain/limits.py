@@ -75,9 +75,9 @@ class RequestLimits:
             raise InvalidInput(f"options must be DecodeOptions, got {type(asked).__name__}")
         resolved = asked.resolved(self.max_len, self.max_beam, self.languages, self.defaults, self.vocab_size,
                                   encode_target)
-        if resolved.max_new_tokens <= self.max_output_tokens:
+        if resolved.max_output_tokens <= self.max_output_tokens:
             return resolved
-        if asked.max_new_tokens is not None:
-            raise InvalidInput(f"max_output_tokens {asked.max_new_tokens} exceeds this server's limit of "
+        if asked.max_output_tokens is not None:
+            raise InvalidInput(f"max_output_tokens {asked.max_output_tokens} exceeds this server's limit of "
                                f"{self.max_output_tokens} (--max-output-tokens)")
-        return dataclasses.replace(resolved, max_new_tokens=self.max_output_tokens)
+        return dataclasses.replace(resolved, max_output_tokens=self.max_output_tokens)

@@ -3,12 +3,13 @@
 
 Plain dataclasses, no I/O. `DecodeOptions.resolved` is the one place options are checked: every bad value is
 an `InvalidInput` naming the option, its allowed range and what was sent. None means "not set": the model's
-default applies (a pretrained bundle's generation defaults, service/runtime/defaults.py), else the neutral
-value. Semantics follow transformers' `generate` where it and CTranslate2 agree; where they differ the
+default applies (a pretrained bundle's generation defaults, read by service/runtime/runner.py), else the
+neutral value. Semantics follow transformers' `generate` where it and CTranslate2 agree; where they differ the
 docstrings below say which one is followed (docs/api.md has the table).
 
-Lengths count generated tokens, a target prefix included, eos excluded from `min_length` and included in
-`max_new_tokens` (the token budget of the output, as before).
+Lengths count generated tokens, a target prefix included, eos excluded from `min_output_tokens` and included
+in
+`max_output_tokens` (the token budget of the output, as before).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import numpy as np
 
 from service.domain.errors import InvalidInput
 from service.domain.languages import Languages
+from service.domain.text import shown
 
 DEFAULT_MAX_BEAM = 8  # the widest beam a server or a Runner accepts unless told otherwise
 MAX_SUPPRESSED = 256  # most suppress_sequences a request may list
@@ -36,9 +38,9 @@ class ModelDefaults:
     """What a model decodes with when a request leaves an option unset (a bundle's generation defaults)."""
 
     beam_size: int = 1
-    max_new_tokens: int | None = None  # None: the model's limit
-    alpha: float | None = None  # None: the search's neutral value (0 for ours, 1 for transformers')
-    min_length: int = 0
+    max_output_tokens: int | None = None  # None: the model's limit
+    length_penalty: float | None = None  # None: the search's neutral value (0 for ours, 1 for transformers')
+    min_output_tokens: int = 0
     no_repeat_ngram_size: int = 0
     repetition_penalty: float = 1.0
 
@@ -51,15 +53,15 @@ class DecodeOptions:
 
     beam_size: int | None = None
     n_best: int = 1
-    alpha: float | None = None  # length penalty (its meaning is the search's: service/runtime/search.py)
-    max_new_tokens: int | None = None
-    with_alignment: bool = False
+    length_penalty: float | None = None  # its meaning is the search's (runtime/decoding/search.py)
+    max_output_tokens: int | None = None
+    return_alignment: bool = False
     stream: bool = False  # emit a TokenEvent per generated token (greedy only)
     source_language: str | None = None
     target_language: str | None = None
     target_prefix: str | Sequence[int] | None = None  # the forced start of every hypothesis
     return_alternatives: bool = False  # n_best continuations at the first position after the prefix
-    min_length: int | None = None  # eos is not generated before this many tokens
+    min_output_tokens: int | None = None  # eos is not generated before this many tokens
     max_length_ratio: float = 0.0  # > 0: at most ceil(ratio * source tokens) new tokens
     repetition_penalty: float | None = None  # CTRL / transformers: > 1 discourages repeats
     no_repeat_ngram_size: int | None = None  # no n-gram of this size appears twice
@@ -89,27 +91,27 @@ class DecodeOptions:
             beam = 1  # a sampling request draws one sequence, whatever beam the model decodes with
         for name, value in (("beam_size", beam), ("n_best", self.n_best)):
             if not _is_int(value):
-                raise InvalidInput(f"{name} must be an integer, got {_shown(value)}")
+                raise InvalidInput(f"{name} must be an integer, got {shown(value)}")
         if not 1 <= beam <= max_beam:
-            raise InvalidInput(f"beam_size must be between 1 and {max_beam}, got {_shown(beam)}")
+            raise InvalidInput(f"beam_size must be between 1 and {max_beam}, got {shown(beam)}")
         alternatives = bool(self.return_alternatives)
         if alternatives and self.beam_size not in (None, 1):
             raise InvalidInput("return_alternatives continues each alternative greedily: beam_size must be "
-                               f"1, got {_shown(self.beam_size)}")
+                               f"1, got {shown(self.beam_size)}")
         beam = 1 if alternatives else beam
         widest = max_beam if alternatives else beam
         if not 1 <= self.n_best <= widest:
             bound = f"max_beam_size ({max_beam})" if alternatives else f"beam_size ({beam})"
-            raise InvalidInput(f"n_best must be between 1 and {bound}, got {_shown(self.n_best)}")
-        alpha = d.alpha if self.alpha is None else self.alpha
-        if alpha is not None and not _is_real(alpha, low=0.0):
-            raise InvalidInput(f"alpha (length penalty) must be a finite number >= 0, got {_shown(alpha)}")
-        steps = (d.max_new_tokens or limit) if self.max_new_tokens is None else self.max_new_tokens
-        if self.max_new_tokens is None:
+            raise InvalidInput(f"n_best must be between 1 and {bound}, got {shown(self.n_best)}")
+        penalty = d.length_penalty if self.length_penalty is None else self.length_penalty
+        if penalty is not None and not _is_real(penalty, low=0.0):
+            raise InvalidInput(f"length_penalty must be a finite number >= 0, got {shown(penalty)}")
+        steps = (d.max_output_tokens or limit) if self.max_output_tokens is None else self.max_output_tokens
+        if self.max_output_tokens is None:
             steps = min(steps, limit)
         if not _is_int(steps) or not 1 <= steps <= limit:
             raise InvalidInput(
-                f"max_new_tokens must be between 1 and {limit}, got {_shown(self.max_new_tokens)}")
+                f"max_output_tokens must be between 1 and {limit}, got {shown(self.max_output_tokens)}")
         sampling = self.sampling
         if self.stream and (beam != 1 or alternatives):
             raise InvalidInput(f"streaming needs beam_size 1 and no alternatives, got beam_size {beam}")
@@ -123,44 +125,45 @@ class DecodeOptions:
         budget = steps - (forced is not None)
         if len(target_prefix) >= budget:
             raise InvalidInput(f"target_prefix is {len(target_prefix)} tokens long; it must be shorter than "
-                               f"max_new_tokens ({budget} after the target language) to leave a token free")
+                               f"max_output_tokens ({budget} after the target language) to leave a "
+                               "token free")
         suppressed = self._suppressed(texts)
         return ResolvedOptions(
-            int(beam), int(self.n_best), None if alpha is None else float(alpha), int(steps),
-            bool(self.with_alignment), bool(self.stream), self.source_language, self.target_language,
+            int(beam), int(self.n_best), None if penalty is None else float(penalty), int(steps),
+            bool(self.return_alignment), bool(self.stream), self.source_language, self.target_language,
             target_prefix=tuple(target_prefix), return_alternatives=alternatives,
             suppress_sequences=suppressed, disable_unk=bool(self.disable_unk), **controls,
             source_prefix=prefix, forced_first=forced)
 
     def _controls(self, d: ModelDefaults, sampling: bool, beam: int, alternatives: bool) -> dict[str, Any]:
         """The numeric controls (lengths, penalties, sampling) checked, with defaults filled in."""
-        min_length = d.min_length if self.min_length is None else self.min_length
+        min_length = d.min_output_tokens if self.min_output_tokens is None else self.min_output_tokens
         if not _is_int(min_length) or min_length < 0:
-            raise InvalidInput(f"min_length must be an integer >= 0, got {_shown(min_length)}")
+            raise InvalidInput(f"min_output_tokens must be an integer >= 0, got {shown(min_length)}")
         if not _is_real(self.max_length_ratio, low=0.0):
             raise InvalidInput(f"max_length_ratio must be a finite number >= 0 (0: no limit), "
-                               f"got {_shown(self.max_length_ratio)}")
+                               f"got {shown(self.max_length_ratio)}")
         penalty = d.repetition_penalty if self.repetition_penalty is None else self.repetition_penalty
         if not _is_real(penalty) or penalty <= 0:
             raise InvalidInput(f"repetition_penalty must be a finite number > 0 (1: none), "
-                               f"got {_shown(penalty)}")
+                               f"got {shown(penalty)}")
         ngram = d.no_repeat_ngram_size if self.no_repeat_ngram_size is None else self.no_repeat_ngram_size
         if not _is_int(ngram) or not 0 <= ngram <= MAX_NGRAM:
             raise InvalidInput(f"no_repeat_ngram_size must be between 0 (off) and {MAX_NGRAM}, "
-                               f"got {_shown(ngram)}")
+                               f"got {shown(ngram)}")
         temperature = 1.0 if self.temperature is None else self.temperature
         if not _is_real(temperature, low=0.0):
             raise InvalidInput(f"temperature must be a finite number >= 0 (0: greedy), "
-                               f"got {_shown(temperature)}")
+                               f"got {shown(temperature)}")
         if not _is_int(self.top_k) or self.top_k < 0:
-            raise InvalidInput(f"top_k must be an integer >= 0 (0: no limit), got {_shown(self.top_k)}")
+            raise InvalidInput(f"top_k must be an integer >= 0 (0: no limit), got {shown(self.top_k)}")
         if not _is_real(self.top_p) or not 0 < self.top_p <= 1:
-            raise InvalidInput(f"top_p must be in (0, 1], got {_shown(self.top_p)}")
+            raise InvalidInput(f"top_p must be in (0, 1], got {shown(self.top_p)}")
         if self.seed is not None and (not _is_int(self.seed) or not 0 <= self.seed <= MAX_SEED):
-            raise InvalidInput(f"seed must be an integer between 0 and {MAX_SEED}, got {_shown(self.seed)}")
+            raise InvalidInput(f"seed must be an integer between 0 and {MAX_SEED}, got {shown(self.seed)}")
         if sampling and (beam != 1 or alternatives):
             raise InvalidInput("sampling (temperature, top_k, top_p) needs beam_size 1 and no alternatives")
-        return {"min_length": int(min_length), "max_length_ratio": float(self.max_length_ratio),
+        return {"min_output_tokens": int(min_length), "max_length_ratio": float(self.max_length_ratio),
                 "repetition_penalty": float(penalty), "no_repeat_ngram_size": int(ngram),
                 "temperature": float(temperature) if sampling else None, "top_k": int(self.top_k),
                 "top_p": float(self.top_p), "seed": None if self.seed is None else int(self.seed)}
@@ -170,7 +173,7 @@ class DecodeOptions:
         given = self.suppress_sequences
         if isinstance(given, str | bytes) or not isinstance(given, Sequence):
             raise InvalidInput("suppress_sequences must be a list of texts or token-id lists, "
-                               f"got {_shown(given)}")
+                               f"got {shown(given)}")
         if len(given) > MAX_SUPPRESSED:
             raise InvalidInput(f"suppress_sequences lists {len(given)} sequences; at most {MAX_SUPPRESSED}")
         out = []
@@ -188,10 +191,10 @@ class ResolvedOptions(DecodeOptions):
     languages as ids (the source's first ids and the first generated token)."""
 
     beam_size: int = 1
-    alpha: float | None = None  # None: the search's neutral length penalty
-    max_new_tokens: int = 1
+    length_penalty: float | None = None  # None: the search's neutral length penalty
+    max_output_tokens: int = 1
     target_prefix: tuple[int, ...] = ()
-    min_length: int = 0
+    min_output_tokens: int = 0
     repetition_penalty: float = 1.0
     no_repeat_ngram_size: int = 0
     suppress_sequences: tuple[tuple[int, ...], ...] = ()
@@ -218,7 +221,7 @@ class ResolvedOptions(DecodeOptions):
     def controlled(self) -> bool:
         """Whether a step needs host-side processing of this request's rows (prefix, lengths, penalties,
         suppression, sampling, alternatives)."""
-        return bool(self.forced or self.return_alternatives or self.min_length or self.sampling
+        return bool(self.forced or self.return_alternatives or self.min_output_tokens or self.sampling
                     or self.repetition_penalty != 1.0 or self.no_repeat_ngram_size
                     or self.suppress_sequences or self.disable_unk)
 
@@ -229,15 +232,16 @@ class ResolvedOptions(DecodeOptions):
         return self
 
     def limited_to(self, source_len: int) -> ResolvedOptions:
-        """Itself with max_new_tokens lowered to ceil(max_length_ratio * source_len) (never below the forced
+        """Itself with max_output_tokens lowered to ceil(max_length_ratio * source_len) (never below the
+        forced
         tokens + 1) when a ratio is set."""
         if not self.max_length_ratio:
             return self
         cap = max(math.ceil(self.max_length_ratio * source_len), len(self.forced) + 1)
-        if cap >= self.max_new_tokens:
+        if cap >= self.max_output_tokens:
             return self
         values = {f.name: getattr(self, f.name) for f in fields(self)}
-        return ResolvedOptions(**{**values, "max_new_tokens": cap})
+        return ResolvedOptions(**{**values, "max_output_tokens": cap})
 
 
 @dataclass(frozen=True)
@@ -254,26 +258,17 @@ class _Texts:
                 raise InvalidInput(f"{name}: this model takes token ids here, not text")
             return list(self.encode([value])[0]) if value.strip() else []
         if isinstance(value, bytes) or not isinstance(value, Sequence | np.ndarray):
-            raise InvalidInput(f"{name} must be a text or a list of token ids, got {_shown(value)}")
+            raise InvalidInput(f"{name} must be a text or a list of token ids, got {shown(value)}")
         bad = [t for t in value if not _is_int(t) or t < 0 or (self.vocab_size and t >= self.vocab_size)]
         if bad:
             bound = f"[0, {self.vocab_size})" if self.vocab_size else ">= 0"
-            raise InvalidInput(f"{name}: token ids must be integers in {bound}, got {_shown(bad[0])}")
+            raise InvalidInput(f"{name}: token ids must be integers in {bound}, got {shown(bad[0])}")
         return [int(t) for t in value]
 
 
 def _is_int(x: Any) -> bool:
     """True for ints (numpy included), False for bools and anything else."""
     return isinstance(x, int | np.integer) and not isinstance(x, bool)
-
-
-def _shown(x: Any, limit: int = 80) -> str:
-    """repr() of an option value for a message, cut to `limit` characters; a huge int by its size
-    (repr() refuses ints of over 4300 digits)."""
-    if isinstance(x, int) and x.bit_length() > 4 * limit:
-        return f"a {x.bit_length()}-bit integer"
-    text = repr(x)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _is_real(x: Any, low: float | None = None) -> bool:

@@ -106,7 +106,7 @@ class Result:
 class ScoreOptions:
     """How to score (source, target) pairs: languages by code (many-to-many models), alignment or not."""
 
-    with_alignment: bool = False
+    return_alignment: bool = False
     source_language: str | None = None
     target_language: str | None = None
 
@@ -118,7 +118,8 @@ class ScoreOptions:
 
 @dataclass(eq=False)
 class ScoreRequest:
-    """One (source, target) pair to score by forced decoding (service/runtime/scoring.py): the source ids
+    """One (source, target) pair to score by forced decoding (service/runtime/decoding/scoring.py): the
+    source ids
     as the encoder reads them, the tokens fed after the decoder's start id but not scored (a many-to-many
     model's target language), and the tokens scored: the target's ids, then eos unless the target is as
     long as a translation cut at the model's maximum length (`end_token_scored` says which)."""

@@ -24,11 +24,12 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from interface.names import BUNDLE_FILE
 from service.domain.errors import InvalidInput, UnknownModel
-from service.models.naming import NAME, check_name, inside, shown
+from service.domain.text import shown
+from service.models.naming import NAME, check_name, inside
 
 SETTINGS_FILE = "model.json"
-MANIFEST = "bundle.json"
 BATCHING_MODES = ("none", "dynamic", "continuous")
 
 
@@ -160,7 +161,7 @@ class RepositoryLayout:
         if not folder.is_dir():
             raise UnknownModel(f"unknown model {shown(name)}; the repository has {self.names()}")
         versions = {int(p.name): p for p in folder.iterdir()
-                    if p.is_dir() and p.name.isdigit() and int(p.name) >= 1 and (p / MANIFEST).is_file()}
+                    if p.is_dir() and p.name.isdigit() and int(p.name) >= 1 and (p / BUNDLE_FILE).is_file()}
         settings_file = folder / SETTINGS_FILE
         settings = ModelSettings()
         if settings_file.is_file():

@@ -20,7 +20,8 @@ import time
 from pathlib import PurePosixPath
 
 from service.domain.errors import InvalidInput, NotReady, RepositoryRefused, UnknownModel
-from service.models.naming import check_name, inside, shown
+from service.domain.text import shown
+from service.models.naming import check_name, inside
 from service.models.repository import ControlMode, ModelRepository
 from service.models.served import ModelState
 from service.ops import metrics

@@ -6,15 +6,11 @@ import re
 from pathlib import Path
 
 from service.domain.errors import InvalidInput
+from service.domain.text import shown
 
 # a name is one path component of printable ASCII letters, digits, '_', '-' and '.', never '.' or '..'
 NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 VERSION = re.compile(r"[0-9]{1,18}")  # Triton's version folders: a positive integer
-
-
-def shown(value: str, limit: int = 80) -> str:
-    """A client's string quoted for a message, cut to `limit` characters."""
-    return repr(value if len(value) <= limit else value[:limit] + "...")
 
 
 def check_name(name: str) -> str:

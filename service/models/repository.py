@@ -1,8 +1,7 @@
 """The models of this process and their lifecycle: one component owns it, the protocols ask it.
 
-Each served model version is a `ServedModel` (its runner and its own scheduler and worker) in a state
-(`ModelState`). How models come in is the control mode (`ControlMode`, as Triton's
-`--model-control-mode`):
+Each served model version is a `ServedModel` (its runner and its own scheduler and worker). How models
+come in is the control mode (`ControlMode`, as Triton's `--model-control-mode`):
 
 - none: every model of the repository loads at start; loads and unloads through the API are refused;
 - explicit: the models named at start (`*`: all), then what the API loads and unloads;
@@ -12,9 +11,12 @@ Each served model version is a `ServedModel` (its runner and its own scheduler a
 
 A load of a loaded model loads the new version(s) beside the old and switches with no gap; a failed
 load keeps the old serving. An unload takes the model out at once (new requests: NotReady) and lets
-its in-flight requests complete. Requests hold a lease (`use`) for as long as they run. Requests are
-labelled in the request metrics with the model and version that serve them (`label`,
-`metrics.served_by`): only names the repository has become label values.
+its in-flight requests complete. Requests hold a lease (`use`) for as long as they run.
+
+Each model version has one lifecycle record (`VersionState`: state and reason, in `states`; version ""
+for a model with no version served), which the index reports. Lookups by (name, version) go through one
+resolver (`find`): aliases (ModelMesh's ids) apply there only, and it labels the request metrics with
+what it resolved (`label`, `metrics.served_by`): only names the repository has become label values.
 """
 
 from __future__ import annotations
@@ -37,10 +39,11 @@ from service.domain.errors import (
     ShuttingDown,
     UnknownModel,
 )
+from service.domain.text import shown
 from service.models.budget import files_bytes, victims
 from service.models.layout import ModelSettings, RepositoryLayout
-from service.models.naming import VERSION, check_name, check_version, shown
-from service.models.served import Loader, ModelState, ServedModel
+from service.models.naming import check_name, check_version
+from service.models.served import Loader, ModelState, ServedModel, VersionState
 from service.ops import metrics
 from service.ops.malloc import release_freed_memory
 
@@ -58,7 +61,7 @@ class ControlMode(StrEnum):
 
 @dataclass(frozen=True)
 class IndexEntry:
-    """One line of the repository index."""
+    """One line of the repository index: a model version and its lifecycle record."""
 
     name: str
     version: str
@@ -66,20 +69,30 @@ class IndexEntry:
     reason: str = ""
 
 
+@dataclass(frozen=True)
+class Resolved:
+    """What a request's (name, version) resolves to: the repository model, the version asked for (None:
+    the latest) and the loaded version that serves it (None when none does)."""
+
+    name: str
+    version: int | None
+    model: ServedModel | None
+
+
 class ModelRepository:
-    """The served models: load, unload, index, and leases for requests (module docstring)."""
+    """The served models: load, unload, index, lookups, and leases for requests (module docstring)."""
 
     def __init__(self, layout: RepositoryLayout, loader: Loader, mode: ControlMode = ControlMode.NONE,
                  memory_budget: int | None = None, unload_grace_s: float = UNLOAD_GRACE_S) -> None:
         """Nothing loaded yet: `start` loads what the mode says."""
         self.layout, self.loader, self.mode = layout, loader, mode
         self.memory_budget, self.unload_grace_s = memory_budget, unload_grace_s
-        self.models: dict[str, dict[int, ServedModel]] = {}  # name -> version -> the ready model
-        self.failures: dict[str, str] = {}  # name -> why its last load failed, or why it was evicted
+        self.models: dict[str, dict[int, ServedModel]] = {}  # name -> version -> the served model
+        # name -> version -> lifecycle record (a served version's: its `status`; none: UNAVAILABLE)
+        self.states: dict[str, dict[str, VersionState]] = {}
         self._loading: dict[str, asyncio.Future[None]] = {}  # name -> the load in progress
         self._lock = asyncio.Lock()  # one load or unload at a time: memory is measured per load
         self._closing: set[asyncio.Task] = set()
-        self.events: list[tuple[str, str, str]] = []  # (event, model, reason): load / unload / evict
         self.closing = False  # the server is stopping: no new request gets a model
         self.aliases: dict[str, str] = {}  # another name a model answers to -> the model (ModelMesh's ids)
         self.sizes: dict[tuple[str, int], int] = {}  # (name, version) -> resident bytes of its last load
@@ -90,65 +103,72 @@ class ModelRepository:
         for name in wanted:
             await self._load(name, None)
 
-    # -- what the protocols ask ---------------------------------------------------------------------
+    # -- lookups: what the protocols ask ------------------------------------------------------------
+
+    def find(self, name: str, version: str = "", on_disk: bool = True) -> Resolved:
+        """The model a request addresses ("" = the one loaded model, an alias = its model), labelling the
+        request metrics with it. InvalidInput for a malformed name or version, or "" without exactly one
+        loaded model; UnknownModel for a model the repository lacks, and (on_disk) for a version neither
+        loaded nor on disk. Requests, which need a loaded version (`use`), pass on_disk=False."""
+        found, label, error = self._lookup(name, version)
+        metrics.served_by(*label)
+        if error is not None:
+            raise error
+        if on_disk and found.model is None:
+            entry = self.layout.entry(found.name)  # the model's folder as it is now (it may have gone)
+            if found.version is not None and found.version not in entry.versions:
+                raise UnknownModel(f"model {shown(found.name)} has no version '{found.version}'; the "
+                                   f"repository has {sorted(entry.versions)}")
+        return found
 
     def label(self, name: str, version: str = "") -> tuple[str, str]:
         """The request metrics' (model, version) of a request for name / version: the model it resolves to
         and the loaded version it gets ("" when none), NO_MODEL for "" without exactly one loaded model,
         UNKNOWN_MODEL for a name the repository lacks. Never raises."""
-        if not name:
-            if len(self.models) != 1:
-                return metrics.NO_MODEL, ""
-            name = next(iter(self.models))
-        name = self.aliases.get(name, name)
-        versions = self.models.get(name)
-        if versions is None and not self._exists(name):
-            return metrics.UNKNOWN_MODEL, ""
-        if not versions:
-            return name, ""
-        number = int(version) if VERSION.fullmatch(version) else None
-        chosen = number if version else max(versions)
-        return name, str(chosen) if chosen in versions else ""
-
-    def _exists(self, name: str) -> bool:
-        """Whether the repository has a model folder `name` (False for an invalid name)."""
-        try:
-            return name in self.layout.names()
-        except OSError:
-            return False
-
-    def resolve(self, name: str, version: str = "") -> tuple[str, int | None]:
-        """(name, version or None = the latest) a request addresses; "" is the one loaded model."""
-        metrics.served_by(*self.label(name, version))
-        if not name:
-            loaded = sorted(self.models)
-            if len(loaded) != 1:
-                known = loaded or self.layout.names()
-                raise InvalidInput(f"name a model: this server has {len(loaded)} loaded ({known})")
-            name = loaded[0]
-        name = self.aliases.get(name, name)
-        check_name(name)
-        return name, check_version(version) if version else None
+        return self._lookup(name, version)[1]
 
     def known(self, name: str, version: str = "") -> tuple[str, int | None]:
-        """resolve(name, version), and UnknownModel unless the repository has that model (version)."""
-        name, number = self.resolve(name, version)
-        if name in self.models and (number is None or number in self.models[name]):
-            return name, number
-        entry = self.layout.entry(name)  # UnknownModel for a model the repository lacks
-        if number is not None and number not in entry.versions:
-            raise UnknownModel(f"model {shown(name)} has no version '{number}'; the repository has "
-                               f"{sorted(entry.versions)}")
-        return name, number
+        """find(name, version)'s (model, version): UnknownModel unless the repository has them."""
+        found = self.find(name, version)
+        return found.name, found.version
 
     def ready(self, name: str, version: str = "") -> bool:
         """Whether that model (version) is loaded and ready (UnknownModel for one the repository lacks)."""
-        name, number = self.known(name, version)
-        versions = self.models.get(name, {})
-        if number is None and versions:
-            number = max(versions)
-        model = versions.get(number) if number is not None else None
-        return model is not None and model.state is ModelState.READY and model.scheduler.healthy
+        model = self.find(name, version).model
+        return model is not None and model.ready
+
+    def _lookup(self, name: str, version: str) -> tuple[Resolved, tuple[str, str], Exception | None]:
+        """The resolver: what (name, version) resolves to, its metrics label, and why a lookup of it fails
+        (None: it does not). The one place "" and aliases are resolved; reads the disk only for a model
+        that is not loaded."""
+        if not name:
+            loaded = sorted(self.models)
+            if len(loaded) != 1:
+                error = InvalidInput(f"name a model: this server has {len(loaded)} loaded "
+                                     f"({loaded or self._names()})")
+                return Resolved(name, None, None), (metrics.NO_MODEL, ""), error
+            name = loaded[0]
+        name = self.aliases.get(name, name)
+        served = self.models.get(name, {})
+        known = bool(served) or name in self._names()  # a malformed name is never among them
+        number, error = None, None
+        try:
+            check_name(name)
+            number = check_version(version) if version else None
+        except InvalidInput as exc:
+            error = exc
+        if error is None and not known:
+            error = UnknownModel(f"unknown model {shown(name)}; the repository has {self._names()}")
+        model = served.get(max(served) if number is None else number) if served and error is None else None
+        label = (name, str(model.version) if model else "") if known else (metrics.UNKNOWN_MODEL, "")
+        return Resolved(name, number, model), label, error
+
+    def _names(self) -> list[str]:
+        """The models of the repository ([] when its folder cannot be read)."""
+        try:
+            return self.layout.names()
+        except OSError:
+            return []
 
     def loaded(self, name: str | None = None) -> list[ServedModel]:
         """Every loaded model version (of model `name` only, if given), by name and version."""
@@ -156,27 +176,33 @@ class ModelRepository:
         return [versions[v] for _, versions in sorted(chosen) for v in sorted(versions)]
 
     def index(self, ready_only: bool = False) -> list[IndexEntry]:
-        """Every model of the repository (and every loaded version) with its state and reason."""
+        """Every model of the repository (and every served version) with its lifecycle record."""
         out = []
         for name in sorted(set(self.layout.names()) | set(self.models)):
-            versions = self.models.get(name, {})
-            if versions:
-                out += [IndexEntry(name, str(v), m.state) for v, m in sorted(versions.items())]
-            elif not ready_only:
-                state = ModelState.LOADING if name in self._loading else ModelState.UNAVAILABLE
-                out.append(IndexEntry(name, "", state, self.failures.get(name, "")))
+            records = self.states.get(name) or {"": VersionState()}
+            out += [IndexEntry(name, version, s.state, s.reason) for version, s in records.items()]
         return [e for e in out if not ready_only or e.state is ModelState.READY]
 
     @contextlib.asynccontextmanager
     async def use(self, name: str, version: str = "", deadline: float | None = None
                   ) -> AsyncIterator[ServedModel]:
-        """A lease on the model a request addresses, loading it first in on-demand mode."""
+        """A lease on the loaded version a request addresses, loading the model first in on-demand mode
+        (NotReady when it is not loaded, UnknownModel when that version is not)."""
         if self.closing:
             raise ShuttingDown("the server is shutting down; retry on another replica")
-        name, number = self.resolve(name, version)
-        if name not in self.models and self.mode is ControlMode.ON_DEMAND:
-            await self._wait(self._load(name, None), deadline)
-        model = self._pick(name, number)
+        found = self.find(name, version, on_disk=False)
+        if found.name not in self.models and self.mode is ControlMode.ON_DEMAND:
+            await self._wait(self._load(found.name, None), deadline)
+            found = self.find(name, version, on_disk=False)
+        model = found.model
+        if model is None:
+            if versions := self.models.get(found.name):
+                raise UnknownModel(f"model {shown(found.name)} has no loaded version '{found.version}'; "
+                                   f"loaded: {sorted(versions)}")
+            reason = self._why(found.name)
+            hint = "" if self.mode is ControlMode.ON_DEMAND else "; load it through the repository API"
+            raise NotReady(f"model {shown(found.name)} is not loaded" + (f" ({reason})" if reason else "")
+                           + hint)
         model.acquire()
         try:
             yield model
@@ -213,23 +239,31 @@ class ModelRepository:
         if self._closing:
             await asyncio.gather(*self._closing, return_exceptions=True)
 
+    def estimate(self, name: str) -> int:
+        """Bytes a load of `name` adds as the memory budget counts them (measured, else its files' size)."""
+        entry = self.layout.entry(name)
+        return sum(self._estimate(name, v, entry.versions[v]) for v in entry.served())
+
+    def resident_bytes(self) -> int:
+        """Resident bytes of every loaded model, each as measured after its load."""
+        return sum(m.resident_bytes for m in self.loaded())
+
     # -- lifecycle ----------------------------------------------------------------------------------
 
-    def _pick(self, name: str, number: int | None) -> ServedModel:
-        """The ready model version a request gets (NotReady / UnknownModel otherwise)."""
-        versions = self.models.get(name)
-        if not versions:
-            if name not in self.layout.names():
-                raise UnknownModel(f"unknown model {shown(name)}; the repository has {self.layout.names()}")
-            reason = self.failures.get(name)
-            hint = "" if self.mode is ControlMode.ON_DEMAND else "; load it through the repository API"
-            raise NotReady(f"model {shown(name)} is not loaded" + (f" ({reason})" if reason else "") + hint)
-        if number is not None and number not in versions:
-            raise UnknownModel(f"model {shown(name)} has no loaded version '{number}'; "
-                               f"loaded: {sorted(versions)}")
-        chosen = number if number is not None else max(versions)
-        metrics.served_by(name, str(chosen))
-        return versions[chosen]
+    def _why(self, name: str) -> str:
+        """Why no version of `name` is served ("" when it is, or when nothing says why)."""
+        return self.states.get(name, {}).get("", VersionState()).reason
+
+    def _unserved(self, name: str, state: ModelState, reason: str | None = None) -> None:
+        """Record that no version of `name` is served, in `state` for `reason` (None: the one it had); a
+        served model keeps its records, and the default one (UNAVAILABLE, no reason) is not kept."""
+        if name in self.models:
+            return
+        reason = self._why(name) if reason is None else reason
+        if state is ModelState.UNAVAILABLE and not reason:
+            self.states.pop(name, None)
+        else:
+            self.states[name] = {"": VersionState(state, reason)}
 
     async def _wait(self, job: Awaitable[None], deadline: float | None) -> None:
         """Wait for a load within a request's deadline (the load goes on for the others)."""
@@ -248,11 +282,13 @@ class ModelRepository:
             return None
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._loading[name] = future
+        self._unserved(name, ModelState.LOADING)
         try:
             async with self._lock:
                 await self._load_locked(name, settings)
             future.set_result(None)
         except BaseException as exc:
+            self._unserved(name, ModelState.UNAVAILABLE)
             future.set_exception(exc)
             future.exception()  # retrieved: callers that did not wait leave no warning
             raise
@@ -281,8 +317,8 @@ class ModelRepository:
         except BaseException as exc:
             for model in new.values():
                 self._schedule_close(model, 0.0)
-            self.failures[name] = f"load failed: {exc}"
-            self._record("load_failed", name, str(exc))
+            self._unserved(name, ModelState.UNAVAILABLE, f"load failed: {exc}")
+            self._count(name, "load_failed")
             raise
         for version, model in new.items():
             self.sizes[name, version] = model.resident_bytes
@@ -292,34 +328,29 @@ class ModelRepository:
             except MemoryBudgetExceeded:
                 for model in new.values():
                     self._schedule_close(model, 0.0)
-                self.failures[name] = "unloaded after its load: it does not fit the memory budget"
-                self._record("unload", name, self.failures[name], "budget")
+                self._unserved(name, ModelState.UNAVAILABLE,
+                               "unloaded after its load: it does not fit the memory budget")
+                self._count(name, "unload", "budget")
                 raise
-        old = self.models.get(name, {})
-        self.models[name] = new  # the switch: requests from now on get the new versions
-        self.failures.pop(name, None)
+        self._switch(name, new)
         metrics.MODEL_LOAD_SECONDS.labels(model=name).observe(time.perf_counter() - started)
-        self._record("load", name, "reload" if old else "load")
+
+    def _switch(self, name: str, new: dict[int, ServedModel]) -> None:
+        """Serve `new` versions of `name` from now on; the old ones finish their requests and close."""
+        old = self.models.get(name, {})
+        self.models[name] = new
+        self.states[name] = {str(v): m.status for v, m in sorted(new.items())}
+        self._count(name, "load")
         for version, model in new.items():
             metrics.MODEL_RESIDENT_BYTES.labels(model=name, version=str(version)).set(model.resident_bytes)
         if old:
-            self._record("unload", name, "replaced by a reload", "reload")
+            self._count(name, "unload", "reload")
         for model in old.values():
             self._schedule_close(model, self.unload_grace_s)
 
     def _estimate(self, name: str, version: int, path: Any) -> int:
         """Bytes a load of that version will add: as measured at its last load, else its files' size."""
         return self.sizes.get((name, version)) or files_bytes(path)
-
-    def estimate(self, name: str) -> int:
-        """Bytes a load of `name` adds as the memory budget counts them: measured if it was loaded, else
-        the files of the versions its policy serves."""
-        entry = self.layout.entry(name)
-        return sum(self._estimate(name, v, entry.versions[v]) for v in entry.served())
-
-    def resident_bytes(self) -> int:
-        """Resident bytes of every loaded model, each as measured after its load."""
-        return sum(m.resident_bytes for m in self.loaded())
 
     def _make_room(self, name: str, needed: int) -> None:
         """Unload least recently used idle models until `needed` more bytes fit the budget."""
@@ -333,10 +364,8 @@ class ModelRepository:
                 f"loading {shown(name)} needs about {needed / 2**20:.0f} MiB, and the models in use hold "
                 f"{used / 2**20:.0f} MiB of the {self.memory_budget / 2**20:.0f} MiB memory budget")
 
-    def _record(self, event: str, name: str, detail: str, cause: str = "") -> None:
-        """Note a lifecycle event (`events`, the metrics): load, load_failed, unload (cause: api, evicted,
-        reload, shutdown, budget)."""
-        self.events.append(("evict" if cause == "evicted" else event, name, detail))
+    def _count(self, name: str, event: str, cause: str = "") -> None:
+        """Count a lifecycle event in the metrics: load, load_failed, unload (cause: why it unloaded)."""
         if event == "unload":
             metrics.MODEL_UNLOADS.labels(model=name, reason=cause).inc()
         else:
@@ -346,8 +375,8 @@ class ModelRepository:
     def _retire(self, name: str, reason: str, cause: str, grace_s: float | None = None) -> None:
         """Take `name` out of service now; its versions finish their requests in the background."""
         versions = self.models.pop(name, {})
-        self.failures[name] = reason
-        self._record("unload", name, reason, cause)
+        self._unserved(name, ModelState.UNAVAILABLE, reason)
+        self._count(name, "unload", cause)
         log.info("model %s: %s", name, reason)
         for model in versions.values():
             self._schedule_close(model, self.unload_grace_s if grace_s is None else grace_s)

@@ -23,8 +23,18 @@ class ModelState(StrEnum):
 
 
 @dataclass
+class VersionState:
+    """Where a model version is in its lifecycle and why (Triton's state and reason): the record the
+    repository keeps per version and its index reports."""
+
+    state: ModelState = ModelState.UNAVAILABLE
+    reason: str = ""
+
+
+@dataclass
 class ServedModel:
-    """A loaded model version: what the loader built (runner, scheduler) and what it costs."""
+    """A loaded model version: what the loader built (runner, scheduler), what it costs, and its lifecycle
+    record (`status`; `state` reads and writes it)."""
 
     name: str
     version: int
@@ -33,8 +43,23 @@ class ServedModel:
     resident_bytes: int = 0  # the process's resident memory that its load added
     in_flight: int = 0
     last_used: float = field(default_factory=time.monotonic)
-    state: ModelState = ModelState.READY
+    status: VersionState = field(default_factory=lambda: VersionState(ModelState.READY))
     idle: asyncio.Event = field(default_factory=asyncio.Event)  # set whenever no lease is held
+
+    @property
+    def state(self) -> ModelState:
+        """Its lifecycle state: READY until retired, then UNLOADING, UNAVAILABLE once closed."""
+        return self.status.state
+
+    @state.setter
+    def state(self, value: ModelState) -> None:
+        """Move it to another lifecycle state."""
+        self.status.state = value
+
+    @property
+    def ready(self) -> bool:
+        """Whether it takes requests: READY, with a healthy scheduler."""
+        return self.status.state is ModelState.READY and self.scheduler.healthy
 
     def acquire(self) -> None:
         """A request starts using it."""

@@ -1,9 +1,9 @@
 """Huge pages under the weights that the CPU kernels packed while a model's sessions opened (Linux).
 
 ONNX Runtime's CPU MatMul and Gemm kernels copy their weights into a packed layout on the heap when a
-session opens (prepacking), and a decoder step at batch 1 streams every one of them from memory: on
-the opus-mt shape 207 MB per step. In 4 KiB pages the hardware prefetchers stop at every page
-boundary and each page takes a TLB entry; in 2 MiB pages a weight streams faster (docs/performance.md).
+session opens (prepacking), and a decoder step at batch 1 streams every one of them from memory. In 4 KiB
+pages the hardware prefetchers stop at every page boundary and each page takes a TLB entry; in 2 MiB pages
+a weight streams faster (docs/performance.md has the figures).
 Transparent huge pages are often opt-in (`madvise` mode), and ONNX Runtime does not opt in.
 
 `huge_pages_for(...)` records which 2 MiB-aligned blocks of the process's anonymous private writable

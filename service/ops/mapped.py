@@ -4,7 +4,7 @@ ONNX Runtime memory-maps a bundle's weights file (private, copy-on-write mapping
 session). Kernels that prepack a weight (MatMul, Gemm) read all of it through the mapping while the
 session is created and then use their packed copy, but the mapping stays where another node of the
 session reads the same tensor: the tied embedding's rows, which the decoder's lookup gathers and its
-output projection prepacks (export/tied.py). The pages the prepacking touched then count in the
+output projection prepacks (export/lowering/tied.py). The pages the prepacking touched then count in the
 process's resident memory although only the looked-up rows are read again. `drop_file_pages` calls
 madvise(MADV_DONTNEED) over the mappings of the given files that hold no page of their own (smaps
 `Anonymous: 0 kB`: nothing was written, every page is the file's, so the call drops only clean page

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 
+from interface.names import MODEL_NAME
 from service.ops import metrics
 from service.ops.statistics import ModelStatistics
 
@@ -22,7 +23,7 @@ PER_MODEL = (metrics.QUEUE_TIME, metrics.TIME_TO_FIRST_TOKEN, metrics.TIME_PER_O
 class ModelMetrics:
     """The recorder a model version's worker and scheduler report to."""
 
-    def __init__(self, model: str = "translator", version: str = "1") -> None:
+    def __init__(self, model: str = MODEL_NAME, version: str = "1") -> None:
         """Bind the per-model series of `model` / `version` and start empty statistics."""
         self.model, self.version = model, version
         self._removed = False
@@ -47,14 +48,14 @@ class ModelMetrics:
         self.stats.record_execution(texts, seconds)
 
     def scored(self, pairs: int, seconds: float) -> None:
-        """One forced-decoding run (Score: service/runtime/scoring.py) of `pairs` (source, target) pairs."""
+        """One forced-decoding run (Score: service/runtime/decoding/scoring.py) of `pairs` (source, target)
+        pairs."""
         self.stats.record_execution(pairs, seconds)
 
-    def stepped(self, seconds: float, rows: int, steps: int) -> None:
-        """One decoder run of `steps` steps over `rows` rows, in `seconds`."""
-        for _ in range(steps):
-            self._step.observe(seconds / steps)
-            self._rows.observe(rows)
+    def stepped(self, seconds: float, rows: int) -> None:
+        """One decoder step over `rows` rows, in `seconds`."""
+        self._step.observe(seconds)
+        self._rows.observe(rows)
 
     def first_token(self, seconds: float) -> None:
         """A text's first token, `seconds` after its submission."""

@@ -1,12 +1,13 @@
 """Torch-free runner of a model bundle: sessions, tokenizer, backend, and in-process translation.
 
-`Runner` owns the ONNX Runtime sessions, the tokenizer (service/runtime/tokenization.py) and the
+`Runner` owns the ONNX Runtime sessions, the tokenizer (service/runtime/model/tokenization.py) and the
 backend (host numpy cache on the CPU provider, device-resident cache through IO binding on CUDA:
-service/runtime/backends.py), and describes the model to its batches with a `ModelSpec`. A source
+service/runtime/cache/backends.py), and describes the model to its batches with a `ModelSpec`. A source
 is the language prefix + the tokenizer's ids + the bundle's source suffix (eos unless its
 `generation` says otherwise); the decoder starts from `generation.decoder_start_id` (bos unless
 said otherwise), and its rules (suppressed ids, eos at the limit, renormalization:
-service/runtime/rules.py) apply to every step. `DecodeBatch` (service/runtime/batch.py) is the
+service/runtime/decoding/rules.py) apply to every step. `DecodeBatch` (service/runtime/decoding/batch.py) is
+the
 step-wise engine that the scheduler drives; `Runner.translate` is the simplest driver of it (add
 what fits, step until done).
 """
@@ -40,15 +41,14 @@ from service.domain.types import (
     ScoreRequest,
     ScoreResult,
 )
-from service.runtime.backends import Backend, FaultHook, HostBackend, IoBindingBackend
-from service.runtime.batch import DecodeBatch
-from service.runtime.bundle import Bundle, load_bundle
-from service.runtime.rules import StepRules
-from service.runtime.scoring import Scorer, score_requests
-from service.runtime.sessions import CUDA, check_provider, open_sessions, plan_providers
-from service.runtime.spec import ModelSpec
-from service.runtime.stepping import StepPolicy
-from service.runtime.tokenization import TextTokenizer, load_tokenizer
+from service.runtime.cache.backends import Backend, FaultHook, HostBackend, IoBindingBackend
+from service.runtime.decoding.batch import DecodeBatch
+from service.runtime.decoding.rules import StepRules
+from service.runtime.decoding.scoring import Scorer, score_requests
+from service.runtime.decoding.spec import ModelSpec
+from service.runtime.model.bundle import Bundle, load_bundle
+from service.runtime.model.sessions import CUDA, check_provider, open_sessions, plan_providers
+from service.runtime.model.tokenization import TextTokenizer, load_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -65,10 +65,8 @@ class Runner:
     {"CUDAExecutionProvider": {"device_id": 1}}. io_binding: None = only when CUDA is active.
     variant: a bundle variant such as "fp16", or "base" (default: the one bundle.json names for the
     provider in use, else the base files). require_provider: raise ProviderUnavailable unless that
-    provider runs the model with every compute node placed on it. step_policy: steps per decoder run
-    (service/runtime/stepping.py; default: one per run; StepPolicy(K) runs up to K greedy steps per
-    run with the bundle's multi-step decoder, which is opened only then). profile_prefix: ORT's profiler
-    (files `<prefix>_encoder_*.json`, `<prefix>_decoder_*.json`; bench/profile.py). Thread-safe for
+    provider runs the model with every compute node placed on it. profile_prefix: ORT's profiler
+    (files `<prefix>_encoder_*.json`, `<prefix>_decoder_*.json`; bench/engines/profile.py). Thread-safe for
     concurrent `translate` calls (each thread reuses its own DecodeBatch, so a call finds the
     buffers of the previous one allocated and bound); `fault_hook` is for tests (called with
     "encoder" or "decoder" before each run of the backend).
@@ -86,7 +84,6 @@ class Runner:
         variant: str | None = None,
         profile_prefix: str | None = None,
         require_provider: str | None = None,
-        step_policy: StepPolicy | None = None,
     ) -> None:
         self.bundle = bundle if isinstance(bundle, Bundle) else load_bundle(bundle)
         self.config = self.bundle.config
@@ -95,7 +92,6 @@ class Runner:
         self.vocab_size = int(self.config["vocab_size"])  # what the decoder generates
         self.source_vocab_size = int(self.config.get("source_vocab_size") or self.vocab_size)  # encoder's
         self.max_beam = max_beam
-        self.step_policy = StepPolicy() if step_policy is None else step_policy
         self._text_setup()
         device_id = int((provider_options or {}).get(CUDA, {}).get("device_id", 0))
         planned, why_not_cuda = plan_providers(providers, device_id)
@@ -107,15 +103,13 @@ class Runner:
 
         self.sessions = open_sessions(lambda provider: self.bundle.files(variant_of(provider)), planned,
                                       provider_options, intra_op_threads, shared_thread_pool, profile_prefix,
-                                      why_not_cuda, self.step_policy.steps_per_call > 1,
-                                      lambda provider: self.step_policy.weights == "shared"
-                                      and self.bundle.shares_weights(variant_of(provider)))
+                                      why_not_cuda)
         self.variant = variant_of(self.provider)
         files = self.sessions.files
         host_nodes = {graph: self.bundle.host_nodes.get(path.name, ()) for graph, path in files.items()}
         check_provider(self.sessions, require_provider, host_nodes)
         decoder = files["decoder"]
-        self.kv_cache = self.sessions.kv_cache  # "concat" or "inplace" (service/runtime/kvcache.py)
+        self.kv_cache = self.sessions.kv_cache  # "concat" or "inplace" (service/runtime/cache/kvcache.py)
         self._local = threading.local()  # the thread's DecodeBatch for translate()
         n_layers = self.bundle.n_decoder_layers
         check_decoder_inputs(self.sessions.decoder, n_layers, self.kv_cache, decoder)
@@ -133,10 +127,6 @@ class Runner:
             self.backend: Backend = IoBindingBackend(self.sessions, n_layers, device, device_id)
         else:
             self.backend = HostBackend(self.sessions, n_layers)
-        if self.step_policy.steps_per_call > 1 and not self.backend.multistep:
-            log.warning("%d steps per call asked for, but the bundle has no multi-step decoder for %s "
-                        "(export it again with this version): one step per call",
-                        self.step_policy.steps_per_call, decoder.name)
         log.info("runner for %s %s on %s, variant %s (%s)", self.bundle.name, self.bundle.version,
                  self.provider, self.variant_name, type(self.backend).__name__)
 
@@ -231,13 +221,9 @@ class Runner:
         return self.tokenizer.decode(ids)
 
     def resolve(self, options: DecodeOptions | None) -> ResolvedOptions:
-        """Options resolved against the model's limits, max_beam and languages."""
-        asked = options or DecodeOptions()
-        if not isinstance(asked, DecodeOptions):
-            raise InvalidInput(f"options must be DecodeOptions, got {type(asked).__name__}")
-        defaults = self.bounded_defaults(self.max_beam)
-        return asked.resolved(self.max_len, self.max_beam, self.languages, defaults, self.vocab_size,
-                              self.encode_target)
+        """Options resolved against the model's limits, max_beam and languages (RequestLimits.resolve, the
+        one resolver)."""
+        return self.limits().resolve(options or DecodeOptions(), self.encode_target)
 
     def make_request(self, source: str | Sequence[int], options: DecodeOptions | None = None,
                      tag: Any = None) -> Request:
@@ -253,9 +239,8 @@ class Runner:
 
     # ----- decoding -----------------------------------------------------------------------
     def new_batch(self, max_rows: int = 64) -> DecodeBatch:
-        """An empty DecodeBatch with room for max_rows rows (a beam-k request takes k), stepping by the
-        runner's policy."""
-        return DecodeBatch(self.spec, self.backend, self.tokenizer, max_rows, self.step_policy)
+        """An empty DecodeBatch with room for max_rows rows (a beam-k request takes k)."""
+        return DecodeBatch(self.spec, self.backend, self.tokenizer, max_rows)
 
     def translate(
         self,
@@ -283,7 +268,7 @@ class Runner:
             self._local.batch = None  # a failed call leaves its batch to the garbage collector
             raise
 
-    # ----- scoring (service/runtime/scoring.py) ---------------------------------------------
+    # ----- scoring (service/runtime/decoding/scoring.py) ---------------------------------------------
     def score_requests(self, sources: Sequence[str], targets: Sequence[str],
                        options: ScoreOptions | None = None) -> list[ScoreRequest]:
         """Validated ScoreRequests of (source, target) text pairs; InvalidInput saying what is wrong."""
@@ -291,7 +276,8 @@ class Runner:
                               self.encode_texts, self.encode_target, self.vocab_size)
 
     def new_scorer(self, max_rows: int = 64, mode: str = "auto") -> Scorer:
-        """A Scorer of max_rows pairs per run, by a mode of service/runtime/scoring.py (default: every
+        """A Scorer of max_rows pairs per run, by a mode of service/runtime/decoding/scoring.py (default:
+        every
         row's whole target in one decoder run where the graphs allow)."""
         return Scorer(self.spec, self.backend, max_rows, mode)
 
@@ -310,7 +296,7 @@ class Runner:
     def _drive(self, batch: DecodeBatch, requests: list[Request]) -> list[list[Hypothesis]]:
         """Add what fits, step until every request finished; n-best hypotheses in request order."""
         pending, results = deque(requests), {}
-        budget = sum(r.options.max_new_tokens or 0 for r in requests) + 1
+        budget = sum(r.options.max_output_tokens or 0 for r in requests) + 1
         for _ in range(budget):
             if pending:
                 fitting, free = [], batch.free_rows
@@ -335,8 +321,8 @@ def model_defaults(given: GenerationDefaults) -> ModelDefaults:
     penalty = given.repetition_penalty
     return ModelDefaults(
         beam_size=d.beam_size if given.num_beams is None else given.num_beams,
-        max_new_tokens=given.max_new_tokens, alpha=given.length_penalty,
-        min_length=d.min_length if given.min_new_tokens is None else given.min_new_tokens,
+        max_output_tokens=given.max_new_tokens, length_penalty=given.length_penalty,
+        min_output_tokens=d.min_output_tokens if given.min_new_tokens is None else given.min_new_tokens,
         no_repeat_ngram_size=given.no_repeat_ngram_size or d.no_repeat_ngram_size,
         repetition_penalty=d.repetition_penalty if penalty is None else penalty)
 

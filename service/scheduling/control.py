@@ -16,8 +16,8 @@ import time
 
 from service.domain.errors import NotReady, ShuttingDown
 from service.ops.model_metrics import ModelMetrics
-from service.runtime.batch import DecodeBatch
-from service.runtime.scoring import Scorer
+from service.runtime.decoding.batch import DecodeBatch
+from service.runtime.decoding.scoring import Scorer
 from service.scheduling.jobqueue import JobQueue
 from service.scheduling.jobs import Delivery, Job, Mailbox, Outbox, RequestStatus, Waiters
 from service.scheduling.policies import AdmissionPolicy, SchedulerSettings
@@ -35,7 +35,7 @@ class WorkerControl:
             raise ValueError(f"a batch of {batch.max_rows} rows for max_batch_size {settings.max_batch_size}")
         self._queue = JobQueue(settings.queue_size)  # guarded by _cond
         self.batch, self.policy, self.recorder = batch, policy, recorder
-        self.scorer = scorer  # runs the score jobs (service/runtime/scoring.py); None: none queued
+        self.scorer = scorer  # runs the score jobs (service/runtime/decoding/scoring.py); None: none queued
         self.watchdog_s, self.max_tokens = settings.watchdog_s, settings.token_budget
         self._cond = threading.Condition()
         self._dropped: list[Job] = []  # active jobs whose caller gave up (cancelled, timed out)

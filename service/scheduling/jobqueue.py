@@ -4,9 +4,10 @@ A `JobQueue` holds `Job`s (service/scheduling/jobs.py) in arrival order and coun
 lock of its own: the worker (service/scheduling/worker.py) calls it under its condition's lock. `take`
 pops the jobs that may join the decode batch now: FIFO while their rows fit (newcomers of mixed
 lengths may join together: the batch encodes them in groups of similar length,
-service/runtime/encode_groups.py). With a token budget (`--max-batch-tokens`), newcomers join
+service/runtime/decoding/encode_groups.py). With a token budget (`--max-batch-tokens`), newcomers join
 only while the batch's tokens (every row's source plus what it has decoded,
-service/runtime/batch.py `DecodeBatch.tokens`) and theirs (source x beam rows) stay within it; into an
+service/runtime/decoding/batch.py `DecodeBatch.tokens`) and theirs (source x beam rows) stay within it; into
+an
 empty batch the head joins whatever its length. The first job that may not join waits at the head of
 the queue; nobody overtakes it, and the texts of one request (`joins_previous`) are never separated.
 Jobs whose deadline passed while queued leave with DeadlineExceeded.

@@ -22,13 +22,15 @@ worker keeps going). If one text of a submit fails, the others are withdrawn. If
 task is cancelled (the gRPC client cancelled), CancelledError propagates and the texts leave the
 queue or the batch, freeing their rows; `stream` does the same when the iterator is closed early.
 Streaming forces `DecodeOptions.stream` (greedy only), and its events come from the same decode
-loop as everything else. `score` validates its pairs (service/runtime/scoring.py) and queues one job per
+loop as everything else. `score` validates its pairs (service/runtime/decoding/scoring.py) and queues one job
+per
 pair, admitted, timed out, withdrawn and drained as a text is; the worker scores them by forced decoding.
 
 `max_batch_size` counts rows in every mode: a beam-k text takes k rows. Modes differ only in
 their admission policy (service/scheduling/policies.py); FIFO in all of them, nobody overtakes
 the head; texts of mixed lengths joining together are encoded in groups of similar length
-(service/runtime/encode_groups.py). With `max_batch_tokens` (0 = none; the server's default is a budget) texts
+(service/runtime/decoding/encode_groups.py). With `max_batch_tokens` (0 = none; the server's default is a
+budget) texts
 also join only while the batch's rows hold at most that many tokens, source plus decoded so far;
 into an empty batch the head of the queue joins whatever its length. All modes return the same
 tokens as `runner.translate([text])`.
@@ -260,7 +262,8 @@ class Scheduler:
             events: asyncio.Queue = job.sink
             when = _loop_time(deadline)
             try:
-                for _ in range(job.request.options.max_new_tokens + 1):  # tokens (at most), then the result
+                # tokens (at most), then the result
+                for _ in range(job.request.options.max_output_tokens + 1):
                     try:
                         async with asyncio.timeout_at(when):
                             item = await events.get()
@@ -273,7 +276,7 @@ class Scheduler:
                     yield item
                     if isinstance(item, Result):
                         return
-                raise RuntimeError("stream produced more events than max_new_tokens")
+                raise RuntimeError("stream produced more events than max_output_tokens")
             finally:
                 if job.state != RequestStatus.DONE:
                     self._worker.abandon([job])

@@ -16,7 +16,7 @@ with `batch.step`), **update** (turn
 the step's events into deliveries and send them). Score jobs (`ScoreRequest`s) are admitted by the
 same queue and policy, a pair taking a row like a greedy text, but never join the decode batch: the
 newcomers of a round that are score jobs are scored at once by forced decoding (the `Scorer`,
-service/runtime/scoring.py: one encoder and one decoder run per chunk) before the decode step, and
+service/runtime/decoding/scoring.py: one encoder and one decoder run per chunk) before the decode step, and
 answered in the same round. An exception in add/step fails only the jobs of
 that batch with BatchFailed (`batch.clear()`), and the loop goes on. Idle waits use the condition
 with a timeout: no busy waiting.
@@ -198,9 +198,8 @@ class Worker(WorkerControl):
             return
         finally:
             self._busy_since = None
-        steps = self.batch.last_steps  # a run may take several steps (service/runtime/stepping.py)
-        self.recorder.stepped(time.perf_counter() - t0, rows, steps)
-        self._steps += steps
+        self.recorder.stepped(time.perf_counter() - t0, rows)
+        self._steps += 1
         now = time.monotonic()
         if self._fresh:
             for j in self._fresh:

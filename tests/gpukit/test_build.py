@@ -15,7 +15,7 @@ import pytest
 
 from gpukit.build import compatible_platforms, machine_of, requirements
 from gpukit.parts import MIB, Manifest
-from service.runtime.cuda import DRIVER, cuda_libraries, cuda_unavailable
+from service.runtime.model.cuda import DRIVER, cuda_libraries, cuda_unavailable
 from tests.support import REPO_ROOT
 
 THIS_PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -58,7 +58,7 @@ def cpu_tokens(python: str | Path, bundle: Path, texts: list[str]) -> list[list[
     code = ("import json, sys; from service.runtime.runner import Runner; "
             "from service.domain.types import DecodeOptions; "
             "r = Runner(sys.argv[1], providers=['CPUExecutionProvider']); "
-            "out = r.translate(json.loads(sys.argv[2]), DecodeOptions(max_new_tokens=40)); "
+            "out = r.translate(json.loads(sys.argv[2]), DecodeOptions(max_output_tokens=40)); "
             "print(json.dumps([h[0].tokens for h in out]))")
     run = subprocess.run([str(python), "-c", code, str(bundle), json.dumps(texts)], cwd=REPO_ROOT,
                          capture_output=True, text=True, timeout=300, check=True)

@@ -36,7 +36,7 @@ def test_translate_prints_one_line_per_text(address, runner):
 
 def test_v2_prints_the_same(address, runner):
     """--v2 with beam and max tokens prints the runner's translations."""
-    want = best_texts(runner, TEXTS[:2], DecodeOptions(beam_size=2, max_new_tokens=9))
+    want = best_texts(runner, TEXTS[:2], DecodeOptions(beam_size=2, max_output_tokens=9))
     assert run(address, "--v2", "--beam", "2", "--max-tokens", "9", *TEXTS[:2]) == (
         0, "".join(t + "\n" for t in want))
 
@@ -44,14 +44,14 @@ def test_v2_prints_the_same(address, runner):
 def test_stream_prints_the_pieces_then_ends_the_line(address, runner):
     """--stream prints the pieces, which add up to the translation."""
     assert run(address, "--stream", "--max-tokens", "20", TEXTS[0]) == (
-        0, best_texts(runner, TEXTS[:1], DecodeOptions(max_new_tokens=20))[0] + "\n")
+        0, best_texts(runner, TEXTS[:1], DecodeOptions(max_output_tokens=20))[0] + "\n")
 
 
 def test_n_best_scores_and_alignment(address, runner):
     """--n-best numbers the hypotheses; --scores and --alignment print their details."""
     code, out = run(address, "--beam", "3", "--n-best", "2", "--scores", "--alignment", "--max-tokens", "6",
                     TEXTS[2])
-    hyps = runner.translate([TEXTS[2]], DecodeOptions(beam_size=3, n_best=2, max_new_tokens=6))[0]
+    hyps = runner.translate([TEXTS[2]], DecodeOptions(beam_size=3, n_best=2, max_output_tokens=6))[0]
     lines = out.splitlines()
     assert code == 0
     ranked = [line for line in lines if line[:3] in ("1. ", "2. ")]
@@ -86,19 +86,20 @@ def test_controlled_decoding_flags(address, runner, capsys):
     """The controlled-decoding flags reach the server over both APIs: the runner's translations with the
     same options; alternatives print numbered; a bad value is the server's INVALID_ARGUMENT."""
     text = TEXTS[1]
-    first = runner.translate([text], DecodeOptions(max_new_tokens=12))[0][0].tokens[0]
+    first = runner.translate([text], DecodeOptions(max_output_tokens=12))[0][0].tokens[0]
     flags = ["--max-tokens", "12", "--prefix", "the", "--suppress", "red", "--suppress-ids", str(first),
              "--min-tokens", "3", "--repetition-penalty", "1.25", "--no-repeat-ngram", "2", "--disable-unk",
              "--max-length-ratio", "4"]
-    options = DecodeOptions(max_new_tokens=12, target_prefix="the", suppress_sequences=("red", [first]),
-                            min_length=3, repetition_penalty=1.25, no_repeat_ngram_size=2, disable_unk=True,
+    options = DecodeOptions(max_output_tokens=12, target_prefix="the", suppress_sequences=("red", [first]),
+                            min_output_tokens=3, repetition_penalty=1.25, no_repeat_ngram_size=2,
+                            disable_unk=True,
                             max_length_ratio=4.0)
     want = best_texts(runner, [text], options)[0] + "\n"
     assert run(address, *flags, text) == (0, want)
     assert run(address, "--v2", *flags, text) == (0, want)
     sampling = ["--max-tokens", "12", "--temperature", "0.75", "--top-k", "20", "--top-p", "0.875",
                 "--seed", "5"]  # values a float32 holds exactly
-    want = best_texts(runner, [text], DecodeOptions(max_new_tokens=12, temperature=0.75, top_k=20,
+    want = best_texts(runner, [text], DecodeOptions(max_output_tokens=12, temperature=0.75, top_k=20,
                                                     top_p=0.875, seed=5))[0] + "\n"
     assert run(address, *sampling, text) == run(address, "--v2", *sampling, text) == (0, want)
     code, out = run(address, "--alternatives", "--n-best", "3", "--prefix-ids", "5,6", text)

@@ -23,7 +23,7 @@ def run(server: BackgroundServer, *args: str) -> tuple[int, str]:
 
 def test_score_prints_one_line_per_pair(server, runner):
     targets = [h[0].text for h in runner.translate(TEXTS[:2])]
-    want = runner.score(TEXTS[:2], targets, ScoreOptions(with_alignment=True))
+    want = runner.score(TEXTS[:2], targets, ScoreOptions(return_alignment=True))
     code, text = run(server, *TEXTS[:2], "--score", targets[0], "--score", targets[1], "--alignment")
     assert code == 0
     lines = [line for line in text.splitlines() if not line.startswith("  ")]

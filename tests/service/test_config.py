@@ -29,27 +29,10 @@ def test_config_flags_override_environment_which_overrides_defaults():
 @pytest.mark.parametrize(("argv", "env"), [
     (["--batching", "sometimes"], {}), ([], {"TRANSLATOR_PORT": "eighty"}), (["--tls-cert", "c.pem"], {}),
     (["--provider-options", "{not json"], {}), (["--max-batch-size", "0"], {}),
-    (["--max-batch-tokens", "-1"], {}), (["--steps-per-call", "0"], {}),
-    ([], {"TRANSLATOR_MULTISTEP_ROWS": "-2"}),
+    (["--max-batch-tokens", "-1"], {}),
 ])
 def test_config_rejects_bad_values(argv, env):
     """Bad flag or environment values are usage errors (exit code 2)."""
     with pytest.raises(SystemExit) as exc:
         parse_config(argv, env)
     assert exc.value.code == 2
-
-
-def test_steps_per_call_reaches_the_runner(tiny_bundle):
-    """--steps-per-call and --multistep-rows (or their variables) become the runner's step policy; the
-    default is one step per run."""
-    from service.assembly import build_runner
-    from service.runtime.stepping import SINGLE_STEP, StepPolicy
-
-    assert parse_config([], {}).steps_per_call == 1
-    config = parse_config(["--bundle", str(tiny_bundle), "--steps-per-call", "8",
-                           "--providers", "CPUExecutionProvider"], {"TRANSLATOR_MULTISTEP_ROWS": "2"})
-    runner = build_runner(config)
-    assert runner.step_policy == StepPolicy(8, 2) and runner.backend.multistep
-    cpu = ["--providers", "CPUExecutionProvider"]
-    default = build_runner(parse_config(["--bundle", str(tiny_bundle), *cpu], {}))
-    assert default.step_policy == SINGLE_STEP and not default.backend.multistep

@@ -1,4 +1,4 @@
-"""The shipped default bundle reads the everyday classes as model/verbalize.py's rules do: every written
+"""The shipped default bundle reads the everyday classes as textnorm/verbalize.py's rules do: every written
 form the conventions table names, alone and in sentences, near-misses copied, and other scripts and
 symbols left as they are (the references come from the rules, never from the model)."""
 
@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from model.verbalize import verbalize
 from service.runtime.runner import Runner
 from tests.support import REPO_ROOT
+from textnorm.verbalize import verbalize
 
 BUNDLE = REPO_ROOT / "artifacts" / "default" / "bundle"
 ALONE = [  # each class's written forms as the whole input

@@ -106,6 +106,6 @@ def test_stuck_run_fails_its_calls_then_recovers(tiny_bundle, runner):
         wait_until(lambda: scheduler.active_sequences == scheduler.queue_depth == 0, "an empty scheduler")
         result = stub.Translate(pb.TranslateRequest(texts=[TEXTS[3]], options=LONG), timeout=30).results[0]
         status, answer = generate(srv, TEXTS[3])
-    options = DecodeOptions(max_new_tokens=60)
+    options = DecodeOptions(max_output_tokens=60)
     assert list(result.hypotheses[0].token_ids) == best_tokens(runner, TEXTS[3], options)
     assert status == 200 and answer["text_output"] == best_texts(runner, TEXTS[3:4], options)[0]

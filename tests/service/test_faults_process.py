@@ -22,7 +22,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from protos.translator.v1 import translator_pb2 as pb
 from protos.translator.v1 import translator_pb2_grpc as pb_grpc
 from service.domain.types import DecodeOptions
-from service.runtime.bundle import file_sha256
+from service.runtime.model.bundle import file_sha256
 from tests.support import REPO_ROOT
 from tests.support.decoding import best_texts, best_tokens
 from tests.support.metrics import key, scrape
@@ -107,11 +107,11 @@ def test_signal_under_load_answers_every_call_and_exits_zero(tiny_bundle, tmp_pa
     message, all within the grace period (plus the server's margin); the process exits 0."""
     # One text at a time, each decoder step slowed so that the longest text takes half the grace
     # period: the first calls finish within it, while all CALLS together take several times longer.
-    want = [best_tokens(runner, t, DecodeOptions(max_new_tokens=60)) for t in TEXTS]
+    want = [best_tokens(runner, t, DecodeOptions(max_output_tokens=60)) for t in TEXTS]
     steps = [len(tokens) + 1 for tokens in want]
     step_s = GRACE_S / 2 / max(steps)
     assert CALLS * min(steps) * step_s > 2 * GRACE_S
-    texts = [best_texts(runner, [t], DecodeOptions(max_new_tokens=60))[0] for t in TEXTS]
+    texts = [best_texts(runner, [t], DecodeOptions(max_output_tokens=60))[0] for t in TEXTS]
     metrics_port, http_port = free_port(), free_port()
     with slow_server(tiny_bundle, tmp_path, "--max-batch-size", "1", "--drain-grace-s", str(GRACE_S),
                      "--metrics-port", str(metrics_port), "--http-port", str(http_port),

@@ -7,8 +7,7 @@ only the new column written), tokens as the CPU fp32 run gives them (fp16 within
 tests/service/runtime/test_runner.py: identical greedy tokens, log-probs within 0.05, except at the
 documented fp16 near-ties, where float32's own token leads by at most 0.1), requests joining,
 leaving and cancelled mid-decode as decoded alone (near-ties allowed likewise: another batch shape
-runs other fp16 kernels), several greedy steps per run (the
-multi-step decoder on CUDA) decoding what one step per run decodes, and a real server reporting CUDA.
+runs other fp16 kernels), and a real server reporting CUDA.
 """
 
 from __future__ import annotations
@@ -20,11 +19,10 @@ import pytest
 from protos.translator.v1 import translator_pb2 as pb
 from protos.translator.v1 import translator_pb2_grpc as pb_grpc
 from service.domain.types import DecodeOptions, FinishedEvent
-from service.runtime import sessions as sessions_module
-from service.runtime.backends import IoBindingBackend
+from service.runtime.cache.backends import IoBindingBackend
+from service.runtime.model import sessions as sessions_module
+from service.runtime.model.sessions import CUDA, misplaced_nodes
 from service.runtime.runner import Runner
-from service.runtime.sessions import CUDA, misplaced_nodes
-from service.runtime.stepping import StepPolicy
 from service.server import BackgroundServer
 from tests.support.decoding import (
     FP16_TIE_MARGIN,
@@ -63,7 +61,8 @@ def test_greedy_and_beam_give_the_tokens_of_the_cpu_fp32_run(cuda_runner, runner
     greedy parts only where float32's own token leads by at most FP16_TIE_MARGIN, beam search only
     for a best hypothesis float32 scores within it."""
     ids = runner.encode_texts(texts)
-    greedy, beam = DecodeOptions(max_new_tokens=MAX_NEW), DecodeOptions(beam_size=4, max_new_tokens=MAX_NEW)
+    greedy, beam = DecodeOptions(max_output_tokens=MAX_NEW), DecodeOptions(beam_size=4,
+                                                                           max_output_tokens=MAX_NEW)
     for options in (greedy, beam):
         on_gpu, on_cpu = cuda_runner.translate(ids, options), runner.translate(ids, options)
         assert len({tuple(h[0].tokens) for h in on_cpu}) > 1  # the reference is not one output for all
@@ -84,14 +83,14 @@ def test_the_self_attention_cache_is_written_in_place_in_device_memory(cuda_runn
     """Across a decoder step the cache buffers keep their device address, and of each row only the
     column of its new token changes. The rows are texts whose decoding runs well past the measured
     step, and the step is checked to finish none (a finished row leaves the cache and moves others)."""
-    options, before = DecodeOptions(max_new_tokens=MAX_NEW), 3
+    options, before = DecodeOptions(max_output_tokens=MAX_NEW), 3
     long = [t for t in texts if len(reference(runner, t, options)[0].tokens) > before + 4][:3]
     assert len(long) >= 2, "too few texts decode past the measured step"
     batch = cuda_runner.new_batch(4)
     batch.add([cuda_runner.make_request(t, options) for t in long])
     for _ in range(before):
         assert not [e for e in batch.step() if isinstance(e, FinishedEvent)]
-    cache = batch._cache  # the self-attention cache (service/runtime/kvcache.py)
+    cache = batch._cache  # the self-attention cache (service/runtime/cache/kvcache.py)
     before_ptrs = [t.data_ptr() for t in cache.past()]
     lengths = cache.filled().copy()
     old = [cuda_runner.backend.to_host(t) for t in cache.past()]
@@ -107,8 +106,8 @@ def test_the_self_attention_cache_is_written_in_place_in_device_memory(cuda_runn
 
 def test_requests_joining_leaving_and_cancelled_mid_decode_decode_as_alone(cuda_runner, runner, texts):
     ids = cuda_runner.encode_texts(texts)
-    beam = DecodeOptions(beam_size=3, n_best=2, max_new_tokens=MAX_NEW)
-    greedy = DecodeOptions(max_new_tokens=MAX_NEW)
+    beam = DecodeOptions(beam_size=3, n_best=2, max_output_tokens=MAX_NEW)
+    greedy = DecodeOptions(max_output_tokens=MAX_NEW)
     batch = cuda_runner.new_batch(16)
     first = [cuda_runner.make_request(ids[1], beam), cuda_runner.make_request(ids[0], greedy),
              cuda_runner.make_request(ids[3], greedy)]
@@ -125,20 +124,6 @@ def test_requests_joining_leaving_and_cancelled_mid_decode_decode_as_alone(cuda_
                                                                           got[0].tokens, want[0].tokens):
             continue  # another batch shape, other fp16 kernels: a near-tie flipped
         assert_same_hypotheses(got, want, rtol=1e-3, atol=1e-3)
-
-
-def test_several_steps_per_run_on_cuda_decode_as_one(cuda_runner, tiny_bundle, texts):
-    """The fp16 multi-step decoder on CUDA: the hypotheses of one step per run, in fewer runs."""
-    multi = Runner(tiny_bundle, require_provider=CUDA, step_policy=StepPolicy(4))
-    assert multi.backend.multistep and multi.sessions.steps.get_providers()[0] == CUDA
-    runs = []
-    multi.fault_hook = lambda stage: runs.append(stage)
-    options = DecodeOptions(max_new_tokens=MAX_NEW)
-    got, want = multi.translate(texts, options), cuda_runner.translate(texts, options)
-    for g, w in zip(got, want, strict=True):
-        assert g[0].tokens == w[0].tokens
-        assert g[0].log_prob == pytest.approx(w[0].log_prob, abs=1e-3)
-    assert runs.count("decoder") < sum(len(w[0].tokens) + 1 for w in want) / 2
 
 
 def test_a_server_with_default_flags_reports_cuda(tiny_bundle):
@@ -160,7 +145,7 @@ def test_two_models_on_cuda_share_one_device_arena(cuda_runner, tiny_bundle, tex
         (tmp_path / name / "1").symlink_to(tiny_bundle.resolve(), target_is_directory=True)
     config = server_config(tiny_bundle, providers=(CUDA, "CPUExecutionProvider"), require_provider=CUDA,
                            model_repository=tmp_path, model_control_mode="explicit", load_model=("*",))
-    want = cuda_runner.translate(texts, DecodeOptions(max_new_tokens=MAX_NEW))
+    want = cuda_runner.translate(texts, DecodeOptions(max_output_tokens=MAX_NEW))
     with BackgroundServer(config) as server:
         assert sessions_module._cuda_allocators == {0: True}  # registered once, for device 0
         for name, versions in server.running.models.models.items():
@@ -168,5 +153,5 @@ def test_two_models_on_cuda_share_one_device_arena(cuda_runner, tiny_bundle, tex
             for session in (opened.encoder, opened.decoder):
                 options = session.get_session_options()
                 assert options.get_session_config_entry(sessions_module.USE_ENV_ALLOCATORS) == "1", name
-            got = versions[1].runner.translate(texts, DecodeOptions(max_new_tokens=MAX_NEW))
+            got = versions[1].runner.translate(texts, DecodeOptions(max_output_tokens=MAX_NEW))
             assert [g[0].tokens for g in got] == [w[0].tokens for w in want], name

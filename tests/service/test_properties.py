@@ -11,12 +11,12 @@ import grpc
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bench import hostile
 from protos.inference import grpc_service_pb2 as v2
 from protos.inference import grpc_service_pb2_grpc as v2_grpc
 from protos.translator.v1 import translator_pb2 as pb
 from protos.translator.v1 import translator_pb2_grpc as pb_grpc
-from service.api.kserve_codec import deserialize_bytes
+from service.dataplane.kserve import deserialize_bytes
+from tests.support import hostile
 from tests.support.properties import END_TO_END
 from tests.support.server import SERVING, health_status
 

@@ -49,7 +49,8 @@ def test_translate_matches_runner_with_beams_scores_and_tokens(stub, runner):
     request = pb.TranslateRequest(texts=TEXTS[:3], options=options, request_id="rq-1")
     response = stub.Translate(request, timeout=30)
     assert response.request_id == "rq-1" and len(response.results) == 3
-    expected = runner.translate(TEXTS[:3], DecodeOptions(beam_size=3, n_best=2, alpha=0.6, max_new_tokens=30))
+    expected = runner.translate(TEXTS[:3], DecodeOptions(beam_size=3, n_best=2, length_penalty=0.6,
+                                                         max_output_tokens=30))
     for text, result, hyps in zip(TEXTS[:3], response.results, expected, strict=True):
         assert [list(h.token_ids) for h in result.hypotheses] == [h.tokens for h in hyps]
         assert [h.text for h in result.hypotheses] == [h.text for h in hyps]
@@ -75,7 +76,8 @@ def test_alignment_shape_and_rows(stub, runner):
     weights = np.array([list(row.weights) for row in hyp.alignment])  # (T, S)
     assert weights.shape == (len(hyp.token_ids), len(result.source_token_ids))
     np.testing.assert_allclose(weights.sum(axis=1), 1.0, atol=1e-4)
-    want = runner.translate([TEXTS[1]], DecodeOptions(max_new_tokens=20, with_alignment=True))[0][0].alignment
+    want = runner.translate([TEXTS[1]], DecodeOptions(max_output_tokens=20,
+                                                      return_alignment=True))[0][0].alignment
     np.testing.assert_allclose(weights, np.array(want), atol=1e-6)
 
 
@@ -90,13 +92,13 @@ def test_stream_pieces_then_one_final_result(stub, runner):
     hyp = final.result.hypotheses[0]
     assert [m.piece.index for m in pieces] == list(range(len(pieces)))
     assert [m.piece.token_id for m in pieces] == list(hyp.token_ids) == best_tokens(
-        runner, TEXTS[0], DecodeOptions(max_new_tokens=25))
+        runner, TEXTS[0], DecodeOptions(max_output_tokens=25))
     assert "".join(m.piece.text for m in pieces) == hyp.text
     beam_options = pb.TranslateOptions(beam_size=2, max_output_tokens=25)
     beam = pb.TranslateStreamRequest(text=TEXTS[0], options=beam_options)
     (only,) = list(stub.TranslateStream(beam, timeout=30))  # beam search: the final message alone
     assert list(only.result.hypotheses[0].token_ids) == best_tokens(
-        runner, TEXTS[0], DecodeOptions(beam_size=2, max_new_tokens=25))
+        runner, TEXTS[0], DecodeOptions(beam_size=2, max_output_tokens=25))
 
 
 def test_get_model_info(stub, runner, tiny_bundle):
@@ -126,7 +128,7 @@ def test_batching_modes_are_token_identical_under_concurrency(mode, tiny_bundle,
     """10 concurrent calls of mixed length and beam give the tokens, log-probs and scores of each text
     decoded alone, in every mode."""
     jobs = [(TEXTS[i % 4], 1 + (i % 3 == 2), 12 + 3 * i) for i in range(10)]  # text, beam, max tokens
-    want = [reference(runner, t, DecodeOptions(beam_size=b, max_new_tokens=m))[0] for t, b, m in jobs]
+    want = [reference(runner, t, DecodeOptions(beam_size=b, max_output_tokens=m))[0] for t, b, m in jobs]
     assert_distinct([w.tokens for w in want])
     with BackgroundServer(server_config(tiny_bundle, batching=mode, max_batch_size=4), runner) as srv, \
             grpc.insecure_channel(srv.address) as ch:
@@ -156,8 +158,8 @@ def test_batching_modes_are_token_identical_under_concurrency(mode, tiny_bundle,
     (["we"], {"beam_size": 99}, f"beam_size must be between 1 and {DEFAULT_MAX_BEAM}"),
     (["we"], {"beam_size": 2, "n_best": 3}, "n_best must be between 1 and beam_size"),
     (["we"], {"max_output_tokens": 1000}, "max_output_tokens must be between 1 and 95"),
-    (["we"], {"length_penalty": -1.0}, "length penalty"),
-    (["we"], {"length_penalty": math.nan}, "length penalty"),
+    (["we"], {"length_penalty": -1.0}, "length_penalty must be a finite number"),
+    (["we"], {"length_penalty": math.nan}, "length_penalty must be a finite number"),
 ])
 def test_invalid_requests(stub, texts, options, match):
     """Each bad request is INVALID_ARGUMENT with a message naming the problem."""

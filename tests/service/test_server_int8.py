@@ -12,9 +12,8 @@ from protos.translator.v1 import translator_pb2 as pb
 from protos.translator.v1 import translator_pb2_grpc as pb_grpc
 from service.domain.errors import BundleError
 from service.domain.types import DecodeOptions
-from service.runtime.bundle import load_bundle
+from service.runtime.model.bundle import load_bundle
 from service.runtime.runner import Runner
-from service.runtime.stepping import StepPolicy
 from service.server import BackgroundServer
 from tests.support.metrics import scrape
 from tests.support.server import TEXTS, server_config
@@ -25,7 +24,7 @@ MAX_TOKENS = 20
 
 def tokens(runner: Runner, texts: list[str]) -> list[list[int]]:
     """Greedy tokens of each text, decoded alone."""
-    return [runner.translate([t], DecodeOptions(max_new_tokens=MAX_TOKENS))[0][0].tokens for t in texts]
+    return [runner.translate([t], DecodeOptions(max_output_tokens=MAX_TOKENS))[0][0].tokens for t in texts]
 
 
 def test_provider_variants_choose_int8_on_the_cpu_and_variant_overrides(tiny_int8_bundle, tiny_bundle):
@@ -39,13 +38,6 @@ def test_provider_variants_choose_int8_on_the_cpu_and_variant_overrides(tiny_int
     assert base.variant_name == "base" and base.sessions.files["decoder"].name == "decoder.onnx"
     with pytest.raises(BundleError, match="no variant 'int8'"):
         Runner(tiny_bundle, providers=[CPU], variant="int8")
-
-
-def test_the_multistep_decoder_of_the_int8_variant_decodes_its_steps(tiny_int8_bundle):
-    one = Runner(tiny_int8_bundle, providers=[CPU])
-    several = Runner(tiny_int8_bundle, providers=[CPU], step_policy=StepPolicy(4))
-    assert several.sessions.files["steps"].name == "decoder.int8.steps.onnx"
-    assert tokens(several, TEXTS) == tokens(one, TEXTS)
 
 
 @pytest.mark.parametrize(("variant", "reported"), [("", "int8"), ("int8", "int8"), ("base", "base")])

@@ -17,7 +17,7 @@ from protos.inference import grpc_service_pb2_grpc as v2_grpc
 from protos.translator.v1 import translator_pb2 as pb
 from protos.translator.v1 import translator_pb2_grpc as pb_grpc
 from service import client
-from service.api.kserve_codec import deserialize_bytes, serialize_bytes
+from service.dataplane.kserve import deserialize_bytes, serialize_bytes
 from service.domain.types import DecodeOptions
 from service.server import BackgroundServer
 from tests.support.decoding import reference
@@ -79,7 +79,7 @@ def test_translate_with_languages_is_the_runners(servers, m2m_runner):
     codes = m2m_runner.languages.codes
     got = translate(servers.native, TEXTS, source_language="de", target_language="ja",
                     max_output_tokens=MAX_NEW, beam_size=2, n_best=2, return_scores=True)
-    opts = DecodeOptions(source_language="de", target_language="ja", max_new_tokens=MAX_NEW, beam_size=2,
+    opts = DecodeOptions(source_language="de", target_language="ja", max_output_tokens=MAX_NEW, beam_size=2,
                          n_best=2)
     for result, text in zip(got.results, TEXTS, strict=True):
         want = reference(m2m_runner, text, opts)
@@ -119,7 +119,7 @@ def test_kserve_parameters_select_the_languages(servers, m2m_runner):
     request = infer_request(TEXTS, source_language="en", target_language="de", max_output_tokens=str(MAX_NEW))
     response = servers.kserve.ModelInfer(request, timeout=60)
     texts = [t.decode() for t in deserialize_bytes(response.raw_output_contents[0], len(TEXTS))]
-    opts = DecodeOptions(source_language="en", target_language="de", max_new_tokens=MAX_NEW)
+    opts = DecodeOptions(source_language="en", target_language="de", max_output_tokens=MAX_NEW)
     assert texts == [reference(m2m_runner, t, opts)[0].text for t in TEXTS]
 
 
@@ -136,7 +136,7 @@ def test_a_language_parameter_must_be_a_string(servers):
     request = infer_request(TEXTS[:1], source_language="en")
     request.parameters["target_language"].int64_param = 3
     details = refused(servers.kserve.ModelInfer, request, timeout=30)
-    assert "parameter target_language must be a string (string_param), got int64_param 3" in details
+    assert "parameter target_language must be a string, got 3" in details
 
 
 def test_a_model_of_one_pair_refuses_languages(servers):

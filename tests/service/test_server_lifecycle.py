@@ -20,7 +20,7 @@ from protos.translator.v1 import translator_pb2 as pb
 from protos.translator.v1 import translator_pb2_grpc as pb_grpc
 from service.domain.types import DecodeOptions
 from service.ops import metrics
-from service.runtime.cuda import cuda_unavailable
+from service.runtime.model.cuda import cuda_unavailable
 from service.runtime.runner import Runner
 from service.server import BackgroundServer
 from tests.support import REPO_ROOT
@@ -53,7 +53,7 @@ def assert_recovered(srv: BackgroundServer, runner: Runner) -> None:
         assert health_status(ch) == SERVING and scheduler.healthy
         request = pb.TranslateRequest(texts=[TEXTS[1]], options=SHORT)
         result = pb_grpc.TranslatorStub(ch).Translate(request, timeout=30).results[0]
-    want = best_tokens(runner, TEXTS[1], DecodeOptions(max_new_tokens=10))
+    want = best_tokens(runner, TEXTS[1], DecodeOptions(max_output_tokens=10))
     assert list(result.hypotheses[0].token_ids) == want
 
 
@@ -112,7 +112,7 @@ def test_queue_full_is_resource_exhausted(tiny_bundle, runner):
                                          range(4)))
         assert [e.code() for e in rejected] == [grpc.StatusCode.RESOURCE_EXHAUSTED] * 4
         assert all("queue" in e.details() for e in rejected)
-        want = best_tokens(runner, TEXTS[2], DecodeOptions(max_new_tokens=10))
+        want = best_tokens(runner, TEXTS[2], DecodeOptions(max_output_tokens=10))
         for call in [first, *queued]:
             assert list(call.result(timeout=30).results[0].hypotheses[0].token_ids) == want
         assert_recovered(srv, runner)
@@ -147,7 +147,7 @@ def test_drain_finishes_in_flight_calls_and_reports_not_serving(fresh_server, ru
         results = call.result(timeout=30).results
         stopper.join(30)
     assert not stopper.is_alive()
-    want = [best_tokens(runner, t, DecodeOptions(max_new_tokens=10)) for t in TEXTS]
+    want = [best_tokens(runner, t, DecodeOptions(max_output_tokens=10)) for t in TEXTS]
     assert [list(r.hypotheses[0].token_ids) for r in results] == want
 
 
@@ -174,7 +174,7 @@ def test_signal_drains_in_flight_stream_and_exits_zero(tiny_bundle, tmp_path, ru
     assert f"listening on 127.0.0.1:{port}" in logs and "draining" in logs and "Traceback" not in logs
     final = rest[-1].result.hypotheses[0]
     assert "".join(m.piece.text for m in [first, *rest[:-1]]) == final.text
-    assert list(final.token_ids) == best_tokens(runner, TEXTS[3], DecodeOptions(max_new_tokens=40))
+    assert list(final.token_ids) == best_tokens(runner, TEXTS[3], DecodeOptions(max_output_tokens=40))
 
 
 def test_bad_bundle_exits_non_zero_with_a_message(tmp_path):

@@ -145,7 +145,7 @@ def test_an_unload_lets_a_running_stream_finish(client, translator, runner: Runn
     assert not unloaded.is_alive() and rest[-1].HasField("result")
     final = rest[-1].result.hypotheses[0]
     assert "".join(m.piece.text for m in [first, *rest[:-1]]) == final.text
-    assert list(final.token_ids) == best_tokens(runner, TEXT * 6, DecodeOptions(max_new_tokens=40))
+    assert list(final.token_ids) == best_tokens(runner, TEXT * 6, DecodeOptions(max_output_tokens=40))
     with pytest.raises(grpc.RpcError) as err:
         translator.Translate(pb.TranslateRequest(texts=[TEXT], model="b"))
     assert err.value.code() == grpc.StatusCode.UNAVAILABLE

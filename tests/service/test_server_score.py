@@ -80,7 +80,7 @@ def test_alignment_and_tokens_when_asked(stub, runner, texts):
     options = pb.ScoreOptions(return_alignment=True, return_tokens=True)
     request = pb.ScoreRequest(sources=texts[:1], targets=[texts[1]], options=options)
     (r,) = stub.Score(request, timeout=30).results
-    (w,) = runner.score(texts[:1], [texts[1]], ScoreOptions(with_alignment=True))
+    (w,) = runner.score(texts[:1], [texts[1]], ScoreOptions(return_alignment=True))
     assert list(r.source_token_ids) == w.source_ids and len(r.source_tokens) == len(w.source_ids)
     assert list(r.tokens) == [runner.tokenizer.token(i) for i in w.target_ids]
     assert len(r.alignment) == len(w.target_ids)

@@ -21,6 +21,10 @@ hf_models    tiny Marian / M2M100 / NLLB Hugging Face checkpoints built offline 
 svg          what an SVG chart holds (its ids and texts), whether a point lies in an axes' view
 bundle_search  greedy / beam search over a bundle's graphs, and transformers' generate searching alike
 scoring      translations cut at the model's maximum length (Score's end-token rule)
+hostile      hostile inputs as hypothesis strategies and the oracles every answer must keep
+clean_messages  what a status message must never show (tracebacks, paths, class names)
+fuzz         the fuzz driver over the KServe v2 decoders (its command: bench/soak/fuzz.py)
+perf_analyzer  Triton's perf_analyzer run against a server: its install, command line and report
 """
 
 from pathlib import Path

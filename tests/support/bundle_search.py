@@ -2,7 +2,7 @@
 
 `onnx_search` runs a bundle's encoder.onnx and decoder.onnx (either cache interface; an in-place
 cache bound as past and present, reordered in place) with the search of model/decoding.py and
-service/runtime/search.py: a beam that emits eos stays in the beam with a frozen score, followed
+service/runtime/decoding/search.py: a beam that emits eos stays in the beam with a frozen score, followed
 by pad at no cost; beams rank by summed log-prob (alpha 0); beam 1 is greedy. A forced first token
 (M2M100 / NLLB's target language) adds 0, as transformers' ForcedBOSTokenLogitsProcessor does;
 `suppress` ids are never generated (transformers' bad_words_ids), and both start the decoder from
@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from export.verify import BoundCache, empty_cache, kv_cache_of, open_session, step_feeds
+from export.verify.base import BoundCache, empty_cache, kv_cache_of, open_session, step_feeds
 from interface import names
 
 

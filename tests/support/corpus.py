@@ -20,7 +20,7 @@ def number(rng: random.Random) -> tuple[str, str]:
     """A (written, spoken) number: a cardinal 0-99 (70%) or an ordinal 1st-99th, its digit count uniform."""
     from num2words import num2words  # the training extra's (a GPU kit's venv has the prebuilt fixtures)
 
-    from model.corpus import ordinal_suffix
+    from textnorm.corpus import ordinal_suffix
 
     digits = rng.randint(1, 2)
     n = rng.randint(0 if digits == 1 else 10, 10**digits - 1)

@@ -54,7 +54,7 @@ def reference_stream(runner: Runner, text: str, max_new_tokens: int | None = Non
     """The non-empty pieces the decode batch streams for `text` decoded alone (greedy), and the full
     translation."""
     batch = runner.new_batch(4)
-    batch.add([runner.make_request(text, DecodeOptions(stream=True, max_new_tokens=max_new_tokens))])
+    batch.add([runner.make_request(text, DecodeOptions(stream=True, max_output_tokens=max_new_tokens))])
     pieces: list[str] = []
     for _ in range(runner.max_len):
         for event in batch.step():
@@ -81,7 +81,7 @@ def assert_distinct(outputs: list) -> None:
 
 
 # fp16 greedy may part from float32 only at a near-tie: where float32's own token leads fp16's choice
-# by at most this in log-probability (export/verify_fp16.py TIE_MARGIN, docs/export.md)
+# by at most this in log-probability (export/verify/fp16.py TIE_MARGIN, docs/export.md)
 FP16_TIE_MARGIN = 0.1
 
 

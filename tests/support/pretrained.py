@@ -26,7 +26,7 @@ from interface.names import (
     encoder_outputs,
     past_name,
 )
-from service.runtime.bundle import file_sha256
+from service.runtime.model.bundle import file_sha256
 
 WORDS = ["the", "cat", "saw", "Anna", "big", "red", "apples", "on", "day", "we", "Der", "Hund", "sah",
          "rote", "Äpfel", "am", "Tag", "wir", "très", "café"]

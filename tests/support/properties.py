@@ -1,7 +1,7 @@
 """Settings of the property-based tests (hypothesis) and the limits they check against.
 
-Strategies and oracles are in bench/hostile.py (shared with the fuzz driver bench/fuzz.py); every
-run draws the same examples (derandomize), so a failure reproduces in CI."""
+Strategies and oracles are in tests/support/hostile.py (shared with the fuzz driver tests/support/fuzz.py);
+every run draws the same examples (derandomize), so a failure reproduces in CI."""
 
 from __future__ import annotations
 

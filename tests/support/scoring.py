@@ -1,5 +1,5 @@
 """Translations cut at the model's maximum length, and targets as long, by construction, for the tests of
-Score's end-token rule (service/runtime/scoring.py: a target as long as such a translation is scored
+Score's end-token rule (service/runtime/decoding/scoring.py: a target as long as such a translation is scored
 without eos)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ def cut_translation(runner: Runner, text: str, options: DecodeOptions | None = N
     tokens a translation may generate keeps eos out until then, so the search stops there for "length"
     with exactly that many tokens (asserted: a forced language token and a target prefix count in it)."""
     limit = runner.max_len - 1
-    asked = replace(options or DecodeOptions(), beam_size=1, min_length=limit)
+    asked = replace(options or DecodeOptions(), beam_size=1, min_output_tokens=limit)
     (hyp,) = runner.translate([text], asked)[0]
     assert hyp.finish_reason == "length" and len(hyp.tokens) == limit, (
         f"min_length={limit} should keep eos out and cut the translation of {text!r} at {limit} tokens; got "

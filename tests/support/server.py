@@ -109,7 +109,7 @@ def wait_for_port_file(server: ServerProcess, port_file: Path, timeout: float = 
 # signal tests test: a server surely busy when the signal comes).
 SLOW_SERVER = """
 import os, sys, time
-from service.runtime.backends import HostBackend
+from service.runtime.cache.backends import HostBackend
 run = HostBackend.decode
 pause = float(os.environ["SLOW_STEP_S"])
 def slow(self, *args, **kwargs):

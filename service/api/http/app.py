@@ -25,8 +25,9 @@ from aiohttp import web
 
 from service.api.http import generate, kserve_rest, score
 from service.api.http.body import LIMITS_KEY
+from service.api.http.context import PLANE_KEY
 from service.api.http.errors import MODEL_LABEL_KEY, observe
-from service.api.kserve import InferenceServicer
+from service.dataplane.calls import DataPlane
 from service.ops import metrics
 
 log = logging.getLogger(__name__)
@@ -48,12 +49,13 @@ def ssl_context(cert: Path, key: Path, client_ca: Path | None = None) -> ssl.SSL
     return context
 
 
-def make_app(servicer: InferenceServicer, max_body_bytes: int, read_timeout_s: float) -> web.Application:
-    """The application: KServe v2 REST and generate routes, errors and metrics around them."""
+def make_app(plane: DataPlane, max_body_bytes: int, read_timeout_s: float) -> web.Application:
+    """The application: KServe v2 REST, generate and score routes on the data plane, errors and metrics
+    around them."""
     app = web.Application(client_max_size=max_body_bytes, middlewares=[observe])
-    app[kserve_rest.SERVICER_KEY] = servicer
+    app[PLANE_KEY] = plane
     app[LIMITS_KEY] = (max_body_bytes, read_timeout_s)
-    app[MODEL_LABEL_KEY] = servicer.models.label
+    app[MODEL_LABEL_KEY] = plane.models.label
     kserve_rest.add_routes(app)
     generate.add_routes(app)
     score.add_routes(app)

@@ -1,82 +1,95 @@
 """Triton's generate extension: text in, text out, over HTTP only.
 
-`POST /v2/models/{m}[/versions/{v}]/generate` with `{"text_input": "...", "parameters": {...}}`
-answers `{"model_name", "model_version", "text_output"}`. `.../generate_stream` answers
-`text/event-stream; charset=utf-8`: one server-sent event `data: {"model_name", "model_version",
-"text_output": <piece>}` per piece of text as it is decoded (greedy; the pieces join into the
-translation; with beam_size > 1 one event with the whole best translation, known only at the end).
-A request that fails before its first event gets a JSON error with its HTTP status; an error after
-it comes inside the stream as `data: {"error": "..."}`, as the extension says, and ends it.
+`POST /v2/models/{m}[/versions/{v}]/generate` with `{"text_input": "...", "parameters": {...}}` answers
+`{"model_name", "model_version", "text_output"}`. `.../generate_stream` answers `text/event-stream;
+charset=utf-8`: one server-sent event `data: {"model_name", "model_version", "text_output": <piece>}` per
+piece of text as it is decoded (greedy decoding or sampling; the pieces join into the translation; with
+beam_size > 1 one event with the whole best translation, known only at the end). A request that fails
+before its first event gets a JSON error with its HTTP status; an error after it comes inside the stream as
+`data: {"error": "..."}`, as the extension says, and ends it. A client that disconnects cancels its
+request: its rows leave the batch.
 
-Parameters (in `parameters`, or as other properties of the request object, as the extension
-allows) are the KServe v2 ones, parsed by the same codec as gRPC: `max_tokens` /
-`max_output_tokens`, `beam_size`, `source_language`, `target_language` and the controlled-decoding
-options of docs/api.md (`target_prefix`, `suppress_sequences` as a JSON array, `temperature`, `top_p`,
-`seed`, ...); unknown ones are ignored. generate_stream streams pieces for greedy decoding and sampling.
-generate also takes translator.v1's `n_best`, `return_alternatives`, `return_scores`,
-`return_alignment` and `return_tokens` and answers them as JSON (generate_results.py); generate_stream
-refuses them. A client that disconnects cancels its request: its rows leave the batch.
+Parameters (in `parameters`, or as other properties of the request object, as the extension allows) are
+the options of docs/api.md, read by service/dataplane/parameters.py as for every protocol; an unknown name
+is refused. generate also takes `n_best`, `return_alternatives`, `return_scores`, `return_alignment` and
+`return_tokens`: with any of them the answer gains `"hypotheses"` (each with `"text"`, `"token_ids"`,
+`"finish_reason"`, and `"score"` / `"log_prob"`, `"alignment"`, `"tokens"` as asked), `"source_token_ids"`
+(with alignment or tokens), `"source_tokens"` (with tokens), and with several hypotheses `"text_outputs"`.
+generate_stream refuses them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import time
 from typing import Any
 
 from aiohttp import web
 
-from protos.inference import grpc_service_pb2 as pb
-from service.api import kserve, kserve_codec, kserve_parameters
-from service.api.http import tensors
 from service.api.http.body import json_object, read_body
+from service.api.http.context import model_of, plane_of
 from service.api.http.errors import CODE_KEY, json_response
-from service.api.http.generate_results import Extras, pop_extras, refuse_in_stream, result_fields, with_extras
-from service.api.http.kserve_rest import SERVICER_KEY
-from service.api.kserve_codec import shown
 from service.api.status import http_status_of
+from service.dataplane import parameters
+from service.dataplane.calls import Final, Opened
+from service.dataplane.rendering import Piece, Translation, Want
 from service.domain.errors import InvalidInput
+from service.domain.text import shown
 
 TEXT_KEY = "text_input"
 SSE_TYPE = "text/event-stream"
 
 
-def generate_request(request: web.Request, body: dict[str, Any], stream: bool
-                     ) -> tuple[pb.ModelInferRequest, float | None, Extras]:
-    """The one-text ModelInferRequest of a generate request, its deadline (`timeout`, µs) and what it asks
-    beyond the best text (generate only)."""
-    text = body.get(TEXT_KEY)
-    if not isinstance(text, str):
-        raise InvalidInput(f"{TEXT_KEY} must be a string, got {shown(text)}")
-    parameters = body.get("parameters", {})
-    if not isinstance(parameters, dict):
-        raise InvalidInput(f"parameters must be a JSON object, got {shown(parameters)}")
-    merged = {k: v for k, v in body.items() if k not in (TEXT_KEY, "parameters")} | parameters
-    merged.pop(kserve_parameters.STREAM_KEY, None)  # the endpoint says whether to stream
+def generate_parameters(body: dict[str, Any], stream: bool) -> dict[str, Any]:
+    """The request's parameters: `parameters` and the body's other properties; the text checked."""
+    if not isinstance(body.get(TEXT_KEY), str):
+        raise InvalidInput(f"{TEXT_KEY} must be a string, got {shown(body.get(TEXT_KEY))}")
+    given = body.get("parameters", {})
+    if not isinstance(given, dict):
+        raise InvalidInput(f"parameters must be a JSON object, got {shown(given)}")
+    merged = {k: v for k, v in body.items() if k not in (TEXT_KEY, "parameters")} | given
+    merged.pop(parameters.STREAM, None)  # the endpoint says whether to stream
     if stream:
-        refuse_in_stream(merged)
-    extras = Extras() if stream else pop_extras(merged)
-    deadline = None
-    if tensors.TIMEOUT_KEY in merged:
-        micros = merged.pop(tensors.TIMEOUT_KEY)
-        if not isinstance(micros, int) or isinstance(micros, bool) or micros < 1:
-            raise InvalidInput(f"parameter {tensors.TIMEOUT_KEY} must be a positive number of microseconds")
-        deadline = time.monotonic() + micros / 1e6
-    message = pb.ModelInferRequest(model_name=request.match_info["model"],
-                                   model_version=request.match_info.get("version", ""))
-    tensors.set_parameters(message.parameters, merged, "generate request")
-    if stream:
-        message.parameters[kserve_parameters.STREAM_KEY].bool_param = True
-        message.parameters[kserve_parameters.EMPTY_FINAL_KEY].bool_param = True  # pieces only: no repeat
-    tensor = message.inputs.add(name=kserve_codec.INPUT_NAME, datatype=kserve_codec.BYTES_DATATYPE, shape=[1])
-    tensor.contents.bytes_contents.append(text.encode("utf-8", "surrogatepass"))
-    return message, deadline, extras
+        for key in parameters.RESULTS:
+            if key in merged:
+                raise InvalidInput(f"parameter {key} is generate's (one JSON answer); "
+                                   "generate_stream streams "
+                                   "the pieces of one translation")
+    return merged
 
 
-def _output(response: pb.ModelInferResponse, text: str) -> dict[str, str]:
-    """The generate response object."""
-    return {"model_name": response.model_name, "model_version": response.model_version, "text_output": text}
+def _hypotheses(t: Translation) -> list[dict[str, Any]]:
+    """The JSON hypotheses of a translation: its fields as shown, those not asked left out."""
+    return [{k: str(v) if k == "finish_reason" else v for k, v in vars(h).items() if v is not None}
+            for h in t.hypotheses]
+
+
+def result_fields(t: Translation, asked: parameters.Asked) -> dict[str, Any]:
+    """The answer's fields beyond model_name, model_version and text_output."""
+    if not asked.extras:
+        return {}
+    out: dict[str, Any] = {}
+    if (asked.n_best or 1) > 1 or asked.return_alternatives:
+        out["text_outputs"] = [h.text for h in t.hypotheses]
+    out["hypotheses"] = _hypotheses(t)
+    if t.source_token_ids is not None:
+        out["source_token_ids"] = t.source_token_ids
+    if t.source_tokens is not None:
+        out["source_tokens"] = t.source_tokens
+    return out
+
+
+async def generate(request: web.Request) -> web.Response:
+    """One request, one JSON answer."""
+    body = json_object(await read_body(request), "generate request")
+    asked = parameters.read(generate_parameters(body, stream=False), results=parameters.RESULTS)
+    want = Want(tokens=asked.return_tokens, scores=asked.return_scores, alignment=asked.return_alignment)
+    answer = await plane_of(request).translate(*model_of(request), [body[TEXT_KEY]], asked.decoding, want,
+                                               asked.deadline)
+    (result,) = answer.results
+    payload = {"model_name": answer.model_name, "model_version": answer.model_version,
+               "text_output": result.text}
+    return json_response(payload | result_fields(result, asked))
 
 
 def sse_event(payload: dict[str, Any]) -> bytes:
@@ -85,36 +98,36 @@ def sse_event(payload: dict[str, Any]) -> bytes:
     return b"data: " + text.encode("utf-8") + b"\n\n"
 
 
-async def generate(request: web.Request) -> web.Response:
-    """One request, one JSON answer: the options parsed as for KServe v2, the scheduler's result."""
-    body = json_object(await read_body(request), "generate request")
-    message, deadline, extras = generate_request(request, body, stream=False)
-    models = request.app[SERVICER_KEY].models
-    async with models.use(message.model_name, message.model_version, deadline) as model:
-        decoded = kserve_codec.decode_request(message)
-        options = with_extras(kserve.decode_options(decoded.options, model.runner.max_len), extras)
-        result = (await model.scheduler.submit(decoded.texts, options, deadline))[0]
-        best = result.hypotheses[0].text if result.hypotheses else ""
-        payload = {"model_name": message.model_name or model.name, "model_version": str(model.version),
-                   "text_output": best}
-        return json_response(payload | result_fields(result, extras, model.runner))
+async def _events(items: Any) -> Any:
+    """The event payloads of a stream's items: one per piece with text, or the whole text when no piece
+    was streamed."""
+    model: dict[str, str] = {}
+    async for item in items:
+        if isinstance(item, Opened):
+            model = {"model_name": item.model_name, "model_version": item.model_version}
+        elif isinstance(item, Piece) and item.text:
+            yield model | {"text_output": item.text}
+        elif isinstance(item, Final) and not item.streamed and item.translation.text:
+            yield model | {"text_output": item.translation.text}
 
 
 async def generate_stream(request: web.Request) -> web.StreamResponse:
     """Server-sent events, one per decoded piece; errors before the first as JSON, after it inside."""
     body = json_object(await read_body(request), "generate request")
-    message, deadline, _ = generate_request(request, body, stream=True)
-    responses = request.app[SERVICER_KEY].stream_responses(message, deadline)
-    async with contextlib.aclosing(responses):  # closing it abandons the text in the scheduler
-        first = await _next_with_text(responses)  # an error here is an ordinary JSON error
+    asked = parameters.read(generate_parameters(body, stream=True))
+    items = plane_of(request).stream(*model_of(request), body[TEXT_KEY], asked.options, Want(),
+                                     asked.deadline)
+    events = _events(items)
+    async with contextlib.aclosing(items), contextlib.aclosing(events):  # closing abandons the text
+        first = await anext(events, None)  # an error here is an ordinary JSON error
         stream = web.StreamResponse(headers={"Content-Type": f"{SSE_TYPE}; charset=utf-8",
                                              "Cache-Control": "no-cache"})
         await stream.prepare(request)
         try:
-            item = first
-            while item is not None:
-                await stream.write(sse_event(_output(item[0], item[1])))
-                item = await _next_with_text(responses)
+            event = first
+            while event is not None:
+                await stream.write(sse_event(event))
+                event = await anext(events, None)
         except ConnectionError:
             raise  # the client went away: nobody to tell
         except Exception as exc:  # noqa: BLE001 - after the first event errors travel in the stream
@@ -123,15 +136,6 @@ async def generate_stream(request: web.Request) -> web.StreamResponse:
             await stream.write(sse_event({"error": text}))
         await stream.write_eof()
         return stream
-
-
-async def _next_with_text(responses: Any) -> tuple[pb.ModelInferResponse, str] | None:
-    """The next response that carries text (the empty final one carries none), None at the end."""
-    async for response in responses:
-        text = "".join(tensors.texts_of(response))
-        if text:
-            return response, text
-    return None
 
 
 def add_routes(app: web.Application) -> None:

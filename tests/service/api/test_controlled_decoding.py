@@ -19,7 +19,7 @@ from tritonclient.utils import InferenceServerException
 
 from protos.translator.v1 import translator_pb2 as pb
 from protos.translator.v1 import translator_pb2_grpc as pb_grpc
-from service.api.translator import decode_options
+from service.api.grpc.translator import decode_options
 from service.domain.errors import InvalidInput
 from service.domain.types import DecodeOptions
 from service.runtime.runner import Runner
@@ -28,7 +28,6 @@ from tests.support.http import parse_sse, post_json
 from tests.support.kserve import text_input, triton_client
 from tests.support.server import TEXTS, server_config
 
-MAX_LEN = 64  # a model's max_len for the conversion tests
 MAX_NEW = 16
 TEXT = TEXTS[1]
 
@@ -36,7 +35,7 @@ TEXT = TEXTS[1]
 # ----- conversion: proto -> DecodeOptions -------------------------------------------------------------
 def test_unset_options_are_the_models_defaults() -> None:
     """An empty TranslateOptions is DecodeOptions(): every option None (the model's default) or neutral."""
-    assert decode_options(pb.TranslateOptions(), MAX_LEN) == DecodeOptions()
+    assert decode_options(pb.TranslateOptions()) == DecodeOptions()
 
 
 def test_every_field_converts() -> None:
@@ -48,42 +47,41 @@ def test_every_field_converts() -> None:
         suppress_sequences=["red", "big"], suppress_sequence_ids=[pb.TranslateOptions.TokenIds(ids=[5, 6])],
         disable_unk=True, temperature=0.75, top_k=7, top_p=0.5, seed=2**63 - 1,
     )
-    assert decode_options(options, MAX_LEN) == DecodeOptions(
-        beam_size=1, n_best=3, alpha=0.5, max_new_tokens=20, with_alignment=True, source_language="en",
-        target_language="de", target_prefix="the cat", return_alternatives=True, min_length=4,
+    assert decode_options(options) == DecodeOptions(
+        beam_size=1, n_best=3, length_penalty=0.5, max_output_tokens=20, return_alignment=True,
+        source_language="en",
+        target_language="de", target_prefix="the cat", return_alternatives=True, min_output_tokens=4,
         max_length_ratio=1.5, repetition_penalty=1.25, no_repeat_ngram_size=3,
         suppress_sequences=("red", "big", [5, 6]), disable_unk=True, temperature=0.75, top_k=7, top_p=0.5,
         seed=2**63 - 1)
-    assert decode_options(pb.TranslateOptions(target_prefix_ids=[4, 9]), MAX_LEN).target_prefix == [4, 9]
+    assert decode_options(pb.TranslateOptions(target_prefix_ids=[4, 9])).target_prefix == [4, 9]
 
 
-OPTIONAL = {  # proto field -> DecodeOptions field whose None (unset) differs from an explicit 0
-    "length_penalty": "alpha", "min_output_tokens": "min_length", "repetition_penalty": "repetition_penalty",
-    "no_repeat_ngram_size": "no_repeat_ngram_size", "temperature": "temperature", "top_p": "top_p",
-    "seed": "seed",
-}
+# proto fields (DecodeOptions fields of the same name) whose unset differs from an explicit 0
+OPTIONAL = ("length_penalty", "min_output_tokens", "repetition_penalty", "no_repeat_ngram_size",
+            "temperature", "top_p", "seed")
 
 
 @pytest.mark.parametrize("field", list(OPTIONAL))
 def test_explicit_zero_differs_from_unset(field: str) -> None:
     """An optional field set to 0 reaches DecodeOptions as 0 (top_p 0 then fails validation, by name);
     unset, the model's default (None; top_p's neutral 1)."""
-    unset = getattr(decode_options(pb.TranslateOptions(), MAX_LEN), OPTIONAL[field])
-    zero = getattr(decode_options(pb.TranslateOptions(**{field: 0}), MAX_LEN), OPTIONAL[field])
+    unset = getattr(decode_options(pb.TranslateOptions()), field)
+    zero = getattr(decode_options(pb.TranslateOptions(**{field: 0})), field)
     assert zero == 0 and not isinstance(zero, bool)
     assert unset == (1.0 if field == "top_p" else None)
 
 
 def test_zero_of_plain_fields_is_the_default() -> None:
     """beam_size 0 is the model's default (None), n_best 0 is 1, max_output_tokens 0 the model's limit."""
-    options = decode_options(pb.TranslateOptions(beam_size=0, n_best=0, max_output_tokens=0), MAX_LEN)
-    assert (options.beam_size, options.n_best, options.max_new_tokens) == (None, 1, None)
+    options = decode_options(pb.TranslateOptions(beam_size=0, n_best=0, max_output_tokens=0))
+    assert (options.beam_size, options.n_best, options.max_output_tokens) == (None, 1, None)
 
 
 def test_both_prefixes_are_refused() -> None:
     """A prefix given as text and as ids is refused by the conversion, naming both fields."""
     with pytest.raises(InvalidInput, match="target_prefix.*target_prefix_ids"):
-        decode_options(pb.TranslateOptions(target_prefix="a", target_prefix_ids=[3]), MAX_LEN)
+        decode_options(pb.TranslateOptions(target_prefix="a", target_prefix_ids=[3]))
 
 
 # ----- a server of the tiny bundle ----------------------------------------------------------------------
@@ -205,7 +203,7 @@ def test_wrong_types_are_refused_naming_the_parameter(served):
     assert "parameter suppress_sequences must be a JSON array" in v2_error(served, suppress_sequences="red")
     for parameters, phrase in (({"top_k": 1.5}, "parameter top_k"), ({"seed": -1}, "parameter seed"),
                                ({"suppress_sequences": []}, "suppress_sequences is an empty array"),
-                               ({"temperature": [1]}, "(only target_prefix_ids, suppress_sequences take"),
+                               ({"temperature": [1]}, "parameter temperature must be a number"),
                                ({"disable_unk": "maybe"}, "parameter disable_unk")):
         status, answer = generate(served, **parameters)
         assert status == 400 and phrase in answer["error"], (parameters, answer)

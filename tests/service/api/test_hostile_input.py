@@ -7,13 +7,14 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from bench import hostile
 from protos.inference import grpc_service_pb2 as v2
 from protos.translator.v1 import translator_pb2 as pb
-from service.api import kserve, translator
-from service.api.kserve_codec import deserialize_bytes, serialize_bytes
-from service.api.kserve_parameters import parse_parameters
+from service.api.grpc import translator
+from service.api.grpc.kserve import parameters_of
+from service.dataplane import parameters
+from service.dataplane.kserve import deserialize_bytes, serialize_bytes
 from service.domain.errors import InvalidInput, InvalidTensor
+from tests.support import hostile
 from tests.support.properties import FAST, MAX_BEAM, MAX_LEN
 
 
@@ -64,9 +65,9 @@ def test_long_decimal_string_parameter(text: str, expected: int | str) -> None:
     request.parameters["beam_size"].string_param = text
     if isinstance(expected, str):
         with pytest.raises(InvalidTensor, match=expected):
-            parse_parameters(request.parameters)
+            parameters.read(parameters_of(request.parameters))
     else:
-        assert parse_parameters(request.parameters).beam_size == expected
+        assert parameters.read(parameters_of(request.parameters)).options.beam_size == expected
 
 
 @FAST
@@ -74,14 +75,14 @@ def test_long_decimal_string_parameter(text: str, expected: int | str) -> None:
 def test_native_options_resolve_within_limits_or_refuse(options: pb.TranslateOptions) -> None:
     """translator.v1 options: valid DecodeOptions (zero = default) within the limits, or InvalidInput."""
     try:
-        resolved = translator.decode_options(options, MAX_LEN).resolved(MAX_LEN, MAX_BEAM)
+        resolved = translator.decode_options(options).resolved(MAX_LEN, MAX_BEAM)
     except InvalidInput as exc:
         hostile.check_message(str(exc))
         return
     hostile.check_resolved(resolved, MAX_LEN, MAX_BEAM)
     assert resolved.beam_size == (options.beam_size or 1) and resolved.n_best == (options.n_best or 1)
-    assert resolved.max_new_tokens == (options.max_output_tokens or MAX_LEN - 1)
-    assert resolved.alpha == (options.length_penalty if options.HasField("length_penalty") else None)
+    assert resolved.max_output_tokens == (options.max_output_tokens or MAX_LEN - 1)
+    assert resolved.length_penalty == (options.length_penalty if options.HasField("length_penalty") else None)
 
 
 @FAST
@@ -91,7 +92,7 @@ def test_v2_parameters_resolve_within_limits_or_refuse(chosen: dict) -> None:
     request = v2.ModelInferRequest()
     hostile._fill_parameters(request.parameters, chosen)
     try:
-        decoded = kserve.decode_options(parse_parameters(request.parameters), MAX_LEN)
+        decoded = parameters.read(parameters_of(request.parameters), stream=True).options
         resolved = decoded.resolved(MAX_LEN, MAX_BEAM)
     except (InvalidTensor, InvalidInput) as exc:
         hostile.check_message(str(exc))

@@ -64,10 +64,11 @@ def test_generate_answers_the_reference(http_server, runner):
 
         answer = json.loads(body)
         assert answer == {"model_name": "translator", "model_version": "1",
-                          "text_output": best_texts(runner, [text], DecodeOptions(max_new_tokens=MAX_NEW))[0]}
+                          "text_output": best_texts(runner, [text],
+                                                    DecodeOptions(max_output_tokens=MAX_NEW))[0]}
     status, _, body = post_json(url(http_server, "/v2/models/translator/versions/1/generate"),
                                 {"text_input": TEXTS[1], "beam_size": 2, "max_tokens": 7})
-    want = best_texts(runner, [TEXTS[1]], DecodeOptions(beam_size=2, max_new_tokens=7))[0]
+    want = best_texts(runner, [TEXTS[1]], DecodeOptions(beam_size=2, max_output_tokens=7))[0]
     assert status == 200 and json.loads(body)["text_output"] == want
 
 
@@ -122,7 +123,7 @@ def test_an_error_after_the_first_event_comes_inside_the_stream(http_server, run
 def test_concurrent_requests_of_both_endpoints_all_answer_right(http_server, runner):
     """Many generate and generate_stream requests at once on one connection pool, batched together:
     each gets its own reference answer, none is lost, the scheduler drains."""
-    want = {t: best_texts(runner, [t], DecodeOptions(max_new_tokens=MAX_NEW))[0] for t in TEXTS}
+    want = {t: best_texts(runner, [t], DecodeOptions(max_output_tokens=MAX_NEW))[0] for t in TEXTS}
     endpoints = ("generate", "generate_stream")
     jobs = [(text, endpoint) for _ in range(4) for text in TEXTS for endpoint in endpoints]
 

@@ -58,8 +58,8 @@ def test_n_best_scores_alignment_and_tokens_are_translate_s(http_server, runner)
         assert status == 200, answer
         grpc_result = translate(http_server, text, pb.TranslateOptions(
             beam_size=beam, n_best=n_best, max_output_tokens=MAX_NEW, **flags))
-        want = reference(runner, text, DecodeOptions(beam_size=beam, n_best=n_best, max_new_tokens=MAX_NEW,
-                                                     with_alignment=True))
+        want = reference(runner, text, DecodeOptions(beam_size=beam, n_best=n_best, max_output_tokens=MAX_NEW,
+                                                     return_alignment=True))
         hypotheses = answer["hypotheses"]
         assert len(hypotheses) == len(grpc_result.hypotheses) == len(want) == n_best
         assert answer["text_output"] == want[0].text
@@ -86,7 +86,7 @@ def test_flags_alone_add_only_what_they_ask(http_server, runner):
     text = TEXTS[1]
     status, answer = generate(http_server, {"text_input": text, "return_scores": True, "max_tokens": MAX_NEW})
     assert status == 200, answer
-    ref = reference(runner, text, DecodeOptions(max_new_tokens=MAX_NEW))[0]
+    ref = reference(runner, text, DecodeOptions(max_output_tokens=MAX_NEW))[0]
     assert set(answer) == {"model_name", "model_version", "text_output", "hypotheses"}
     (hyp,) = answer["hypotheses"]
     assert set(hyp) == {"text", "token_ids", "finish_reason", "score", "log_prob"}
@@ -98,7 +98,7 @@ def test_flags_alone_add_only_what_they_ask(http_server, runner):
 def test_alternatives_after_a_prefix_are_translate_s(http_server, runner):
     """return_alternatives with a target prefix: the alternatives translator.v1 answers, in its order."""
     text = TEXTS[0]
-    prefix = reference(runner, text, DecodeOptions(max_new_tokens=MAX_NEW))[0].text.split(" ")[0]
+    prefix = reference(runner, text, DecodeOptions(max_output_tokens=MAX_NEW))[0].text.split(" ")[0]
     n_best = min(3, runner.max_beam)
     status, answer = generate(http_server, {"text_input": text, "parameters": {
         "target_prefix": prefix, "return_alternatives": True, "n_best": n_best, "max_tokens": MAX_NEW}})
@@ -110,12 +110,12 @@ def test_alternatives_after_a_prefix_are_translate_s(http_server, runner):
 
 
 @pytest.mark.parametrize(("parameters", "phrase"), [
-    ({"n_best": "3"}, "n_best must be an integer"),
-    ({"n_best": 0}, "n_best must be an integer"),
+    ({"n_best": "three"}, "parameter n_best must be a whole number"),
+    ({"n_best": 0}, "parameter n_best must be >= 1"),
     ({"n_best": True}, "n_best must be an integer"),
     ({"beam_size": 2, "n_best": 3}, "n_best must be between"),
-    ({"return_scores": "yes"}, "return_scores must be true or false"),
-    ({"return_alignment": 1}, "return_alignment must be true or false"),
+    ({"return_scores": "yes"}, "parameter return_scores must be a boolean"),
+    ({"return_alignment": 1}, "parameter return_alignment must be a boolean"),
 ])
 def test_bad_values_are_400_naming_the_parameter(http_server, parameters, phrase):
     status, answer = generate(http_server, {"text_input": TEXTS[0], "parameters": parameters})

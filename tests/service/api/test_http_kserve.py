@@ -72,7 +72,7 @@ def test_infer_matches_the_reference(client, runner, binary):
     assert texts_of(result) == want
     beam = client.infer("translator", [text_input(TEXTS[:2], binary)], model_version="1",
                         parameters={"beam_size": 2, "max_tokens": 7}, outputs=[output])
-    assert texts_of(beam) == best_texts(runner, TEXTS[:2], DecodeOptions(beam_size=2, max_new_tokens=7))
+    assert texts_of(beam) == best_texts(runner, TEXTS[:2], DecodeOptions(beam_size=2, max_output_tokens=7))
 
 
 def test_infer_without_requested_outputs_answers_binary(client, runner):

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from bench import perf_analyzer
 from service.runtime.runner import Runner
 from service.server import BackgroundServer
+from tests.support import perf_analyzer
 from tests.support.http import triton_http_client
 from tests.support.server import TEXTS, server_config
 from tests.support.tools import perf_analyzer_starts as starts

@@ -33,7 +33,7 @@ def score_url(server: BackgroundServer, version: str = "") -> str:
 
 def test_one_pair_and_lists_score_as_the_runner(http_server, runner, texts):
     targets = [h[0].text for h in runner.translate(texts[:3])]
-    want = runner.score(texts[:3], targets, ScoreOptions(with_alignment=True))
+    want = runner.score(texts[:3], targets, ScoreOptions(return_alignment=True))
     status, kind, body = post_json(score_url(http_server), {"source": texts[0], "target": targets[0]})
     assert (status, kind) == (200, "application/json")
     answer = json.loads(body)

@@ -1,5 +1,5 @@
-"""Score in KServe v2 form (service/api/kserve_score.py): a TARGET input beside TEXT, read by Triton's own
-clients over gRPC and HTTP (JSON and binary data) and as raw JSON, equal to the runner's Score, the end
+"""Score in KServe v2 form (service/dataplane/kserve.py): a TARGET input beside TEXT, read by Triton's
+own clients over gRPC and HTTP (JSON and binary data) and as raw JSON, equal to the runner's Score, the end
 token's BOOL output included (false for a translation cut at the model's maximum length); bad requests
 refused saying what is wrong."""
 
@@ -122,6 +122,8 @@ def test_end_token_scored_is_a_bool_output_as_the_domain_says(both, runner, text
     ([("TARGET", ["x"]), ("TEXT", ["we 5"])], {}, "expected exactly the inputs TEXT and TARGET"),
     ([("TEXT", ["we 5"]), ("TARGET", ["x"])], {"beam_size": 2}, "does not apply to scoring"),
     ([("TEXT", ["we 5"]), ("TARGET", ["x"])], {"target_language": "de"}, "target_language"),
+    ([("TEXT", ["we 5"]), ("TARGET", ["x"])], {"target_languge": "de"},
+     "unknown parameter 'target_languge'; did you mean target_language?"),
     ([("TEXT", ["we 5"]), ("TARGET", ["apples " * 120])], {}, "target 0 is"),
 ])
 def test_bad_score_requests_are_invalid_argument(both, inputs, parameters, message):

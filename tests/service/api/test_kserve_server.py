@@ -12,7 +12,7 @@ import tritonclient.grpc as triton
 
 from protos.inference import grpc_service_pb2 as v2
 from protos.inference import grpc_service_pb2_grpc as v2_grpc
-from service.api.kserve_codec import serialize_bytes
+from service.dataplane.kserve import serialize_bytes
 from service.domain.types import DEFAULT_MAX_BEAM, DecodeOptions
 from service.server import BackgroundServer
 from tests.support.decoding import best_texts
@@ -65,7 +65,7 @@ def test_tritonclient_infer_matches_runner(triton_client, runner):
     assert result.as_numpy("TRANSLATION").tolist() == utf8(best_texts(runner, TEXTS))
     beam = triton_client.infer("translator", [text_input(TEXTS[:2])], model_version="1",
                         parameters={"beam_size": 2, "max_tokens": 7})
-    want = best_texts(runner, TEXTS[:2], DecodeOptions(beam_size=2, max_new_tokens=7))
+    want = best_texts(runner, TEXTS[:2], DecodeOptions(beam_size=2, max_output_tokens=7))
     assert beam.as_numpy("TRANSLATION").tolist() == utf8(want)
 
 
@@ -128,7 +128,8 @@ def with_parameter(key: str, **value) -> v2.ModelInferRequest:
     (raw_request(["we"] * (MAX_BATCH + 1)), "INVALID_ARGUMENT", f"at most {MAX_BATCH}"),
     (raw_request([" "]), "INVALID_ARGUMENT", "text 0 is empty"),
     (with_parameter("max_output_tokens", int64_param=0), "INVALID_ARGUMENT", "must be >= 1"),
-    (with_parameter("max_tokens", int64_param=500), "INVALID_ARGUMENT", "max_tokens must be between 1 and"),
+    (with_parameter("max_tokens", int64_param=500), "INVALID_ARGUMENT",
+     "max_output_tokens must be between 1 and"),
     (with_parameter("beam_size", double_param=2.0), "INVALID_ARGUMENT", "must be an integer"),
     (v2.ModelInferRequest(model_name="translator"), "INVALID_ARGUMENT", "missing input TEXT"),
     (raw_request(["we"], model="x"), "NOT_FOUND", "unknown model 'x'"),

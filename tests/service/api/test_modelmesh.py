@@ -20,8 +20,8 @@ from protos.modelmesh import model_runtime_pb2 as mm
 from protos.modelmesh import model_runtime_pb2_grpc as mm_grpc
 from protos.translator.v1 import translator_pb2 as pb
 from protos.translator.v1 import translator_pb2_grpc as pb_grpc
-from service.api.kserve import server_version
 from service.config import _FLAGS, env_name, parse_config
+from service.dataplane.calls import server_version
 from service.domain.types import DecodeOptions
 from service.ops import metrics
 from service.runtime.runner import Runner
@@ -121,9 +121,9 @@ def test_load_infer_size_and_unload_by_model_id(mesh, client, channel, server, r
     reply = pb_grpc.TranslatorStub(channel).Translate(pb.TranslateRequest(texts=[TEXT], model=MODEL_ID))
     assert reply.results[0].hypotheses[0].text == expected
     # a second id of the same folder (absolute path, trailing slash) shares the loaded model
-    loads = len([e for e in server.running.models.events if e[0] == "load"])
+    loads = metrics.counter_value(metrics.MODEL_LOADS, result="ok")
     mesh.loadModel(mm.LoadModelRequest(modelId="second", modelPath=f"{repository}/en-de/"), timeout=120)
-    assert len([e for e in server.running.models.events if e[0] == "load"]) == loads
+    assert metrics.counter_value(metrics.MODEL_LOADS, result="ok") == loads
     mesh.unloadModel(mm.UnloadModelRequest(modelId=MODEL_ID), timeout=60)
     assert translation(client, "second") == [expected.encode()]  # still loaded for the other id
     error = refused(mesh.modelSize, mm.ModelSizeRequest(modelId=MODEL_ID))

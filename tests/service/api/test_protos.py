@@ -18,7 +18,9 @@ from tritonclient.grpc._utils import _get_inference_request
 from protos import codegen
 from protos.inference import POOL, grpc_service_pb2, grpc_service_pb2_grpc, model_config_pb2
 from protos.translator.v1 import translator_pb2, translator_pb2_grpc
-from service.api import kserve_codec
+from service.api.grpc.kserve import infer_request, infer_response
+from service.dataplane import kserve
+from service.domain.errors import InvalidTensor
 from tests.support.kserve import text_input
 
 TRITON_POOL = triton_service.DESCRIPTOR.pool
@@ -147,11 +149,11 @@ def test_comparison_detects_a_renumbered_field() -> None:
 
 def _full_triton_request() -> triton_service.ModelInferRequest:
     """A ModelInferRequest built by tritonclient's own request builder, with parameters set."""
-    tensor = triton_grpc.InferInput(kserve_codec.INPUT_NAME, [2], "BYTES")
+    tensor = triton_grpc.InferInput(kserve.INPUT, [2], "BYTES")
     tensor.set_data_from_numpy(np.array([b"hello", "w\u00f6rld".encode()], dtype=np.object_))
     request = _get_inference_request(
         model_name="translator", inputs=[tensor], model_version="1", request_id="req-7",
-        outputs=[triton_grpc.InferRequestedOutput(kserve_codec.OUTPUT_NAME)], sequence_id=0,
+        outputs=[triton_grpc.InferRequestedOutput(kserve.OUTPUT)], sequence_id=0,
         sequence_start=False, sequence_end=False, priority=3, timeout=None,
         parameters={"beam_size": 4, "max_tokens": "12"},
     )
@@ -231,16 +233,16 @@ class _UpperCaseServicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):
 
     def _infer(self, request) -> grpc_service_pb2.ModelInferResponse:
         """Decode, upper-case, encode."""
-        decoded = kserve_codec.decode_request(request)
-        response = grpc_service_pb2.ModelInferResponse(model_name=request.model_name, id=decoded.request_id)
-        kserve_codec.encode_translation_output(response, [t.upper() for t in decoded.texts])
-        return response
+        plain = infer_request(request)
+        texts = kserve.translation_texts(plain)
+        return infer_response(kserve.InferResponse(plain.model, plain.version, plain.id,
+                                                   [kserve.translation_output([t.upper() for t in texts])]))
 
     def ModelInfer(self, request, context):  # noqa: N802 - gRPC method name
         """Unary inference."""
         try:
             return self._infer(request)
-        except kserve_codec.InvalidTensor as exc:
+        except InvalidTensor as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
 
     def ModelStreamInfer(self, request_iterator, context):  # noqa: N802 - gRPC method name
@@ -248,7 +250,7 @@ class _UpperCaseServicer(grpc_service_pb2_grpc.GRPCInferenceServiceServicer):
         for request in request_iterator:
             try:
                 yield grpc_service_pb2.ModelStreamInferResponse(infer_response=self._infer(request))
-            except kserve_codec.InvalidTensor as exc:
+            except InvalidTensor as exc:
                 yield grpc_service_pb2.ModelStreamInferResponse(error_message=str(exc))
 
 

@@ -70,7 +70,7 @@ def refused(channel: grpc.Channel) -> grpc.StatusCode:
 
 def test_tls_client_works_plaintext_and_untrusting_clients_fail(tls_server, runner, pki):
     """A client trusting the CA translates; a plaintext client or one trusting another CA does not."""
-    want = best_tokens(runner, TEXTS[1], DecodeOptions(max_new_tokens=12))
+    want = best_tokens(runner, TEXTS[1], DecodeOptions(max_output_tokens=12))
     with tls.open_channel(tls_server.address, pki["ca"]) as channel:
         assert translate(channel) == want
     with grpc.insecure_channel(tls_server.address) as channel:
@@ -81,7 +81,7 @@ def test_tls_client_works_plaintext_and_untrusting_clients_fail(tls_server, runn
 
 def test_mtls_requires_a_client_certificate_signed_by_the_ca(mtls_server, runner, pki):
     """Without a client certificate, or with one from another CA: refused. With the CA's: served."""
-    want = best_tokens(runner, TEXTS[1], DecodeOptions(max_new_tokens=12))
+    want = best_tokens(runner, TEXTS[1], DecodeOptions(max_output_tokens=12))
     with tls.open_channel(mtls_server.address, pki["ca"]) as channel:
         assert refused(channel) == grpc.StatusCode.UNAVAILABLE
     with tls.open_channel(mtls_server.address, pki["ca"], pki["other_cert"], pki["other_key"]) as channel:

@@ -1,7 +1,7 @@
 """Triton's perf_analyzer, unchanged, against a real server on 127.0.0.1 (the tiny bundle).
 
 perf_analyzer is not a pip dependency of the project: `make test` installs it into
-.tools/perf_analyzer (the Makefile's perf-analyzer-tools; see bench/perf_analyzer.py). Without it
+.tools/perf_analyzer (the Makefile's perf-analyzer-tools; see tests/support/perf_analyzer.py). Without it
 this module is skipped, and fails under CI (`CI` set).
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench import perf_analyzer
+from tests.support import perf_analyzer
 from tests.support.kserve import triton_client
 from tests.support.server import TEXTS
 from tests.support.tools import perf_analyzer_starts as starts

@@ -7,11 +7,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bench import hostile
 from service.domain.errors import InvalidInput
 from service.domain.languages import Languages
 from service.domain.limits import RequestLimits
 from service.domain.types import DecodeOptions
+from tests.support import hostile
 from tests.support.properties import FAST, MAX_BEAM, MAX_LEN
 
 CODES = {"en": 128022, "de": 128020, "fr": 128028, "es": 128025, "ja": 128046, "zh": 128102, "pt": 128084}

@@ -27,12 +27,12 @@ def test_limits_default_to_the_model_and_are_lowered_by_flags(runner):
 
 def test_output_limit_shrinks_the_default_and_refuses_a_larger_explicit_value(runner):
     limits = RequestLimits.of(runner.max_len, runner.longest_token, max_output_tokens=5)
-    assert limits.resolve(DecodeOptions()).max_new_tokens == 5
-    assert limits.resolve(DecodeOptions(max_new_tokens=3)).max_new_tokens == 3
+    assert limits.resolve(DecodeOptions()).max_output_tokens == 5
+    assert limits.resolve(DecodeOptions(max_output_tokens=3)).max_output_tokens == 3
     with pytest.raises(InvalidInput, match="max_output_tokens 9 exceeds this server's limit of 5"):
-        limits.resolve(DecodeOptions(max_new_tokens=9))
-    with pytest.raises(InvalidInput, match=f"max_new_tokens must be between 1 and {runner.max_len - 1}"):
-        limits.resolve(DecodeOptions(max_new_tokens=runner.max_len))  # beyond the model, whatever the flag
+        limits.resolve(DecodeOptions(max_output_tokens=9))
+    with pytest.raises(InvalidInput, match=f"max_output_tokens must be between 1 and {runner.max_len - 1}"):
+        limits.resolve(DecodeOptions(max_output_tokens=runner.max_len))  # beyond the model, whatever the flag
 
 
 def test_scheduler_enforces_the_limits(runner):

@@ -11,7 +11,8 @@ from service.domain.errors import InvalidInput
 from service.domain.options import MAX_NGRAM, DecodeOptions, ModelDefaults
 
 MAX_LEN, MAX_BEAM, VOCAB = 40, 8, 100
-OPUS_LIKE = ModelDefaults(beam_size=4, max_new_tokens=20, alpha=1.0, min_length=2, no_repeat_ngram_size=3,
+OPUS_LIKE = ModelDefaults(beam_size=4, max_output_tokens=20, length_penalty=1.0, min_output_tokens=2,
+                          no_repeat_ngram_size=3,
                           repetition_penalty=1.1)
 
 
@@ -27,14 +28,17 @@ def resolve(**options):
 
 def test_unset_options_take_the_models_defaults_and_set_ones_win():
     got = resolve()
-    assert (got.beam_size, got.max_new_tokens, got.alpha, got.min_length, got.no_repeat_ngram_size,
+    assert (got.beam_size, got.max_output_tokens, got.length_penalty, got.min_output_tokens,
+            got.no_repeat_ngram_size,
             got.repetition_penalty) == (4, 20, 1.0, 2, 3, 1.1)
-    mine = resolve(beam_size=2, max_new_tokens=9, alpha=0.0, min_length=0, no_repeat_ngram_size=0,
+    mine = resolve(beam_size=2, max_output_tokens=9, length_penalty=0.0, min_output_tokens=0,
+                   no_repeat_ngram_size=0,
                    repetition_penalty=1.0)
-    assert (mine.beam_size, mine.max_new_tokens, mine.alpha, mine.min_length, mine.no_repeat_ngram_size,
+    assert (mine.beam_size, mine.max_output_tokens, mine.length_penalty, mine.min_output_tokens,
+            mine.no_repeat_ngram_size,
             mine.repetition_penalty) == (2, 9, 0.0, 0, 0, 1.0)
     plain = DecodeOptions().resolved(MAX_LEN, MAX_BEAM)
-    assert (plain.beam_size, plain.max_new_tokens, plain.alpha) == (1, MAX_LEN - 1, None)
+    assert (plain.beam_size, plain.max_output_tokens, plain.length_penalty) == (1, MAX_LEN - 1, None)
     assert not plain.controlled
 
 
@@ -51,7 +55,7 @@ def test_sampling_and_alternatives_take_one_row_each_unless_a_beam_is_asked_for(
 
 
 def test_texts_become_target_ids_and_ids_are_checked():
-    got = resolve(target_prefix="ab cde", suppress_sequences=["x", [7, 8], [7, 8]], max_new_tokens=5)
+    got = resolve(target_prefix="ab cde", suppress_sequences=["x", [7, 8], [7, 8]], max_output_tokens=5)
     assert got.target_prefix == (2, 3) and got.forced == (2, 3)
     assert got.suppress_sequences == ((1,), (7, 8))  # duplicates once
     assert resolve(target_prefix=[5, 6]).target_prefix == (5, 6)
@@ -66,9 +70,9 @@ def test_texts_become_target_ids_and_ids_are_checked():
     ({"seed": -5}, "seed must be an integer between 0"),
     ({"repetition_penalty": 0.0}, "repetition_penalty must be a finite number > 0"),
     ({"no_repeat_ngram_size": MAX_NGRAM + 1}, "no_repeat_ngram_size must be between 0"),
-    ({"min_length": -1}, "min_length must be an integer >= 0"),
+    ({"min_output_tokens": -1}, "min_output_tokens must be an integer >= 0"),
     ({"max_length_ratio": -1.0}, "max_length_ratio must be a finite number >= 0"),
-    ({"target_prefix": [1, 2, 3, 4, 5], "max_new_tokens": 5}, "target_prefix is 5 tokens long"),
+    ({"target_prefix": [1, 2, 3, 4, 5], "max_output_tokens": 5}, "target_prefix is 5 tokens long"),
     ({"target_prefix": " "}, "target_prefix is empty"),
     ({"target_prefix": [1, VOCAB]}, f"token ids must be integers in \\[0, {VOCAB}\\), got {VOCAB}"),
     ({"suppress_sequences": [[]]}, r"suppress_sequences\[0\] is empty"),
@@ -82,8 +86,8 @@ def test_bad_values_say_which_option_and_why(options, message):
 
 
 def test_a_length_ratio_caps_new_tokens_by_the_source_but_leaves_the_prefix_a_token():
-    got = resolve(max_length_ratio=1.5, max_new_tokens=30)
-    assert got.limited_to(4).max_new_tokens == 6 and got.limited_to(40).max_new_tokens == 30
-    prefixed = resolve(max_length_ratio=0.1, target_prefix=[1, 2, 3], max_new_tokens=30)
-    assert prefixed.limited_to(4).max_new_tokens == 4  # the 3 forced tokens and one free
-    assert resolve(max_new_tokens=30).limited_to(1).max_new_tokens == 30  # no ratio: no cap
+    got = resolve(max_length_ratio=1.5, max_output_tokens=30)
+    assert got.limited_to(4).max_output_tokens == 6 and got.limited_to(40).max_output_tokens == 30
+    prefixed = resolve(max_length_ratio=0.1, target_prefix=[1, 2, 3], max_output_tokens=30)
+    assert prefixed.limited_to(4).max_output_tokens == 4  # the 3 forced tokens and one free
+    assert resolve(max_output_tokens=30).limited_to(1).max_output_tokens == 30  # no ratio: no cap

@@ -18,8 +18,9 @@ from service.domain.errors import (
     UnknownModel,
 )
 from service.models.layout import ModelSettings, RepositoryLayout
-from service.models.repository import ControlMode, ModelRepository
+from service.models.repository import ControlMode, IndexEntry, ModelRepository, Resolved
 from service.models.served import ModelState, ServedModel
+from service.ops import metrics
 
 MIB = 2**20
 
@@ -78,6 +79,11 @@ def make(tmp_path: Path, models: dict[str, list[int]], mode: ControlMode, budget
     return ModelRepository(layout, loader, mode, budget, unload_grace_s=5.0), loader
 
 
+def reasons(repo: ModelRepository) -> dict[str, str]:
+    """Each model's reason in the repository index (of its last entry)."""
+    return {e.name: e.reason for e in repo.index()}
+
+
 def test_mode_none_loads_everything_and_refuses_the_api(tmp_path):
     async def main():
         repo, loader = make(tmp_path, {"a": [1], "b": [1, 2]}, ControlMode.NONE)
@@ -124,7 +130,7 @@ def test_lru_eviction_under_the_budget_spares_models_in_use(tmp_path):
             pass
         async with repo.use("c"):  # 30 MiB would not fit: b, the least recently used, goes
             assert sorted(repo.models) == ["a", "c"]
-            assert repo.failures["b"].startswith("evicted")
+            assert reasons(repo)["b"] == "evicted: least recently used under the memory budget, for c"
             async with repo.use("a"):
                 # both loaded models hold a lease: d cannot be made room for
                 with pytest.raises(MemoryBudgetExceeded, match="memory budget"):
@@ -133,8 +139,9 @@ def test_lru_eviction_under_the_budget_spares_models_in_use(tmp_path):
         assert sorted(repo.models) == ["a", "c"]
         async with repo.use("d"):  # now idle: a (least recently used of the two) goes
             assert sorted(repo.models) == ["c", "d"]
-        assert [e for e in repo.events if e[0] == "evict"] == [
-            ("evict", "b", repo.failures["b"]), ("evict", "a", repo.failures["a"])]
+        assert reasons(repo) == {"a": "evicted: least recently used under the memory budget, for d",
+                                 "b": "evicted: least recently used under the memory budget, for c",
+                                 "c": "", "d": ""}
     asyncio.run(main())
 
 
@@ -199,7 +206,7 @@ def test_names_that_leave_the_repository_are_refused(tmp_path):
         with pytest.raises(InvalidInput, match="outside the model repository"):
             await repo.load(repository_dir_root.name)
         with pytest.raises(InvalidInput, match="versions are positive integers"):
-            repo.resolve("a", "../1")
+            repo.find("a", "../1")
         with pytest.raises(UnknownModel, match="unknown model 'nope'"):
             await repo.load("nope")
     asyncio.run(main())
@@ -213,9 +220,68 @@ def test_the_empty_name_is_the_one_loaded_model(tmp_path):
             assert model.name == "a"
         await repo.load("b")
         with pytest.raises(InvalidInput, match=r"name a model: this server has 2 loaded \(\['a', 'b'\]\)"):
-            repo.resolve("")
+            repo.find("")
         await repo.close()
         with pytest.raises(ShuttingDown):
             async with repo.use("a"):
                 pass
+    asyncio.run(main())
+
+
+def test_one_resolver_answers_every_lookup(tmp_path):
+    """find / label / known / ready / use agree on names, versions and aliases; catalog lookups need a
+    version the repository has, requests a loaded one, each with its own message."""
+    async def main():
+        repo, _ = make(tmp_path, {"a": [1, 2], "b": [1]}, ControlMode.EXPLICIT)
+        await repo.start(["a"])  # the default policy serves a's latest version, 2
+        repo.aliases["mesh-id"] = "a"
+        (served,) = repo.loaded()
+        assert repo.find("a") == repo.find("mesh-id") == repo.find("") == Resolved("a", None, served)
+        assert repo.find("a", "1") == Resolved("a", 1, None) and repo.known("b") == ("b", None)
+        assert [repo.label(*q) for q in (("a",), ("mesh-id", "2"), ("",), ("a", "1"), ("a", "x"))] == [
+            ("a", "2"), ("a", "2"), ("a", "2"), ("a", ""), ("a", "")]
+        assert repo.label("nope") == repo.label("../a") == (metrics.UNKNOWN_MODEL, "")
+        assert repo.ready("a") and repo.ready("mesh-id", "2") and not repo.ready("a", "1")
+        assert not repo.ready("b")
+        with pytest.raises(UnknownModel, match=r"^model 'a' has no version '3'; the repository has \[1, 2]$"):
+            repo.ready("a", "3")
+        with pytest.raises(UnknownModel, match=r"^unknown model 'nope'; the repository has \['a', 'b'\]$"):
+            repo.known("nope")
+        for version in ("1", "3"):
+            with pytest.raises(UnknownModel, match=rf"^model 'a' has no loaded version '{version}'; "
+                                                   r"loaded: \[2\]$"):
+                async with repo.use("a", version):
+                    pass
+        with pytest.raises(NotReady, match="^model 'b' is not loaded; load it through the repository API$"):
+            async with repo.use("b"):
+                pass
+        with pytest.raises(UnknownModel, match=r"^unknown model 'nope'; the repository has \['a', 'b'\]$"):
+            async with repo.use("nope"):
+                pass
+        async with repo.use("mesh-id") as model:
+            assert model is served and model.in_flight == 1
+    asyncio.run(main())
+
+
+def test_each_model_version_has_one_lifecycle_record(tmp_path):
+    """The index reports the records: a failed first load says why, a load of a name the repository
+    lacks leaves no record behind, a load replaces the model's record by its versions'."""
+    async def main():
+        repo, loader = make(tmp_path, {"a": [1, 2]}, ControlMode.EXPLICIT)
+        loader.fail.add("a")
+        with pytest.raises(RuntimeError, match="broken bundle"):
+            await repo.load("a")
+        assert repo.index() == [IndexEntry("a", "", ModelState.UNAVAILABLE, "load failed: a: broken bundle")]
+        with pytest.raises(NotReady, match=r"not loaded \(load failed: a: broken bundle\)"):
+            async with repo.use("a"):
+                pass
+        with pytest.raises(UnknownModel):
+            await repo.load("nope")
+        assert set(repo.states) == {"a"}
+        loader.fail.clear()
+        await repo.load("a", ModelSettings.from_json({"version_policy": {"all": {}}}))
+        assert repo.index() == [IndexEntry("a", v, ModelState.READY) for v in ("1", "2")]
+        assert [m.status for m in repo.loaded("a")] == list(repo.states["a"].values())
+        await repo.unload("a")
+        assert repo.index() == [IndexEntry("a", "", ModelState.UNAVAILABLE, "unloaded through the API")]
     asyncio.run(main())

@@ -110,7 +110,7 @@ def address(arr: np.ndarray) -> int:
 
 
 def test_sessions_on_the_cpu_ask_for_huge_pages_and_report_them(monkeypatch, tiny_bundle):
-    from service.runtime import sessions as S
+    from service.runtime.model import sessions as S
     from service.runtime.runner import Runner
 
     asked = []

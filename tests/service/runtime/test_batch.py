@@ -1,4 +1,5 @@
-"""The decode batch (service/runtime/batch.py) under joins, leaves, reuse and failures: every request decodes
+"""The decode batch (service/runtime/decoding/batch.py) under joins, leaves, reuse and failures: every
+request decodes
 exactly as it does alone, in both KV-cache layouts, with the host backend and with the IO-binding backend
 (on the CPU device), whose cache never goes through host memory."""
 
@@ -11,9 +12,9 @@ import pytest
 from model.data import pad
 from model.decoding import beam_search
 from service.domain.types import DecodeOptions, FinishedEvent, Hypothesis
-from service.runtime.batch import DecodeBatch
-from service.runtime.devicemem import DeviceMemory
-from service.runtime.kvcache import SOURCE_AXIS_MIN
+from service.runtime.cache.devicemem import DeviceMemory
+from service.runtime.cache.kvcache import SOURCE_AXIS_MIN
+from service.runtime.decoding.batch import DecodeBatch
 from service.runtime.runner import Runner
 from tests.support.decoding import MAX_NEW, assert_distinct, assert_same_hypotheses, drain, reference, tokens
 from tests.support.scheduling import Gate
@@ -22,8 +23,8 @@ from tests.support.scheduling import Gate
 # ----- batching ----------------------------------------------------------------------------------
 def test_batched_equals_one_by_one_greedy_and_beam(layout_runner, texts):
     ids = layout_runner.encode_texts(texts)
-    beam = DecodeOptions(beam_size=4, n_best=3, max_new_tokens=MAX_NEW)
-    for o in (DecodeOptions(max_new_tokens=MAX_NEW), beam):
+    beam = DecodeOptions(beam_size=4, n_best=3, max_output_tokens=MAX_NEW)
+    for o in (DecodeOptions(max_output_tokens=MAX_NEW), beam):
         want = [reference(layout_runner, x, o) for x in ids]
         assert_distinct([[h.tokens for h in hyps] for hyps in want])
         for got, w in zip(layout_runner.translate(ids, o), want, strict=True):
@@ -33,7 +34,8 @@ def test_batched_equals_one_by_one_greedy_and_beam(layout_runner, texts):
 def test_mixed_beam_sizes_in_one_batch(layout_runner, tiny_model, texts):
     ids = layout_runner.encode_texts(texts)
     sizes = [1, 3, 2, 4, 1]
-    opts = [DecodeOptions(beam_size=k, n_best=k, alpha=0.6, max_new_tokens=MAX_NEW) for k in sizes]
+    opts = [DecodeOptions(beam_size=k, n_best=k, length_penalty=0.6,
+                          max_output_tokens=MAX_NEW) for k in sizes]
     got = layout_runner.translate(ids, opts)
     for hyps, x, o in zip(got, ids, opts, strict=True):
         assert_same_hypotheses(hyps, reference(layout_runner, x, o))
@@ -44,8 +46,8 @@ def test_mixed_beam_sizes_in_one_batch(layout_runner, tiny_model, texts):
 
 def test_request_added_midway_matches_alone(layout_runner, texts):
     ids = layout_runner.encode_texts(texts)
-    beam = DecodeOptions(beam_size=3, n_best=2, max_new_tokens=MAX_NEW)
-    opts = [DecodeOptions(max_new_tokens=MAX_NEW), beam]
+    beam = DecodeOptions(beam_size=3, n_best=2, max_output_tokens=MAX_NEW)
+    opts = [DecodeOptions(max_output_tokens=MAX_NEW), beam]
     batch = layout_runner.new_batch(16)
     first = [layout_runner.make_request(ids[1], opts[1]), layout_runner.make_request(ids[0], opts[0])]
     batch.add(first)
@@ -71,8 +73,8 @@ def test_batch_tokens_count_every_rows_source_and_decoded_tokens(layout_runner, 
     ids = layout_runner.encode_texts(texts)
     batch = layout_runner.new_batch(8)
     assert batch.tokens == 0
-    a = layout_runner.make_request(ids[0], DecodeOptions(max_new_tokens=MAX_NEW))
-    b = layout_runner.make_request(ids[1], DecodeOptions(beam_size=2, n_best=1, max_new_tokens=MAX_NEW))
+    a = layout_runner.make_request(ids[0], DecodeOptions(max_output_tokens=MAX_NEW))
+    b = layout_runner.make_request(ids[1], DecodeOptions(beam_size=2, n_best=1, max_output_tokens=MAX_NEW))
     batch.add(a)
     assert batch.tokens == len(ids[0])
     finished = [e for _ in range(2) for e in batch.step() if isinstance(e, FinishedEvent)]
@@ -87,7 +89,7 @@ def test_batch_tokens_count_every_rows_source_and_decoded_tokens(layout_runner, 
 def test_a_row_reused_by_a_shorter_source_ignores_the_longer_sources_columns(layout_runner, texts):
     ids = sorted(layout_runner.encode_texts(texts), key=len)
     short, long_ = ids[0], (ids[-1][:-1] * 4)[: layout_runner.max_len - 1] + [ids[-1][-1]]
-    opts = DecodeOptions(max_new_tokens=MAX_NEW)
+    opts = DecodeOptions(max_output_tokens=MAX_NEW)
     batch = layout_runner.new_batch(4)
     gone, kept = (layout_runner.make_request(long_, opts) for _ in range(2))  # kept: S stays long
     batch.add([gone, kept])
@@ -106,7 +108,7 @@ def test_a_row_reused_by_a_shorter_source_ignores_the_longer_sources_columns(lay
 
 def test_translate_reuses_the_thread_batch_and_recovers_from_a_failed_call(layout_runner, texts):
     ids = layout_runner.encode_texts(texts)
-    opts = [DecodeOptions(beam_size=1 + i % 2, max_new_tokens=MAX_NEW) for i in range(len(ids))]
+    opts = [DecodeOptions(beam_size=1 + i % 2, max_output_tokens=MAX_NEW) for i in range(len(ids))]
 
     def fresh(x: list[int], o: DecodeOptions) -> list[Hypothesis]:
         """Decoded alone in a new batch (not the thread's)."""
@@ -140,15 +142,15 @@ def test_translate_reuses_the_thread_batch_and_recovers_from_a_failed_call(layou
 def test_cancel_frees_rows(layout_runner, texts):
     ids = layout_runner.encode_texts(texts)
     batch = layout_runner.new_batch(8)
-    a = layout_runner.make_request(ids[1], DecodeOptions(beam_size=3, max_new_tokens=MAX_NEW))
-    b = layout_runner.make_request(ids[0], DecodeOptions(max_new_tokens=MAX_NEW))
+    a = layout_runner.make_request(ids[1], DecodeOptions(beam_size=3, max_output_tokens=MAX_NEW))
+    b = layout_runner.make_request(ids[0], DecodeOptions(max_output_tokens=MAX_NEW))
     batch.add([a, b])
     assert batch.free_rows == 4 and batch.used_rows == 4
     batch.step()
     assert batch.cancel(a) is True
     assert batch.free_rows == 7 and batch.requests == [b] and batch.rows_of(a) == []
     assert batch.cancel(a) is False
-    c = layout_runner.make_request(ids[2], DecodeOptions(beam_size=2, max_new_tokens=MAX_NEW))
+    c = layout_runner.make_request(ids[2], DecodeOptions(beam_size=2, max_output_tokens=MAX_NEW))
     batch.add(c)
     assert set(batch.rows_of(c)) <= {0, 1, 2}  # reuses the freed rows: no new ones
     out = drain(batch)
@@ -159,8 +161,8 @@ def test_cancel_frees_rows(layout_runner, texts):
 def test_finished_rows_become_holes_then_get_compacted(layout_runner, texts):
     ids = layout_runner.encode_texts(texts)
     batch = layout_runner.new_batch(8)
-    a = layout_runner.make_request(ids[1], DecodeOptions(beam_size=3, max_new_tokens=2))
-    b = layout_runner.make_request(ids[0], DecodeOptions(max_new_tokens=MAX_NEW))
+    a = layout_runner.make_request(ids[1], DecodeOptions(beam_size=3, max_output_tokens=2))
+    b = layout_runner.make_request(ids[0], DecodeOptions(max_output_tokens=MAX_NEW))
     batch.add([a, b])
     assert batch.rows_of(a) == [0, 1, 2] and batch.rows_of(b) == [3]
     # the source axis: the longest source with a mask; with source lengths a power of two >= 64
@@ -180,7 +182,8 @@ def test_finished_rows_become_holes_then_get_compacted(layout_runner, texts):
 
 def test_continuous_churn_through_a_small_batch(layout_runner, texts):
     ids = layout_runner.encode_texts(texts) * 3
-    opts = [DecodeOptions(beam_size=1 + i % 3, n_best=1, max_new_tokens=MAX_NEW - i) for i in range(len(ids))]
+    opts = [DecodeOptions(beam_size=1 + i % 3, n_best=1,
+                          max_output_tokens=MAX_NEW - i) for i in range(len(ids))]
     want = [reference(layout_runner, x, o) for x, o in zip(ids, opts, strict=True)]
     assert_distinct([[h.tokens for h in hyps] for hyps in want])
     for got, w in zip(layout_runner.translate(ids, opts, max_rows=4), want, strict=True):
@@ -190,7 +193,7 @@ def test_continuous_churn_through_a_small_batch(layout_runner, texts):
 def test_fault_hook_fails_a_step_without_corrupting_the_batch(layout_runner, texts):
     ids = layout_runner.encode_texts(texts)
     batch = layout_runner.new_batch(8)
-    req = layout_runner.make_request(ids[3], DecodeOptions(beam_size=2, max_new_tokens=MAX_NEW))
+    req = layout_runner.make_request(ids[3], DecodeOptions(beam_size=2, max_output_tokens=MAX_NEW))
     batch.add(req)
     batch.step()
     before = batch.shape
@@ -216,8 +219,8 @@ def joins_leaves_and_beams(runner: Runner, batch: DecodeBatch, ids: list[list[in
     beam), then decoded to the end. `steps` gets the data pointers of the in-place self-attention cache
     tensors before and after a step on which no row joins or leaves.
     """
-    beam = DecodeOptions(beam_size=3, n_best=2, max_new_tokens=MAX_NEW)
-    greedy = DecodeOptions(max_new_tokens=MAX_NEW)
+    beam = DecodeOptions(beam_size=3, n_best=2, max_output_tokens=MAX_NEW)
+    greedy = DecodeOptions(max_output_tokens=MAX_NEW)
     reqs = [runner.make_request(ids[1], beam), runner.make_request(ids[0], greedy),
             runner.make_request(ids[3], greedy), runner.make_request(ids[4], greedy),
             runner.make_request(ids[2], beam)]

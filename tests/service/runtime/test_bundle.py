@@ -1,4 +1,4 @@
-"""The bundle loader (service/runtime/bundle.py): the manifest (format 1, and format 2 of imported
+"""The bundle loader (service/runtime/model/bundle.py): the manifest (format 1, and format 2 of imported
 pretrained models), and every damage named clearly."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from interface.generation import GenerationSpec, LanguageSpec, TokenizerSpec
 from service.domain.errors import BundleError, InvalidInput
 from service.domain.types import DecodeOptions
-from service.runtime.bundle import file_sha256, load_bundle
+from service.runtime.model.bundle import file_sha256, load_bundle
 from service.runtime.runner import Runner
 from tests.support.pretrained import M2M_CODES
 

@@ -1,4 +1,4 @@
-"""Byte-level detokenization (service/runtime/bytelevel.py): the bytes of the generated tokens become
+"""Byte-level detokenization (service/runtime/model/bytelevel.py): the bytes of the generated tokens become
 UTF-8 text with every broken sequence dropped, whole or streamed, never U+FFFD."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from tokenizers import Tokenizer
 
-from service.runtime.bytelevel import byte_alphabet, is_byte_level
-from service.runtime.tokenization import JsonTokenizer
+from service.runtime.model.bytelevel import byte_alphabet, is_byte_level
+from service.runtime.model.tokenization import JsonTokenizer
 from tests.support import REPO_ROOT
 
 TOKENIZER = REPO_ROOT / "artifacts" / "default" / "tokenizer.json"

@@ -1,4 +1,5 @@
-"""The batch's controls (service/runtime/controls.py) and sampling warpers (sampling.py) against transformers'
+"""The batch's controls (service/runtime/decoding/controls.py) and sampling warpers (sampling.py) against
+transformers'
 own logits processors on random scores and histories: the same tokens removed, the same values changed.
 
 Greedy rows see raw logits in transformers; the decoder gives log-probs and their normalizer c
@@ -10,13 +11,25 @@ import numpy as np
 import pytest
 
 from service.domain.types import DecodeOptions
-from service.runtime import controls, sampling
-from service.runtime.controls import RowGroup, TokenHistory
+from service.runtime.decoding import controls, sampling
+from service.runtime.decoding.controls import RowGroup, TokenHistory
 
 torch = pytest.importorskip("torch")
 generation = pytest.importorskip("transformers.generation.logits_process")
 
 V, MAX_LEN, START = 40, 32, 0
+
+
+def warp(logp: np.ndarray, options) -> np.ndarray:
+    """A row's (V,) scores after our warpers, as transformers' warpers leave them: logp / temperature where
+    kept (sampling.candidates), -inf where removed (float32)."""
+    scores = np.divide(logp, np.float32(options.temperature or 1.0), dtype=np.float32)
+    ids, _ = sampling.candidates(logp, options)
+    if ids is None:
+        return scores
+    out = np.full_like(scores, -np.inf)
+    out[ids] = scores[ids]
+    return out
 
 
 def histories(rng: np.random.Generator, rows: int, lengths: list[int]
@@ -29,7 +42,8 @@ def histories(rng: np.random.Generator, rows: int, lengths: list[int]
     lists = []
     for r, n in enumerate(lengths):
         tokens = rng.integers(1, 6, n).tolist()
-        history.extend(r, tokens)
+        for t in tokens:
+            history.append(np.array([r]), np.array([t]))
         lists.append([START, *tokens])
     return history, lists
 
@@ -94,7 +108,7 @@ def test_suppressed_sequences_and_min_length_and_unk_as_transformers():
     lengths = [2, 6, 10]
     history, ids = histories(rng, 3, lengths)
     bad = [(7,), (ids[1][-1], 9), (ids[2][-2], ids[2][-1], 11), (30, 31)]
-    opts = [resolved(suppress_sequences=[list(b) for b in bad], min_length=m, disable_unk=True)
+    opts = [resolved(suppress_sequences=[list(b) for b in bad], min_output_tokens=m, disable_unk=True)
             for m in (1, 3, 12)]
     logp = log_softmax(rng.normal(size=(3, V))).astype(np.float32)
     ours = logp.copy()
@@ -104,7 +118,7 @@ def test_suppressed_sequences_and_min_length_and_unk_as_transformers():
         no_bad = generation.NoBadWordsLogitsProcessor([list(b) for b in bad], eos_token_id=eos)
         want = hf(no_bad, ids[r], logp[r])
         # transformers' min_length counts the decoder start: ours + 1
-        want = hf(generation.MinLengthLogitsProcessor(opts[r].min_length + 1, eos), ids[r], want)
+        want = hf(generation.MinLengthLogitsProcessor(opts[r].min_output_tokens + 1, eos), ids[r], want)
         want[unk] = -np.inf
         np.testing.assert_array_equal(np.isneginf(ours[r]), np.isneginf(want))
     assert np.isneginf(ours[:, 7]).all() and np.isneginf(ours[1, 9]) and np.isneginf(ours[2, 11])
@@ -124,7 +138,7 @@ def test_begin_suppression_at_the_first_free_position():
 def test_warpers_keep_what_transformers_keeps(temperature, top_k, top_p):
     rng = np.random.default_rng(int(top_k * 10 + top_p * 10))
     logp = log_softmax(rng.normal(0, 2, V)).astype(np.float32)
-    ours = sampling.warp(logp, resolved(temperature=temperature, top_k=top_k, top_p=top_p))
+    ours = warp(logp, resolved(temperature=temperature, top_k=top_k, top_p=top_p))
     want = torch.tensor(logp[None])
     for warper in (generation.TemperatureLogitsWarper(temperature),
                    *( [generation.TopKLogitsWarper(top_k)] if top_k else []),
@@ -142,7 +156,7 @@ def test_draws_follow_the_warped_softmax():
     rng = np.random.default_rng(11)
     logp = log_softmax(rng.normal(0, 1.5, V)).astype(np.float32)
     options = resolved(temperature=0.8, top_k=12, seed=3)
-    scores = sampling.warp(logp, options).astype(np.float64)
+    scores = warp(logp, options).astype(np.float64)
     probs = np.exp(scores - np.logaddexp.reduce(scores))
     draws, kept = sampling.generator(options), sampling.candidates(logp, options)
     counts = np.bincount([sampling.draw(*kept, draws) for _ in range(20_000)], minlength=V)

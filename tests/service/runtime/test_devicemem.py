@@ -1,4 +1,5 @@
-"""service/runtime/devicemem.py: row copies on numpy arrays and on CPU OrtValues equal numpy's, views share
+"""service/runtime/cache/devicemem.py: row copies on numpy arrays and on CPU OrtValues equal numpy's, views
+share
 their buffer's memory and keep it alive; on a CUDA device (the gpu tier) the copies are ORT's own."""
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from service.runtime import devicemem
-from service.runtime.devicemem import DeviceMemory, HostArrays, Memory, view
+from service.runtime.cache import devicemem
+from service.runtime.cache.devicemem import DeviceMemory, HostArrays, Memory, view
 
 MEMORIES = {
     "host": HostArrays,

@@ -1,4 +1,5 @@
-"""Length groups of the encoder runs (service/runtime/encode_groups.py): the grouping is the cheapest of
+"""Length groups of the encoder runs (service/runtime/decoding/encode_groups.py): the grouping is the
+cheapest of
 every partition (brute force), and a batch that encodes its new requests in groups decodes each of them
 exactly as alone."""
 
@@ -11,8 +12,8 @@ import numpy as np
 import pytest
 
 from service.domain.types import DecodeOptions
-from service.runtime.batch import DecodeBatch
-from service.runtime.encode_groups import EncodeGrouping, rows_by_group
+from service.runtime.decoding.batch import DecodeBatch
+from service.runtime.decoding.encode_groups import EncodeGrouping, rows_by_group
 from tests.support.decoding import MAX_NEW, assert_same_hypotheses, drain, reference
 
 
@@ -67,8 +68,8 @@ def test_a_batch_encoding_in_groups_decodes_every_request_as_alone(layout_runner
     ids = sorted(layout_runner.encode_texts(texts), key=len)
     long_ = (ids[-1][:-1] * 4)[: layout_runner.max_len - 1] + [ids[-1][-1]]
     sources = [long_, ids[0], ids[-1], ids[0][:], long_[:]]
-    opts = [DecodeOptions(max_new_tokens=MAX_NEW),
-            DecodeOptions(beam_size=3, n_best=2, max_new_tokens=MAX_NEW)]
+    opts = [DecodeOptions(max_output_tokens=MAX_NEW),
+            DecodeOptions(beam_size=3, n_best=2, max_output_tokens=MAX_NEW)]
     runs: list[int] = []
     encode = layout_runner.backend.encode
     layout_runner.backend.encode = lambda feeds: runs.append(feeds["input_ids"].shape[0]) or encode(feeds)

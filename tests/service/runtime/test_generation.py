@@ -51,16 +51,16 @@ def decoder_inputs(monkeypatch):
 
 def options(pair: tuple[str, str], **more) -> DecodeOptions:
     """DecodeOptions of a language pair."""
-    values = {"max_new_tokens": MAX_NEW, "source_language": pair[0], "target_language": pair[1]} | more
+    values = {"max_output_tokens": MAX_NEW, "source_language": pair[0], "target_language": pair[1]} | more
     return DecodeOptions(**values)
 
 
 def test_the_decoder_starts_from_the_bundles_start_id(runner, marian_runner, m2m_runner, decoder_inputs):
     marian = marian_runner.spec
     assert marian.decoder_start == marian.special.pad != marian.special.bos  # Marian: pad, not bos
-    cases = [(runner, DecodeOptions(max_new_tokens=3), runner.special.bos),  # format 1: bos, as before
-             (marian_runner, DecodeOptions(max_new_tokens=3), marian.special.pad),
-             (m2m_runner, options(PAIRS[0], max_new_tokens=3), m2m_runner.special.eos)]  # M2M100: eos
+    cases = [(runner, DecodeOptions(max_output_tokens=3), runner.special.bos),  # format 1: bos, as before
+             (marian_runner, DecodeOptions(max_output_tokens=3), marian.special.pad),
+             (m2m_runner, options(PAIRS[0], max_output_tokens=3), m2m_runner.special.eos)]  # M2M100: eos
     for r, opts, start in cases:
         seen = decoder_inputs(r)
         r.translate([TEXTS[0]], opts)
@@ -85,7 +85,7 @@ def test_marian_greedy_follows_the_graphs_from_pad(marian_runner, marian_bundle)
     spec = marian_runner.spec
     outputs = []
     for text in TEXTS:
-        hyp = marian_runner.translate([text], DecodeOptions(max_new_tokens=MAX_NEW))[0][0]
+        hyp = marian_runner.translate([text], DecodeOptions(max_output_tokens=MAX_NEW))[0][0]
         source = marian_runner.make_request(text).source
         want, log_prob = reference.greedy(source, spec.special.pad, spec.special.eos, MAX_NEW)
         assert hyp.tokens == [t for t in want if t != spec.special.eos]

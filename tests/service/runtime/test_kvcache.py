@@ -1,5 +1,6 @@
-"""service/runtime/kvcache.py CrossCache: cross-attention K/V rows with spare capacity, the same on numpy
-arrays and on device OrtValues (service/runtime/devicemem.py, here on the CPU device)."""
+"""service/runtime/cache/kvcache.py CrossCache: cross-attention K/V rows with spare capacity, the same on
+numpy
+arrays and on device OrtValues (service/runtime/cache/devicemem.py, here on the CPU device)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from service.runtime.devicemem import DeviceMemory, HostArrays, Memory
-from service.runtime.kvcache import CrossCache
+from service.runtime.cache.devicemem import DeviceMemory, HostArrays, Memory
+from service.runtime.cache.kvcache import CrossCache
 
 
 @dataclass
@@ -104,9 +105,9 @@ def test_capacity_doubles_up_to_the_batch_limit_only(memory):
 
 
 def test_inplace_columns_grow_in_steps_of_32_keeping_rows_and_shrink_when_empty(memory):
-    """InplaceCache: a run needing more columns than the buffers have grows them to the next multiple of
+    """InplaceCache: a step needing more columns than the buffers have grows them to the next multiple of
     32 (at most max_len), rows keep their written columns; an emptied batch gets 32 columns back."""
-    from service.runtime.kvcache import CACHE_COLUMNS_STEP, InplaceCache
+    from service.runtime.cache.kvcache import CACHE_COLUMNS_STEP, InplaceCache
 
     cache = InplaceCache(Backend(memory), 2, 2, 3, np.float32, max_len=80)
     cache.grow(2)
@@ -115,15 +116,25 @@ def test_inplace_columns_grow_in_steps_of_32_keeping_rows_and_shrink_when_empty(
     values, _ = encoded(memory, 2, CACHE_COLUMNS_STEP, 5)  # what the decoder would have written
     for buf, v in zip(cache.past(), values, strict=True):
         memory.copy_rows(buf, np.arange(2), v, np.arange(2))
-    cache.advance([], np.array([True, True]), 30)  # 30 tokens per row
+    live = np.array([True, True])
+
+    def advance(tokens: int) -> None:
+        """Every row `tokens` steps further."""
+        for _ in range(tokens):
+            cache.advance([], live)
+
+    advance(30)  # 30 tokens per row
     want = [memory.to_host(x)[:, :, :30].copy() for x in cache.past()]
-    cache.feeds(2)  # 30 + 2 fits
+    advance(1)
+    cache.feeds()  # 31 + 1 fits
     assert memory.shape(cache.past()[0])[2] == 32
-    feeds = cache.feeds(3)  # 33 columns: one more step of 32
-    assert memory.shape(cache.past()[0])[2] == 64 and int(feeds["total_sequence_length"]) == 31
+    advance(1)
+    feeds = cache.feeds()  # 33 columns: one more step of 32
+    assert memory.shape(cache.past()[0])[2] == 64 and int(feeds["total_sequence_length"]) == 33
     for x, w in zip(cache.past(), want, strict=True):
         np.testing.assert_array_equal(memory.to_host(x)[:, :, :30], w)
-    cache.feeds(40)  # 30 + 40 columns: 96, capped at max_len
+    advance(32)
+    cache.feeds()  # 64 + 1 columns: 96, capped at max_len
     assert memory.shape(cache.past()[0])[2] == 80
     for x, w in zip(cache.past(), want, strict=True):
         np.testing.assert_array_equal(memory.to_host(x)[:, :, :30], w)

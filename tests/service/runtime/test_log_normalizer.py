@@ -1,4 +1,5 @@
-"""The backends' log-normalizer (service/runtime/backends.py): `decode` returns a 4th value, the logsumexp of
+"""The backends' log-normalizer (service/runtime/cache/backends.py): `decode` returns a 4th value, the
+logsumexp of
 the step's logits (float32 (n_rows, new_len)), equal to PyTorch's for the rows the runner decodes, in both
 KV-cache layouts and with both backends; a bundle whose decoder was exported before that output loads,
 decodes exactly as before, and gets None."""
@@ -14,10 +15,10 @@ import onnx
 import pytest
 import torch
 
-from export.cuda_variant import drop_unused
+from export.variants.cuda_form import drop_unused
 from interface.names import DECODER_FILE, INPUT_IDS, LOG_NORMALIZER
 from model.transformer import padding_mask
-from service.runtime.bundle import file_sha256
+from service.runtime.model.bundle import file_sha256
 from service.runtime.runner import Runner
 from tests.support import tiny
 

@@ -1,4 +1,5 @@
-"""Providers and their options (service/runtime/sessions.py, service/runtime/cuda.py): planned before
+"""Providers and their options (service/runtime/model/sessions.py, service/runtime/model/cuda.py): planned
+before
 any session, options from the provider in use, variant choice, placement check, --require-provider."""
 
 from __future__ import annotations
@@ -9,19 +10,23 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import onnx
 import onnxruntime as ort
 import pytest
 
-from export.verify import cpu_session
+from export.verify.base import cpu_session
 from interface import names
 from service.domain.errors import BundleError, ProviderUnavailable
-from service.domain.types import DecodeOptions
-from service.runtime import cuda, sessions
-from service.runtime.bundle import load_bundle
+from service.runtime.model import cuda, sessions
+from service.runtime.model.bundle import load_bundle
+from service.runtime.model.sessions import (
+    CPU,
+    CUDA,
+    RECORD_PLACEMENT,
+    Sessions,
+    check_provider,
+    misplaced_nodes,
+)
 from service.runtime.runner import Runner
-from service.runtime.sessions import CPU, CUDA, RECORD_PLACEMENT, Sessions, check_provider, misplaced_nodes
-from service.runtime.stepping import StepPolicy
 from tests.support.tools import require
 
 CUDA_HERE = cuda.cuda_unavailable() is None
@@ -45,7 +50,6 @@ def recorded_sessions(monkeypatch) -> list[dict]:
                       "disabled": list(disabled_optimizers),
                       "per_session_threads": so.use_per_session_threads,
                       "spinning": config_entry(so, "session.intra_op.allow_spinning"),
-                      "prepacking": config_entry(so, sessions.DISABLE_PREPACKING) != "1",
                       "env_allocators": config_entry(so, sessions.USE_ENV_ALLOCATORS) == "1"})
         return real(path, so, providers=providers, disabled_optimizers=disabled_optimizers)
 
@@ -143,34 +147,6 @@ def test_session_options_per_provider():
     assert sessions.disabled_optimizers(CUDA) == []
 
 
-def test_shared_multistep_weights_keep_one_copy_of_what_the_two_decoders_share(tiny_bundle, tmp_path,
-                                                                              monkeypatch):
-    """With the multi-step decoder open and `weights="shared"` on a bundle whose decoder and multi-step
-    file read one weights file, neither session prepacks (a packed copy each): both read the file's
-    one mapping, and decode what one step per run decodes. By default, or where bundle.json says
-    nothing is shared, kernels prepack as usual."""
-    calls = recorded_sessions(monkeypatch)
-    multi = Runner(tiny_bundle, providers=[CPU], step_policy=StepPolicy(4, weights="shared"))
-    assert multi.bundle.shares_weights(None) and multi.sessions.steps is not None
-    steps_file = names.steps_file(names.DECODER_FILE)
-    assert [(c["path"], c["prepacking"]) for c in calls] == [
-        (names.ENCODER_FILE, True), (names.DECODER_FILE, False), (steps_file, False)]
-    calls.clear()
-    Runner(tiny_bundle, providers=[CPU], step_policy=StepPolicy(4))
-    assert [c["prepacking"] for c in calls] == [True, True, True]
-    calls.clear()
-    unshared = bundle_copy(tiny_bundle, tmp_path / "b", weights={})
-    assert not load_bundle(unshared).shares_weights(None)
-    Runner(unshared, providers=[CPU], step_policy=StepPolicy(4, weights="shared"))
-    assert [c["prepacking"] for c in calls] == [True, True, True]
-    texts = ["we 5 the cat", "Anna saw 12 red apples on the big day", "the 3rd day"]
-    options = DecodeOptions(max_new_tokens=20)
-    one = Runner(tiny_bundle, providers=[CPU]).translate(texts, options)
-    assert [h[0].tokens for h in multi.translate(texts, options)] == [h[0].tokens for h in one]
-    with pytest.raises(ValueError, match="multi-step weights must be one of packed, shared"):
-        StepPolicy(4, weights="mapped")
-
-
 def test_sessions_never_fall_back_at_run_time(runner):
     for session in (runner.sessions.encoder, runner.sessions.decoder):
         assert session._enable_fallback is False
@@ -186,8 +162,8 @@ def test_require_provider_fails_with_the_reason(tiny_bundle):
 
 
 def placed_sessions(tiny_bundle: Path, claimed: list[str], record: bool = True) -> Sessions:
-    """CPU sessions of the tiny bundle (the multi-step decoder's too) that record their placement (unless
-    `record` is False), claiming to use `claimed`."""
+    """CPU sessions of the tiny bundle that record their placement (unless `record` is False), claiming to
+    use `claimed`."""
     def session(file: str) -> ort.InferenceSession:
         so = ort.SessionOptions()
         if record:
@@ -195,7 +171,7 @@ def placed_sessions(tiny_bundle: Path, claimed: list[str], record: bool = True) 
         return cpu_session(tiny_bundle / file, so)
 
     enc, dec = session(names.ENCODER_FILE), session(names.DECODER_FILE)
-    return Sessions(enc, dec, claimed, shared_pool=False, steps=session(names.steps_file(names.DECODER_FILE)))
+    return Sessions(enc, dec, claimed, shared_pool=False)
 
 
 def test_placement_check_lists_compute_nodes_off_the_provider(tiny_bundle, caplog):
@@ -216,23 +192,6 @@ def test_placement_check_lists_compute_nodes_off_the_provider(tiny_bundle, caplo
     assert "compute nodes of the decoder are not on CUDAExecutionProvider" in caplog.text
 
 
-def test_the_multistep_session_is_checked_and_its_loop_body_nodes_are_listed(tiny_bundle):
-    """The steps session's placement covers its Loop body (ONNX Runtime names those nodes as the body
-    does); with the encoder's and decoder's nodes excused, its own misplaced nodes fail the check."""
-    placed = placed_sessions(tiny_bundle, [CUDA, CPU])
-    body = onnx.load(tiny_bundle / names.steps_file(names.DECODER_FILE), load_external_data=False)
-    loop = next(n for n in body.graph.node if n.op_type == "Loop")
-    body_names = {n.name for n in loop.attribute[0].g.node}
-    placed_names = {name for _, name in sessions.placement(placed.steps)[CPU]}
-    assert body_names & placed_names and "GroupQueryAttention" in {op for op, _ in
-                                                                  sessions.placement(placed.steps)[CPU]}
-    everything = {g: [n for _, n in sessions.placement(s)[CPU]]
-                  for g, s in (("encoder", placed.encoder), ("decoder", placed.decoder))}
-    with pytest.raises(ProviderUnavailable, match="compute nodes of the steps are not on CUDA"):
-        check_provider(placed, CUDA, everything)
-    check_provider(placed, CUDA, everything | {"steps": list(placed_names)})  # all excused: passes
-
-
 def test_a_placement_that_cannot_be_read_fails_require_provider_loudly(tiny_bundle, caplog):
     """A session that recorded no placement is no empty table: --require-provider fails naming it, and
     without it the check warns instead of passing silently."""
@@ -243,7 +202,7 @@ def test_a_placement_that_cannot_be_read_fails_require_provider_loudly(tiny_bund
                        "cannot be checked"):
         check_provider(unrecorded, CUDA, {})
     check_provider(unrecorded, None, {})
-    assert caplog.text.count("cannot be checked") == 3  # encoder, decoder and steps
+    assert caplog.text.count("cannot be checked") == 2  # encoder and decoder
 
 
 def bundle_copy(src: Path, dst: Path, **manifest_changes) -> Path:

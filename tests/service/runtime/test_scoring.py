@@ -1,4 +1,5 @@
-"""Scoring by forced decoding (service/runtime/scoring.py): the score of a greedy output is the log-prob the
+"""Scoring by forced decoding (service/runtime/decoding/scoring.py): the score of a greedy output is the
+log-prob the
 search reported, in both cache layouts and both backends; one decoder run per chunk agrees with one run
 per position; the end token is scored unless the target is as long as a translation cut at the model's
 maximum length (then PyTorch's teacher-forced log-probs of exactly its tokens), and a longer one is
@@ -15,7 +16,7 @@ import pytest
 
 from service.domain.errors import InvalidInput
 from service.domain.types import DecodeOptions, ScoreOptions
-from service.runtime.scoring import score_requests
+from service.runtime.decoding.scoring import score_requests
 from tests.support.scoring import cut_translation
 
 
@@ -66,7 +67,7 @@ def test_the_score_of_a_greedy_output_is_the_log_prob_the_search_reported(layout
 
 def test_alignment_rows_are_the_greedy_searchs(layout_runner, texts):
     hyps = [h[0] for h in layout_runner.translate(texts[:3], _aligned())]
-    scored = layout_runner.score(texts[:3], [h.text for h in hyps], ScoreOptions(with_alignment=True))
+    scored = layout_runner.score(texts[:3], [h.text for h in hyps], ScoreOptions(return_alignment=True))
     for hyp, s in zip(hyps, scored, strict=True):
         assert len(s.alignment) == len(s.target_ids) and {len(r) for r in s.alignment} == {len(s.source_ids)}
         assert len(hyp.alignment) == len(s.alignment) - s.end_token_scored  # the search's: no eos row
@@ -78,13 +79,13 @@ def test_alignment_rows_are_the_greedy_searchs(layout_runner, texts):
 def _aligned():
     from service.domain.types import DecodeOptions
 
-    return DecodeOptions(with_alignment=True)
+    return DecodeOptions(return_alignment=True)
 
 
 def test_every_scoring_mode_gives_the_same_numbers(layout_runner, texts):
     targets = [h.text for h in greedy(layout_runner, texts)]
     targets[0] = targets[-1]  # a target that is not the greedy output scores too
-    requests = layout_runner.score_requests(texts, targets, ScoreOptions(with_alignment=True))
+    requests = layout_runner.score_requests(texts, targets, ScoreOptions(return_alignment=True))
     auto = layout_runner.new_scorer(4).score(requests)
     for mode in ("steps", *(["whole"] if layout_runner.kv_cache == "concat" else [])):
         other = layout_runner.new_scorer(4, mode).score(requests)

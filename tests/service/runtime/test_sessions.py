@@ -1,4 +1,4 @@
-"""CPU sessions (service/runtime/sessions.py) and DecoderBinding (service/runtime/backends.py)."""
+"""CPU sessions (service/runtime/model/sessions.py) and DecoderBinding (service/runtime/cache/backends.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from export.verify import cpu_session
+from export.verify.base import cpu_session
 from interface import names
-from service.runtime.backends import DecoderBinding
+from service.runtime.cache.backends import DecoderBinding
 from service.runtime.runner import Runner
 
 

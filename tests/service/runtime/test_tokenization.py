@@ -1,4 +1,5 @@
-"""The bundle tokenizers (service/runtime/tokenization.py) give the ids and text of transformers' tokenizers
+"""The bundle tokenizers (service/runtime/model/tokenization.py) give the ids and text of transformers'
+tokenizers
 of the same files: MarianTokenizer and M2M100Tokenizer over tiny SentencePiece models, NllbTokenizer
 through its tokenizers file; and the tokenizers file of our own bundles as the library does, but for a
 broken byte sequence, which is dropped."""
@@ -13,8 +14,8 @@ import pytest
 from tokenizers import Tokenizer
 
 from service.domain.types import DecodeOptions
+from service.runtime.model.tokenization import JsonTokenizer, SentencePieceTokenizer
 from service.runtime.runner import Runner
-from service.runtime.tokenization import JsonTokenizer, SentencePieceTokenizer
 from tests.support.pretrained import (
     UNKNOWN,
     hard_texts,

@@ -51,7 +51,7 @@ def test_take_is_fifo_while_rows_fit_and_the_head_is_never_overtaken() -> None:
 
 
 def test_take_lets_sources_of_mixed_lengths_join_together() -> None:
-    q = JobQueue(8)  # the batch encodes them in groups of similar length (service/runtime/encode_groups.py)
+    q = JobQueue(8)  # the batch encodes them in groups of similar length (runtime/decoding/encode_groups.py)
     jobs = [job(10), job(200), job(10)]
     q.put(jobs, now=0.0)
     taken, _ = q.take(limit=8, free_rows=8, now=0.0)

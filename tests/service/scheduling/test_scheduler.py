@@ -66,10 +66,10 @@ def test_invalid_requests_are_rejected_before_queueing(runner):
 # ----- results equal unbatched decoding -------------------------------------------------------
 @pytest.mark.parametrize("mode", list(MODES))
 def test_concurrent_mixed_requests_equal_unbatched(runner, sched_texts, mode):
-    opts = [DecodeOptions(beam_size=1 + i % 3, n_best=1 + (i % 3 > 0), max_new_tokens=MAX_NEW - i)
+    opts = [DecodeOptions(beam_size=1 + i % 3, n_best=1 + (i % 3 > 0), max_output_tokens=MAX_NEW - i)
             for i in range(len(sched_texts))]
     want = [reference(runner, t, o) for t, o in zip(sched_texts, opts, strict=True)]
-    multi = DecodeOptions(beam_size=2, n_best=2, max_new_tokens=MAX_NEW)
+    multi = DecodeOptions(beam_size=2, n_best=2, max_output_tokens=MAX_NEW)
     want_multi = [reference(runner, t, multi) for t in sched_texts[:3]]
     assert_distinct([[h.tokens for h in hyps] for hyps in want])
 
@@ -125,7 +125,7 @@ def decoder_steps(results: list[Result]) -> list[int]:
 @pytest.mark.parametrize("mode", list(MODES))
 def test_greedy_step_metrics_count_every_row_of_every_step(runner, sched_texts, mode):
     before = counts()
-    opts = DecodeOptions(max_new_tokens=MAX_NEW)
+    opts = DecodeOptions(max_output_tokens=MAX_NEW)
     steps = decoder_steps(greedy_results(runner, mode, sched_texts[:8], opts))
     d = delta(before)
     assert d["batch_size:sum"] == sum(steps)
@@ -136,28 +136,10 @@ def test_greedy_step_metrics_count_every_row_of_every_step(runner, sched_texts, 
         assert d["decoder_step_seconds"] < sum(steps)  # texts shared steps
 
 
-def test_several_steps_per_run_count_decoder_steps_not_runs(runner, tiny_bundle, sched_texts):
-    """With 4 steps per run (one text at a time), the step metrics count decoder steps, time per output
-    token counts the texts with steps after their first run, and the tokens are one step per run's."""
-    from service.runtime.runner import Runner
-    from service.runtime.stepping import StepPolicy
-
-    multi = Runner(tiny_bundle, providers=["CPUExecutionProvider"], step_policy=StepPolicy(4))
-    opts = DecodeOptions(max_new_tokens=MAX_NEW)
-    before = counts()
-    results = greedy_results(multi, "none", sched_texts[:6], opts)  # "none": one text per batch
-    steps = decoder_steps(results)
-    d = delta(before)
-    assert d["decoder_step_seconds"] == d["batch_size:sum"] == sum(steps)  # a run stops at its row's end
-    assert d["time_per_output_token_seconds"] == sum(k > 4 for k in steps) > 0
-    assert [r.hypotheses[0].tokens for r in results] == [reference(runner, t, opts)[0].tokens
-                                                         for t in sched_texts[:6]]
-
-
 @pytest.mark.parametrize("mode", list(MODES))
 def test_request_arriving_mid_decode_joins_only_in_continuous_mode(hooked, sched_texts, mode):
-    a_opts = DecodeOptions(max_new_tokens=MAX_NEW)
-    b_opts = DecodeOptions(beam_size=2, n_best=2, max_new_tokens=MAX_NEW)
+    a_opts = DecodeOptions(max_output_tokens=MAX_NEW)
+    b_opts = DecodeOptions(beam_size=2, n_best=2, max_output_tokens=MAX_NEW)
     want_a, want_b = reference(hooked, sched_texts[0], a_opts), reference(hooked, sched_texts[2], b_opts)
     assert len(want_a[0].tokens) > 6  # A is still decoding after 3 steps
     gate = Gate("decoder", at=(4,))
@@ -190,7 +172,8 @@ def test_request_arriving_mid_decode_joins_only_in_continuous_mode(hooked, sched
 
 
 def test_continuous_admission_is_fifo_a_wide_beam_is_not_overtaken(hooked, sched_texts):
-    greedy, beam = DecodeOptions(max_new_tokens=MAX_NEW), DecodeOptions(beam_size=3, max_new_tokens=MAX_NEW)
+    greedy, beam = DecodeOptions(max_output_tokens=MAX_NEW), DecodeOptions(beam_size=3,
+                                                                           max_output_tokens=MAX_NEW)
     want_a = reference(hooked, sched_texts[0], greedy)
     gate = Gate("decoder", at=(2,))
     hooked.fault_hook = gate
@@ -218,7 +201,7 @@ def test_continuous_admission_is_fifo_a_wide_beam_is_not_overtaken(hooked, sched
 
 
 def test_stream_yields_tokens_then_the_result(runner, sched_texts):
-    opts = DecodeOptions(max_new_tokens=MAX_NEW)
+    opts = DecodeOptions(max_output_tokens=MAX_NEW)
     want = reference(runner, sched_texts[0], opts)[0]
 
     async def main() -> list[Any]:
@@ -243,7 +226,7 @@ def test_stream_yields_tokens_then_the_result(runner, sched_texts):
 def test_newcomers_of_mixed_lengths_join_in_one_hand_over(hooked, sched_texts, mode, one_request):
     """Queued texts of very different lengths join the batch together (the batch encodes them in groups
     of similar length, tests/service/runtime/test_encode_groups.py), and each decodes as it does alone."""
-    opts = DecodeOptions(max_new_tokens=MAX_NEW)
+    opts = DecodeOptions(max_output_tokens=MAX_NEW)
     queued = ["we 5", sched_texts[4], " ".join(p[0] for p in tiny_pairs(6, 3))]  # short, short, long
     lengths = [len(ids) for ids in hooked.encode_texts(queued)]
     assert max(lengths) > 3 * min(lengths)
@@ -284,7 +267,7 @@ def test_newcomers_of_mixed_lengths_join_in_one_hand_over(hooked, sched_texts, m
 def test_a_token_budget_keeps_texts_out_of_a_busy_batch(runner, sched_texts, budget):
     """With a 1-token budget every text waits for an empty batch (its head joins whatever its size);
     without one, concurrent texts share the batch. Results are the same either way."""
-    opts = DecodeOptions(max_new_tokens=MAX_NEW)
+    opts = DecodeOptions(max_output_tokens=MAX_NEW)
     most = [0]
 
     def watch(stage: str) -> None:

@@ -21,7 +21,7 @@ from tests.support.scheduling import LIMIT_S, Gate, run
 def test_full_queue_rejects_with_queue_full(hooked, sched_texts):
     gate = Gate("decoder", at=(1,))
     hooked.fault_hook = gate
-    opts = DecodeOptions(max_new_tokens=MAX_NEW)
+    opts = DecodeOptions(max_output_tokens=MAX_NEW)
 
     async def main() -> list[Result]:
         s = make_scheduler("continuous", hooked, max_batch_size=1, queue_size=2)
@@ -45,7 +45,7 @@ def test_full_queue_rejects_with_queue_full(hooked, sched_texts):
 def test_deadline_in_queue_and_while_decoding_frees_rows(hooked, sched_texts):
     gate = Gate("decoder", at=(3,))
     hooked.fault_hook = gate
-    opts = DecodeOptions(max_new_tokens=MAX_NEW)
+    opts = DecodeOptions(max_output_tokens=MAX_NEW)
 
     async def main() -> Result:
         s = make_scheduler("continuous", hooked, max_batch_size=4)
@@ -69,7 +69,7 @@ def test_deadline_in_queue_and_while_decoding_frees_rows(hooked, sched_texts):
 def test_worker_expires_deadlines_before_each_step_without_the_event_loop(hooked, sched_texts):
     gate = Gate("decoder", at=(3, 4))
     hooked.fault_hook = gate
-    opts = DecodeOptions(max_new_tokens=MAX_NEW)
+    opts = DecodeOptions(max_output_tokens=MAX_NEW)
 
     async def main() -> tuple[int, BaseException, Result]:
         s = make_scheduler("continuous", hooked, max_batch_size=4)
@@ -97,7 +97,7 @@ def test_worker_expires_deadlines_before_each_step_without_the_event_loop(hooked
 def test_cancelling_the_awaiting_task_frees_its_slot(hooked, sched_texts):
     gate = Gate("decoder", at=(2,))
     hooked.fault_hook = gate
-    opts = DecodeOptions(beam_size=3, max_new_tokens=MAX_NEW)
+    opts = DecodeOptions(beam_size=3, max_output_tokens=MAX_NEW)
 
     async def main() -> Result:
         s = make_scheduler("continuous", hooked, max_batch_size=3)
@@ -126,8 +126,8 @@ def test_cancelling_the_awaiting_task_frees_its_slot(hooked, sched_texts):
 
 
 def test_closing_a_stream_early_stops_its_decoding(hooked, sched_texts):
-    opts = DecodeOptions(max_new_tokens=MAX_NEW)
-    want_first = reference(hooked, sched_texts[0], DecodeOptions(max_new_tokens=2))[0].tokens
+    opts = DecodeOptions(max_output_tokens=MAX_NEW)
+    want_first = reference(hooked, sched_texts[0], DecodeOptions(max_output_tokens=2))[0].tokens
     want = reference(hooked, sched_texts[4], opts)
     assert len(reference(hooked, sched_texts[0], opts)[0].tokens) > 5
     gate = Gate("decoder", at=(3,))
@@ -157,7 +157,7 @@ def test_closing_a_stream_early_stops_its_decoding(hooked, sched_texts):
 def test_failed_decoder_step_fails_only_that_batch(hooked, sched_texts, caplog):
     hook = Gate(None, fail=lambda stage, n: stage == "decoder" and n == 2)
     hooked.fault_hook = hook
-    opts = DecodeOptions(max_new_tokens=MAX_NEW)
+    opts = DecodeOptions(max_output_tokens=MAX_NEW)
 
     async def main() -> tuple[list[Any], Result, bool, int]:
         s = make_scheduler("dynamic", hooked, max_batch_size=8, max_queue_delay_ms=200.0)
@@ -185,7 +185,7 @@ def test_failed_decoder_step_fails_only_that_batch(hooked, sched_texts, caplog):
 def test_failed_encoder_fails_only_the_newcomers(hooked, sched_texts, caplog):
     gate = Gate("decoder", at=(3,), fail=lambda stage, n: stage == "encoder" and n == 2)
     hooked.fault_hook = gate
-    opts = DecodeOptions(max_new_tokens=MAX_NEW)
+    opts = DecodeOptions(max_output_tokens=MAX_NEW)
 
     async def main() -> tuple[Result, BaseException]:
         s = make_scheduler("continuous", hooked, max_batch_size=8)
@@ -228,7 +228,7 @@ def test_watchdog_reports_a_stuck_step(hooked, sched_texts):
 
 # ----- drain ----------------------------------------------------------------------------------
 def test_drain_finishes_in_flight_work_and_rejects_new(hooked, sched_texts):
-    opts = DecodeOptions(beam_size=2, max_new_tokens=MAX_NEW)
+    opts = DecodeOptions(beam_size=2, max_output_tokens=MAX_NEW)
     want = [reference(hooked, t, opts) for t in sched_texts[:3]]
     gate = Gate("decoder", at=(1,))  # the worker holds at its first step: one text decoding, two queued
     hooked.fault_hook = gate

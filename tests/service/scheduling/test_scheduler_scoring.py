@@ -20,7 +20,7 @@ MODES = ("none", "dynamic", "continuous")
 
 @pytest.mark.parametrize("mode", MODES)
 def test_scores_interleaved_with_translations_all_complete(runner, sched_texts, mode):
-    greedy = [h[0] for h in runner.translate(sched_texts, DecodeOptions(max_new_tokens=40))]
+    greedy = [h[0] for h in runner.translate(sched_texts, DecodeOptions(max_output_tokens=40))]
     ended = [i for i, h in enumerate(greedy) if h.finish_reason == "eos"]  # a translation's eos: scored
     assert len(ended) >= len(greedy) // 2
     sched_texts, greedy = [sched_texts[i] for i in ended], [greedy[i] for i in ended]
@@ -32,9 +32,9 @@ def test_scores_interleaved_with_translations_all_complete(runner, sched_texts, 
         await s.start()
         calls = []
         for i, text in enumerate(sched_texts):
-            calls.append(s.submit([text], DecodeOptions(max_new_tokens=40)))
+            calls.append(s.submit([text], DecodeOptions(max_output_tokens=40)))
             calls.append(s.score([text], [targets[i]]))
-        calls.append(s.score(sched_texts, targets, ScoreOptions(with_alignment=True)))
+        calls.append(s.score(sched_texts, targets, ScoreOptions(return_alignment=True)))
         got = await asyncio.gather(*calls)
         assert s.queue_depth == 0 and s.active_sequences == 0
         await s.drain(5)

@@ -1,0 +1,337 @@
+"""The protocol-neutral call layer: every call a client can make, on the model repository and its
+schedulers, in plain data. The wire adapters (service/api/) convert their requests to these calls and
+the answers back, nothing more.
+
+It owns the checks of counts (texts, pairs), deadlines (a gRPC deadline and Triton's `timeout`, the
+earlier wins), which requests stream their pieces, and the results as shown (service/dataplane/rendering.py).
+Errors are domain exceptions; service/api/status.py maps them to gRPC and HTTP statuses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import json
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from service.dataplane import kserve, parameters, triton
+from service.dataplane.rendering import Piece, Score, Translation, Want, score, translation
+from service.domain.errors import InvalidInput, InvalidTensor, UnknownModel
+from service.domain.options import ResolvedOptions
+from service.domain.text import shown
+from service.domain.types import BatchingMode, DecodeOptions, ModelDefaults, ScoreOptions, TokenEvent
+from service.models.layout import ModelSettings
+from service.models.repository import IndexEntry, ModelRepository
+
+T = TypeVar("T")
+LOAD_CONFIG = "config"  # repository load: JSON settings over the model's own (Triton's `config`)
+
+
+def server_version() -> str:
+    """Version of this project's package, "unknown" when it is not installed."""
+    try:
+        return importlib.metadata.version("transformer-serving")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def earliest(*deadlines: float | None) -> float | None:
+    """The earliest of the deadlines given (None: none)."""
+    given = [d for d in deadlines if d is not None]
+    return min(given) if given else None
+
+
+def check_text_count(count: int, max_batch_size: int) -> None:
+    """InvalidInput unless 1 <= count <= max_batch_size texts were sent."""
+    if count < 1:
+        raise InvalidInput("no texts to translate: send at least one text")
+    if count > max_batch_size:
+        raise InvalidInput(f"{count} texts in one request; this server accepts at most {max_batch_size} "
+                           "(max_batch_size)")
+
+
+def check_pair_count(sources: int, targets: int, max_batch_size: int) -> None:
+    """InvalidInput unless 1 <= pairs <= max_batch_size and there are as many targets as sources."""
+    if sources < 1:
+        raise InvalidInput("no (source, target) pair to score: send at least one source and its target")
+    if sources != targets:
+        raise InvalidInput(f"{sources} source(s) but {targets} target(s): send one target per source")
+    if sources > max_batch_size:
+        raise InvalidInput(f"{sources} pairs in one request; this server accepts at most {max_batch_size} "
+                           "(max_batch_size)")
+
+
+def streams_pieces(options: DecodeOptions, defaults: ModelDefaults) -> bool:
+    """Whether a request can stream its pieces as generated: one hypothesis decoded greedily or by sampling
+    (beam_size 1, the model's default when unset unless it samples, and no alternatives)."""
+    beam = (1 if options.sampling else defaults.beam_size) if options.beam_size is None else options.beam_size
+    return beam == 1 and not options.return_alternatives
+
+
+@dataclass(frozen=True)
+class Answer(Generic[T]):
+    """A call's results with the model that answered: its name as the request gave it (a ModelMesh id
+    say; the served model's when none was given) and its version."""
+
+    model_name: str
+    model_version: str
+    results: list[T]
+
+
+@dataclass(frozen=True)
+class Opened:
+    """The start of a streamed translation: the model that answers it, named as the request named it."""
+
+    model_name: str
+    model_version: str
+
+
+@dataclass(frozen=True)
+class Final:
+    """The end of a streamed translation: its result, and whether pieces were streamed before it."""
+
+    translation: Translation
+    streamed: bool
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """A served model as translator.v1's GetModelInfo describes it."""
+
+    name: str
+    config: dict[str, Any]
+    bundle_version: str
+    format_version: int
+    files: list[tuple[str, str, int]]  # (name, sha256, bytes)
+    providers: list[str]
+    variant: str
+    languages: list[str]
+    limits: dict[str, int]
+    batching_mode: BatchingMode
+    defaults: ResolvedOptions
+
+
+class DataPlane:
+    """Every call of every protocol on the repository's models (each model its own scheduler)."""
+
+    def __init__(self, models: ModelRepository, ready: Callable[[], bool], stream_slots: int = 256) -> None:
+        """Serve the repository's models; `ready` reports the server's readiness; a KServe stream runs at
+        most `stream_slots` requests at once."""
+        self.models, self._ready, self.stream_slots = models, ready, stream_slots
+
+    # ----- the server and its models ----------------------------------------------------------------
+    def ready(self) -> bool:
+        """Ready once the models to load at start serve, until draining starts."""
+        return self._ready()
+
+    def server_metadata(self) -> dict[str, Any]:
+        """Server name, version and KServe v2 protocol extensions."""
+        return {"name": triton.SERVER_NAME, "version": server_version(),
+                "extensions": list(triton.EXTENSIONS)}
+
+    def model_ready(self, name: str, version: str = "") -> bool:
+        """Whether that model (version) is loaded and ready; UnknownModel for one the repository lacks."""
+        return self._ready() and self.models.ready(name, version)
+
+    async def model_metadata(self, name: str, version: str, deadline: float | None) -> dict[str, Any]:
+        """KServe v2 model metadata of the model named."""
+        async with self.models.use(name, version, deadline) as model:
+            versions = [m.version for m in self.models.loaded(model.name)] or [model.version]
+            return triton.metadata(model, name, versions)
+
+    async def model_config(self, name: str, version: str, deadline: float | None) -> dict[str, Any]:
+        """Triton's model configuration of the model named."""
+        async with self.models.use(name, version, deadline) as model:
+            return triton.model_config(model)
+
+    def model_statistics(self, name: str, version: str) -> list[dict[str, Any]]:
+        """Statistics of every loaded version of the model named ("" = of every model)."""
+        if not name:
+            return [triton.model_statistics(m) for m in self.models.loaded()]
+        found, number = self.models.known(name, version)
+        return [triton.model_statistics(m) for m in self.models.loaded(found) if number in (None, m.version)]
+
+    async def model_info(self, name: str, version: str, deadline: float | None) -> ModelInfo:
+        """The model's config, bundle, providers, limits and defaults (the one loaded model when none is
+        named); named as the request named it."""
+        async with self.models.use(name, version, deadline) as model:
+            runner, scheduler, limits = model.runner, model.scheduler, model.scheduler.limits
+            source, target = runner.languages.example()  # a many-to-many model has no default pair
+            files = runner.bundle.manifest.get("files", {})
+            return ModelInfo(
+                name=name or model.name, config=dict(runner.config), bundle_version=runner.bundle.version,
+                format_version=runner.bundle.format_version,
+                files=[(f, str(e["sha256"]), int(e["bytes"])) for f, e in sorted(files.items())],
+                providers=list(runner.providers), variant=runner.variant_name,
+                languages=runner.languages.names,
+                limits={"max_batch_size": scheduler.settings.max_batch_size,
+                        "max_source_tokens": limits.max_source_tokens, "max_beam_size": limits.max_beam,
+                        "max_output_tokens": limits.max_output_tokens,
+                        "max_batch_tokens": scheduler.settings.max_batch_tokens},
+                batching_mode=scheduler.mode,
+                defaults=limits.resolve(DecodeOptions(source_language=source, target_language=target)))
+
+    # ----- translation and scoring ----------------------------------------------------------------
+    async def translate(self, name: str, version: str, texts: Sequence[str], options: DecodeOptions,
+                        want: Want, deadline: float | None) -> Answer[Translation]:
+        """Translate every text with the same options; results in order."""
+        async with self.models.use(name, version, deadline) as model:
+            check_text_count(len(texts), model.scheduler.settings.max_batch_size)
+            results = await model.scheduler.submit(list(texts), options, deadline)
+            tokenizer = model.runner.tokenizer
+            return Answer(name or model.name, str(model.version),
+                          [translation(r, want, tokenizer) for r in results])
+
+    async def stream(self, name: str, version: str, text: str, options: DecodeOptions, want: Want,
+                     deadline: float | None) -> AsyncIterator[Opened | Piece | Final]:
+        """Opened, then a Piece per generated token as it comes (greedy decoding or sampling), then the Final
+        result; a beam's best is only known at the end: then the Final alone."""
+        async with self.models.use(name, version, deadline) as model:
+            scheduler, tokenizer = model.scheduler, model.runner.tokenizer
+            yield Opened(name or model.name, str(model.version))
+            if not streams_pieces(options, scheduler.limits.defaults):
+                (result,) = await scheduler.submit([text], options, deadline)
+                yield Final(translation(result, want, tokenizer), streamed=False)
+                return
+            index = 0
+            async for event in scheduler.stream(text, dataclasses.replace(options, stream=True), deadline):
+                if isinstance(event, TokenEvent):
+                    yield Piece(index, event.token, tokenizer.token(event.token), event.text)
+                    index += 1
+                else:
+                    yield Final(translation(event, want, tokenizer), streamed=True)
+
+    async def score(self, name: str, version: str, sources: Sequence[str], targets: Sequence[str],
+                    options: ScoreOptions, want: Want, deadline: float | None) -> Answer[Score]:
+        """Score each target given its source (forced decoding); results in pair order."""
+        async with self.models.use(name, version, deadline) as model:
+            check_pair_count(len(sources), len(targets), model.scheduler.settings.max_batch_size)
+            results = await model.scheduler.score(list(sources), list(targets), options, deadline)
+            tokenizer = model.runner.tokenizer
+            return Answer(name or model.name, str(model.version), [score(r, want,
+                                                                         tokenizer) for r in results])
+
+    # ----- KServe v2 inference ------------------------------------------------------------------------
+    async def infer(self, request: kserve.InferRequest, deadline: float | None) -> kserve.InferResponse:
+        """A KServe v2 inference: translate TEXT, or score TARGET given TEXT."""
+        if request.scores:
+            return await self._score_tensors(request, deadline)
+        texts, asked = self._translation(request)
+        if asked.stream:
+            raise InvalidInput(f"parameter {parameters.STREAM} needs the ModelStreamInfer RPC (a unary call "
+                               "has a single response)")
+        answer = await self.translate(request.model, request.version, texts, asked.options, Want(),
+                                      earliest(deadline, asked.deadline))
+        return kserve.InferResponse(answer.model_name, answer.model_version, request.id,
+                                    [kserve.translation_output([r.text for r in answer.results])])
+
+    async def infer_stream(self, request: kserve.InferRequest,
+                           deadline: float | None) -> AsyncIterator[kserve.InferResponse]:
+        """The responses of one request of a KServe v2 stream; the last one (the only one unless it streams
+        pieces) is final."""
+        if request.scores:
+            yield dataclasses.replace(await self._score_tensors(request, deadline), final=True)
+            return
+        texts, asked = self._translation(request)
+        deadline = earliest(deadline, asked.deadline)
+        if not asked.stream:
+            answer = await self.translate(request.model, request.version, texts, asked.options, Want(),
+                                          deadline)
+            yield kserve.InferResponse(answer.model_name, answer.model_version, request.id,
+                                       [kserve.translation_output([r.text for r in answer.results])],
+                                       final=True)
+            return
+        if len(texts) != 1:
+            raise InvalidInput(f"parameter {parameters.STREAM} streams one text per request (input "
+                               f"{kserve.INPUT} shape [1]), got {len(texts)}")
+        name, number = request.model, request.version
+        async for item in self.stream(request.model, request.version, texts[0], asked.options, Want(),
+                                      deadline):
+            if isinstance(item, Opened):
+                name, number = item.model_name, item.model_version
+            elif isinstance(item, Piece):
+                if item.text:  # a token that completes no character adds no piece
+                    yield kserve.InferResponse(name, number, request.id,
+                                               [kserve.translation_output([item.text])],
+                                               final=False)
+            elif item.streamed and asked.empty_final_response:
+                yield kserve.InferResponse(name, number, request.id, final=True)
+            else:
+                yield kserve.InferResponse(name, number, request.id,
+                                           [kserve.translation_output([item.translation.text])], final=True)
+
+    @staticmethod
+    def _translation(request: kserve.InferRequest) -> tuple[list[str], parameters.Asked]:
+        """The texts and options of a KServe v2 translation request."""
+        texts = kserve.translation_texts(request)
+        for name in ("n_best", "return_alternatives"):
+            if name in request.parameters:
+                raise InvalidTensor(f"parameter {name} is not offered here: the {kserve.OUTPUT} output holds "
+                                    "one translation per text (translator.v1 Translate returns several)")
+        return texts, parameters.read(request.parameters, stream=True)
+
+    async def _score_tensors(self, request: kserve.InferRequest,
+                             deadline: float | None) -> kserve.InferResponse:
+        """The score outputs of a request with a TARGET input."""
+        sources, targets = kserve.score_pairs(request)
+        options = score_options(request.parameters, where=f"scoring (a {kserve.TARGET} input)")
+        timeout = request.parameters.get(parameters.TIMEOUT)
+        deadline = earliest(deadline, None if timeout is None else parameters.deadline_of(timeout))
+        answer = await self.score(request.model, request.version, sources, targets, options, Want(), deadline)
+        return kserve.InferResponse(answer.model_name, answer.model_version, request.id,
+                                    kserve.score_outputs(answer.results, request.outputs))
+
+    # ----- the repository -------------------------------------------------------------------------
+    def index(self, repository: str = "", ready_only: bool = False) -> list[IndexEntry]:
+        """Every model of the repository with its state (only the ready ones if asked)."""
+        check_repository(repository)
+        return self.models.index(ready_only=ready_only)
+
+    async def load(self, name: str, given: dict[str, Any], repository: str = "") -> None:
+        """Load (or reload, with no gap) a model; `given`: the load parameters (only `config`, a JSON
+        string of model settings over the model's own)."""
+        check_repository(repository)
+        settings = None
+        for key, value in given.items():
+            if key != LOAD_CONFIG:
+                raise InvalidInput(f"unsupported load parameter {key!r}: only {LOAD_CONFIG!r} "
+                                   "(a JSON string of "
+                                   "model settings) is accepted")
+            if not isinstance(value, str):
+                raise InvalidInput(f"load parameter {LOAD_CONFIG!r} must be a JSON string of model settings, "
+                                   f"got {shown(value)}")
+            try:
+                data = json.loads(value)
+            except ValueError as exc:
+                raise InvalidInput(f"load parameter {LOAD_CONFIG!r} is not JSON: {exc}") from exc
+            settings = ModelSettings.from_json(data, f"load parameter {LOAD_CONFIG!r}")
+        await self.models.load(name, settings)
+
+    async def unload(self, name: str, repository: str = "") -> None:
+        """Unload a model: new requests are refused, in-flight ones complete."""
+        check_repository(repository)
+        await self.models.unload(name)
+
+
+def check_repository(name: str) -> None:
+    """UnknownModel unless `name` is "" (the server's one model repository)."""
+    if name:
+        raise UnknownModel(f"unknown model repository {shown(name)}: this server has one, named by the empty "
+                           "string")
+
+
+def score_options(given: dict[str, Any], where: str, offered: Sequence[str] = ()) -> ScoreOptions:
+    """ScoreOptions of a score request's parameters: the languages, and `offered` flags (return_alignment);
+    a decoding option is refused as not applying to scoring, an unknown name with the nearest known one."""
+    accepted = [*parameters.LANGUAGES, *offered]
+    for key in given:
+        if key not in accepted and (key in parameters.DECODING or key in parameters.ALIASES
+                                    or key in parameters.RESULTS):
+            raise InvalidTensor(f"parameter {shown(key)} does not apply to {where}; it takes "
+                                f"{', '.join(accepted)}")
+    parameters.check_known(given, accepted)
+    languages = {key: parameters.text(key, given[key]) for key in parameters.LANGUAGES if key in given}
+    alignment = "return_alignment" in given and parameters.flag("return_alignment", given["return_alignment"])
+    return ScoreOptions(return_alignment=alignment, **languages)

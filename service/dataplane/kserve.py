@@ -1,0 +1,254 @@
+"""KServe v2 inference of the translation model as plain data: the TEXT, TARGET and TRANSLATION tensors,
+their checks, the score outputs, and the raw BYTES form both transports share.
+
+A request's tensor comes as `raw` bytes (gRPC's raw_input_contents, HTTP's binary tensor data), as
+`elements` (gRPC's contents.bytes_contents, HTTP's JSON data), or with other typed contents (`typed`:
+their field names, refused). TEXT (BYTES, shape [N]) is translated into TRANSLATION (BYTES, [N]); a
+TARGET input beside TEXT is scored instead. Every rejection is an InvalidTensor that says what to change.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from service.dataplane.rendering import Score
+from service.domain.errors import InvalidTensor
+from service.domain.text import SHOWN_CHARS, shown
+
+INPUT = "TEXT"
+TARGET = "TARGET"
+OUTPUT = "TRANSLATION"
+BYTES = "BYTES"
+FINAL = "triton_final_response"  # response parameter of every streamed response
+SCORE_OUTPUTS = {"LOG_PROB": "FP32", "SCORE": "FP32", "TOKEN_LOG_PROBS": "FP32", "TOKEN_COUNT": "INT32",
+                 "END_TOKEN_SCORED": "BOOL"}
+NUMPY = {"FP32": "<f4", "INT32": "<i4", "BOOL": "?"}  # numeric outputs' element types, little-endian
+_LENGTH = struct.Struct("<I")
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """An input tensor as sent: name, datatype, shape and its data in one of the forms."""
+
+    name: str
+    datatype: str
+    shape: list[int]
+    raw: bytes | None = None
+    elements: list[bytes] | None = None
+    typed: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class InferRequest:
+    """A ModelInferRequest as plain data; `raw_entries`: how many raw contents came (gRPC's count)."""
+
+    model: str
+    version: str
+    id: str
+    inputs: list[Tensor]
+    outputs: list[str]
+    parameters: dict[str, Any]
+    raw_entries: int = 0
+
+    @property
+    def scores(self) -> bool:
+        """Whether it asks for scoring (it has a TARGET input)."""
+        return any(t.name == TARGET for t in self.inputs)
+
+
+@dataclass(frozen=True)
+class Output:
+    """An output tensor: BYTES as texts, numbers as an array."""
+
+    name: str
+    datatype: str
+    shape: list[int]
+    value: list[str] | np.ndarray
+
+    def raw(self) -> bytes:
+        """Its raw contents: length-prefixed UTF-8 elements, or little-endian numbers."""
+        if self.datatype == BYTES:
+            return serialize_bytes(text.encode("utf-8") for text in self.value)
+        array = np.asarray(self.value)
+        return array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
+
+    def data(self) -> list[Any]:
+        """Its elements flat, in row-major order (KServe v2 JSON)."""
+        return list(self.value) if self.datatype == BYTES else np.asarray(self.value).ravel().tolist()
+
+
+@dataclass(frozen=True)
+class InferResponse:
+    """A ModelInferResponse as plain data; `final` is set on a streamed response (triton_final_response)."""
+
+    model_name: str
+    model_version: str
+    id: str
+    outputs: list[Output] = field(default_factory=list)
+    final: bool | None = None
+
+
+def serialize_bytes(elements: Iterable[bytes]) -> bytes:
+    """Raw BYTES tensor contents: each element as a 4-byte little-endian length + its bytes."""
+    parts: list[bytes] = []
+    for element in elements:
+        parts += (_LENGTH.pack(len(element)), element)
+    return b"".join(parts)
+
+
+def _count_whole_elements(raw: memoryview) -> int | None:
+    """Number of complete length-prefixed elements filling `raw` exactly, None if it does not parse."""
+    offset, count = 0, 0
+    while offset < len(raw):
+        if len(raw) - offset < _LENGTH.size:
+            return None
+        offset += _LENGTH.size + _LENGTH.unpack_from(raw, offset)[0]
+        count += 1
+    return count if offset == len(raw) else None
+
+
+def deserialize_bytes(raw: bytes, count: int, where: str = "raw_input_contents") -> list[bytes]:
+    """Split raw BYTES tensor contents into exactly `count` elements, strictly."""
+    if count < 0:
+        raise InvalidTensor(f"element count must be >= 0, got {count}")
+    view = memoryview(raw)
+    elements: list[bytes] = []
+    offset = 0
+    for index in range(count):
+        remaining = len(view) - offset
+        if remaining == 0:
+            raise InvalidTensor(f"shape declares {count} elements but {where} holds only {index}")
+        if remaining < _LENGTH.size:
+            raise InvalidTensor(f"truncated BYTES tensor in {where}: element {index} needs a "
+                                f"{_LENGTH.size}-byte "
+                                f"length prefix but only {remaining} bytes remain")
+        (length,) = _LENGTH.unpack_from(view, offset)
+        offset += _LENGTH.size
+        if length > len(view) - offset:
+            raise InvalidTensor(f"truncated BYTES tensor in {where}: element {index} declares {length} "
+                                "bytes but "
+                                f"only {len(view) - offset} remain")
+        elements.append(bytes(view[offset: offset + length]))
+        offset += length
+    if offset != len(view):
+        extra = _count_whole_elements(view[offset:])
+        if extra is not None:
+            raise InvalidTensor(f"shape declares {count} elements but {where} holds {count + extra}")
+        raise InvalidTensor(f"trailing garbage in {where}: {len(view) - offset} unexpected byte(s) after the "
+                            f"{count} element(s) declared by the shape")
+    return elements
+
+
+def check_input_names(request: InferRequest, expected: Sequence[str]) -> None:
+    """InvalidTensor unless the request's inputs are exactly `expected`, in that order."""
+    names = [tensor.name for tensor in request.inputs]
+    if not names:
+        raise InvalidTensor(f"missing input {expected[0]}: the request has no inputs")
+    if names != list(expected):
+        more = f" and {len(names) - 4} more" if len(names) > 4 else ""
+        listed = ", ".join(shown(n) for n in names[:4]) + more
+        wanted = " and ".join(expected)
+        wanted = f"one input named {wanted}" if len(expected) == 1 else f"the inputs {wanted}"
+        raise InvalidTensor(f"expected exactly {wanted}, got {listed}")
+
+
+def _check_bytes_tensor(tensor: Tensor) -> int:
+    """The element count of a BYTES input of shape [N >= 1]."""
+    name = tensor.name
+    if tensor.datatype != BYTES:
+        got = tensor.datatype[:SHOWN_CHARS] or "(empty)"
+        raise InvalidTensor(f"input {name} has datatype {got}, expected {BYTES}")
+    if len(tensor.shape) != 1:
+        raise InvalidTensor(f"input {name} must be 1-D with shape [N], got shape {shown(tensor.shape)}")
+    if tensor.shape[0] < 0:
+        raise InvalidTensor(f"input {name} has invalid shape {tensor.shape}: N must be the element count")
+    if tensor.shape[0] == 0:
+        raise InvalidTensor(f"input {name} is empty (shape [0]): send at least one text")
+    return int(tensor.shape[0])
+
+
+def _decode_utf8(elements: Sequence[bytes], name: str) -> list[str]:
+    """Decode every element as UTF-8, naming the first element that is not."""
+    texts = []
+    for index, element in enumerate(elements):
+        try:
+            texts.append(element.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise InvalidTensor(f"element {index} of input {name} is not valid UTF-8 ({exc.reason} at byte "
+                                f"{exc.start})") from None
+    return texts
+
+
+def texts_of(request: InferRequest, index: int) -> list[str]:
+    """The N texts of the request's index-th input (BYTES, shape [N]) from raw or typed contents."""
+    tensor = request.inputs[index]
+    count = _check_bytes_tensor(tensor)
+    name = tensor.name
+    if request.raw_entries and tensor.typed:
+        raise InvalidTensor(f"input {name} has both raw_input_contents and contents.{tensor.typed[0]}: send "
+                            "only one")
+    if request.raw_entries:
+        if request.raw_entries != len(request.inputs):
+            raise InvalidTensor(f"raw_input_contents has {request.raw_entries} entries for "
+                                f"{len(request.inputs)} input(s)")
+        return _decode_utf8(deserialize_bytes(tensor.raw or b"", count), name)
+    if not tensor.typed:
+        raise InvalidTensor(f"input {name} has no data: send raw_input_contents or contents.bytes_contents")
+    if tensor.typed != ["bytes_contents"]:
+        raise InvalidTensor(f"{BYTES} data of input {name} belongs in contents.bytes_contents, "
+                            f"got contents.{', contents.'.join(tensor.typed)}")
+    elements = tensor.elements or []
+    if len(elements) != count:
+        raise InvalidTensor(f"shape declares {count} elements but contents.bytes_contents holds "
+                            f"{len(elements)}")
+    return _decode_utf8(elements, name)
+
+
+def translation_texts(request: InferRequest) -> list[str]:
+    """The texts of a translation request's TEXT input; only TRANSLATION may be asked for."""
+    check_input_names(request, [INPUT])
+    texts = texts_of(request, 0)
+    for name in request.outputs:
+        if name != OUTPUT:
+            raise InvalidTensor(f"unknown output {shown(name)}: this model's only output is {OUTPUT}")
+    return texts
+
+
+def score_pairs(request: InferRequest) -> tuple[list[str], list[str]]:
+    """Sources and targets of a score request (TEXT and TARGET); only the score outputs may be asked for."""
+    check_input_names(request, [INPUT, TARGET])
+    sources, targets = texts_of(request, 0), texts_of(request, 1)
+    if len(sources) != len(targets):
+        raise InvalidTensor(f"input {TARGET} holds {len(targets)} texts for {len(sources)} in {INPUT}: send "
+                            "one target per source")
+    for name in request.outputs:
+        if name not in SCORE_OUTPUTS:
+            raise InvalidTensor(f"unknown output {shown(name)}: scoring gives {', '.join(SCORE_OUTPUTS)}")
+    return sources, targets
+
+
+def translation_output(texts: Sequence[str]) -> Output:
+    """The TRANSLATION output of these texts."""
+    return Output(OUTPUT, BYTES, [len(texts)], list(texts))
+
+
+def score_outputs(scores: Sequence[Score], wanted: Sequence[str]) -> list[Output]:
+    """The score outputs a request names (all when it names none), in the order of SCORE_OUTPUTS."""
+    longest = max(len(s.log_probs) for s in scores)
+    token_log_probs = np.zeros((len(scores), longest), np.float32)
+    for i, s in enumerate(scores):
+        token_log_probs[i, : len(s.log_probs)] = s.log_probs
+    values = {
+        "LOG_PROB": np.array([s.log_prob for s in scores], np.float32),
+        "SCORE": np.array([s.score for s in scores], np.float32),
+        "TOKEN_LOG_PROBS": token_log_probs,
+        "TOKEN_COUNT": np.array([len(s.log_probs) for s in scores], np.int32),
+        "END_TOKEN_SCORED": np.array([s.end_token_scored for s in scores], np.bool_),
+    }
+    return [Output(name, SCORE_OUTPUTS[name], list(array.shape), array) for name, array in values.items()
+            if not wanted or name in wanted]

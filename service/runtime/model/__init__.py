@@ -1,0 +1,1 @@
+"""The loaded model: its bundle, ONNX Runtime sessions and providers, and its tokenizers."""
