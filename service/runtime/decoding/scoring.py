@@ -142,9 +142,11 @@ class Scorer:
         cross = dict(zip(self._cross_names, self.backend.encode(enc_feeds), strict=True))
         inputs = [[spec.decoder_start, *r.forced, *r.target[:-1]] for r in requests]
         t = max(len(x) for x in inputs)
-        ids = np.full((rows, t), spec.special.pad, np.int64)
-        for b, x in enumerate(inputs):
+        ids = np.full((rows, t), spec.special.pad, np.int64)  # what each position reads
+        nexts = np.full((rows, t), spec.special.pad, np.int64)  # the token each position predicts
+        for b, (x, r) in enumerate(zip(inputs, requests, strict=True)):
             ids[b, : len(x)] = x
+            nexts[b, : len(x)] = [*r.forced, *r.target]
         src_mask = enc_feeds[ATTENTION_MASK]
         if spec.kv_cache == "inplace":
             source: dict[str, np.ndarray] = {
@@ -153,11 +155,11 @@ class Scorer:
         else:
             source = {ENCODER_ATTENTION_MASK: src_mask}
         run = self._whole if self.mode == "whole" else self._stepwise
-        logp, attn = run(ids, source, cross)  # (rows, t, V), (rows, t, S)
+        logp, attn = run(ids, nexts, source, cross)  # (rows, t) predicted tokens' log-probs, (rows, t, S)
         out = []
         for b, r in enumerate(requests):
             cols = np.arange(len(r.forced), len(r.forced) + len(r.target))  # positions predicting the target
-            lp = logp[b, cols, r.target].astype(np.float64)
+            lp = logp[b, cols].astype(np.float64)
             wanted = r.options.return_alignment
             align = attn[b, cols, : len(r.source)].astype(np.float64).tolist() if wanted else None
             total = float(lp.sum())
@@ -177,28 +179,33 @@ class Scorer:
                     TOTAL_SEQUENCE_LENGTH: np.array(start + new, np.int32)}
         return {ATTENTION_MASK: np.ones((rows, start + new), np.int64)}
 
-    def _whole(self, ids: np.ndarray, source: dict[str, np.ndarray], cross: dict[str, Any]
-               ) -> tuple[np.ndarray, np.ndarray]:
-        """Every position in one decoder run."""
+    def _whole(self, ids: np.ndarray, nexts: np.ndarray, source: dict[str, np.ndarray],
+               cross: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+        """Every position in one decoder run; of each position only its log-prob of `nexts` is kept."""
         rows, t = ids.shape
         feeds = {INPUT_IDS: ids, POSITION_IDS: np.tile(np.arange(t, dtype=np.int64), (rows, 1)),
                  **self._lengths(rows, 0, t), **source}
         cols = t if self.spec.kv_cache == "inplace" else 0  # an in-place buffer must hold them
         out = self.backend.decode(feeds, {**self._past(rows, cols), **cross})
-        return out[0], out[1]  # log-probs, cross-attention (then presents, and more a backend may add)
+        # log-probs, cross-attention (then presents, and more a backend may add)
+        gathered = np.take_along_axis(np.asarray(out[0]), nexts[:, :, None], axis=2)[:, :, 0]
+        return gathered, out[1]
 
-    def _stepwise(self, ids: np.ndarray, source: dict[str, np.ndarray], cross: dict[str, Any]
-                  ) -> tuple[np.ndarray, np.ndarray]:
-        """One position per decoder run, the cache carried from run to run (for comparison)."""
+    def _stepwise(self, ids: np.ndarray, nexts: np.ndarray, source: dict[str, np.ndarray],
+                  cross: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+        """One position per decoder run, the cache carried from run to run; each step keeps its rows' log-prob
+        of `nexts` as it comes, so memory holds (rows, t) numbers, never (rows, t, vocabulary)."""
         rows, t = ids.shape
         past = self._past(rows, t if self.spec.kv_cache == "inplace" else 0)
-        logps, attns = [], []
+        every = np.arange(rows)
+        gathered = np.zeros((rows, t), np.float32)
+        attns = []
         for j in range(t):
             feeds = {INPUT_IDS: ids[:, j: j + 1], POSITION_IDS: np.full((rows, 1), j, np.int64),
                      **self._lengths(rows, j, 1), **source}
             out = self.backend.decode(feeds, {**past, **cross})
             logp, attn = out[0], out[1]
             past = dict(zip(self._self_names, out[2], strict=True))  # the presents
-            logps.append(np.array(logp[:, 0], copy=True))
+            gathered[:, j] = np.asarray(logp[:, 0])[every, nexts[:, j]]
             attns.append(np.array(attn[:, 0], copy=True))
-        return np.stack(logps, axis=1), np.stack(attns, axis=1)
+        return gathered, np.stack(attns, axis=1)
