@@ -74,8 +74,11 @@ class DecodeOptions:
 
     @property
     def sampling(self) -> bool:
-        """Whether tokens are drawn (a temperature > 0, a top_k or a top_p < 1 given), not argmax-ed."""
-        hot = self.temperature is not None and _is_real(self.temperature) and self.temperature != 0
+        """Whether tokens are drawn (a temperature > 0, a top_k or a top_p < 1 given), not argmax-ed; an
+        explicit temperature 0 is greedy whatever top_k and top_p say."""
+        if self.temperature is not None and _is_real(self.temperature) and self.temperature == 0:
+            return False
+        hot = self.temperature is not None and _is_real(self.temperature)
         return hot or (self.top_k not in (0, None)) or (self.top_p is not None and self.top_p != 1.0)
 
     def resolved(self, max_len: int, max_beam: int, languages: Languages | None = None,

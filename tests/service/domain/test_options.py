@@ -46,6 +46,9 @@ def test_sampling_and_alternatives_take_one_row_each_unless_a_beam_is_asked_for(
     sampled = resolve(temperature=0.7, seed=3)
     assert (sampled.beam_size, sampled.sampling, sampled.rows, sampled.temperature) == (1, True, 1, 0.7)
     assert resolve(top_k=1).sampling and resolve(top_p=0.5).sampling and not resolve(temperature=0).sampling
+    # docs/api.md: temperature 0 is greedy, whatever top_k and top_p say
+    assert not resolve(temperature=0, top_k=5).sampling and not resolve(temperature=0, top_p=0.5).sampling
+    assert resolve(temperature=0, top_k=5).temperature is None
     alternatives = resolve(return_alternatives=True, n_best=5)
     assert (alternatives.beam_size, alternatives.rows) == (1, 5)
     with pytest.raises(InvalidInput, match="sampling .* needs beam_size 1"):
