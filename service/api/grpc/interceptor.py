@@ -7,7 +7,9 @@ reflection): model and version are what the repository resolved while the call r
 (`metrics.start_request` / `served_by`; a stream's requests run in tasks that share its labels, the
 last one resolved stands). A status a handler
 set itself (`context.abort`, or `set_code` before raising, as generated base classes do for
-UNIMPLEMENTED) is kept.
+UNIMPLEMENTED) is kept. With restricted protocol groups (service/api/restrictions.py `Gate`), a call of a
+restricted group whose metadata lacks the header is answered UNAVAILABLE before its handler runs (and
+counted as such), as Triton answers it.
 """
 
 from __future__ import annotations
@@ -16,13 +18,14 @@ import asyncio
 import inspect
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import grpc
 from grpc import aio
 
 from service.api.grpc.context import grpc_status_of
+from service.api.restrictions import Gate
 from service.api.status import clip
 from service.ops import metrics
 
@@ -140,8 +143,29 @@ def _wrap_streaming_response(behavior: Callable, method: str) -> Callable:
     return _wrap_unary_response(behavior, method)
 
 
+def _header(metadata: Sequence[tuple[str, str | bytes]] | None, name: str) -> str | None:
+    """The first value of metadata key `name` (text keys only), or None."""
+    return next((v for k, v in metadata or () if k == name and isinstance(v, str)), None)
+
+
+def _refuse(method: str, message: str) -> Callable[..., Awaitable[None]]:
+    """A behavior that answers UNAVAILABLE with `message` (a restricted call without its header)."""
+
+    async def refuse(request_or_iterator: Any, context: aio.ServicerContext) -> None:
+        """Abort at once: the request is never handled."""
+        log.debug("%s refused: %s", method, message)
+        await context.abort(grpc.StatusCode.UNAVAILABLE, message)
+
+    return refuse
+
+
 class ErrorMappingInterceptor(aio.ServerInterceptor):
-    """Maps exceptions of every handler to gRPC statuses and records one metrics sample per RPC."""
+    """Maps exceptions of every handler to gRPC statuses and records one metrics sample per RPC; refuses
+    the calls `gate` restricts when they lack its header."""
+
+    def __init__(self, gate: Gate | None = None) -> None:
+        """`gate`: the gRPC restrictions (None or an empty gate: nothing restricted)."""
+        self.gate = gate if gate else None
 
     async def intercept_service(
         self,
@@ -153,16 +177,25 @@ class ErrorMappingInterceptor(aio.ServerInterceptor):
         if handler is None:
             return None
         method = _method_label(handler_call_details.method)
+        refusal = None
+        if self.gate is not None:
+            metadata = handler_call_details.invocation_metadata
+            refusal = self.gate.refusal(method, lambda name: _header(metadata, name))
+
+        def behavior(given: Callable) -> Callable:
+            """The handler's own behavior, or the refusal."""
+            return given if refusal is None else _refuse(method, refusal)
+
         codecs = {"request_deserializer": handler.request_deserializer,
                   "response_serializer": handler.response_serializer}
         if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(_wrap_unary_response(handler.unary_unary, method),
-                                                       **codecs)
+            return grpc.unary_unary_rpc_method_handler(
+                _wrap_unary_response(behavior(handler.unary_unary), method), **codecs)
         if handler.unary_stream is not None:
             return grpc.unary_stream_rpc_method_handler(
-                _wrap_streaming_response(handler.unary_stream, method), **codecs)
+                _wrap_streaming_response(behavior(handler.unary_stream), method), **codecs)
         if handler.stream_unary is not None:
-            return grpc.stream_unary_rpc_method_handler(_wrap_unary_response(handler.stream_unary, method),
-                                                        **codecs)
+            return grpc.stream_unary_rpc_method_handler(
+                _wrap_unary_response(behavior(handler.stream_unary), method), **codecs)
         return grpc.stream_stream_rpc_method_handler(
-            _wrap_streaming_response(handler.stream_stream, method), **codecs)
+            _wrap_streaming_response(behavior(handler.stream_stream), method), **codecs)

@@ -13,6 +13,8 @@ time bounds a request's headers: aiohttp's keep-alive timeout, which closes a co
 request has not arrived in full that long after it opened or after its last answer (a slowloris
 sending headers byte by byte included: bytes do not extend it). Request lines and header fields are
 at most HEADER_BYTES. TLS (and mutual TLS) uses the gRPC server's certificate, key and client CA.
+Restricted API groups (--http-restricted-api, service/api/restrictions.py): the `restrict` middleware
+answers a request of a restricted route without its header 403, as Triton does, before its body is read.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from aiohttp import web
 from service.api.http import generate, kserve_rest, score
 from service.api.http.body import LIMITS_KEY
 from service.api.http.context import PLANE_KEY
-from service.api.http.errors import MODEL_LABEL_KEY, observe
+from service.api.http.errors import MODEL_LABEL_KEY, Handler, RequestRejected, method_label, observe
+from service.api.restrictions import HTTP, Gate, Restrictions
 from service.dataplane.calls import DataPlane
 from service.ops import metrics
 
@@ -34,6 +37,7 @@ log = logging.getLogger(__name__)
 
 HEADER_BYTES = 8190  # longest request line / header field (aiohttp's default)
 LINGER_S = 10.0  # after an answer to an unread body, the longest wait reading (and dropping) the rest
+GATE_KEY = web.AppKey("restrictions", Gate)
 
 
 def ssl_context(cert: Path, key: Path, client_ca: Path | None = None) -> ssl.SSLContext:
@@ -49,10 +53,24 @@ def ssl_context(cert: Path, key: Path, client_ca: Path | None = None) -> ssl.SSL
     return context
 
 
-def make_app(plane: DataPlane, max_body_bytes: int, read_timeout_s: float) -> web.Application:
+@web.middleware
+async def restrict(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Refuse (403, inside `observe`: counted) a request of a restricted group that lacks its header."""
+    if request.match_info.http_exception is None:  # unknown paths and methods get their own answer
+        refusal = request.app[GATE_KEY].refusal(method_label(request), request.headers.get)
+        if refusal is not None:
+            raise RequestRejected(403, refusal)
+    return await handler(request)
+
+
+def make_app(plane: DataPlane, max_body_bytes: int, read_timeout_s: float,
+             restrictions: Restrictions | None = None) -> web.Application:
     """The application: KServe v2 REST, generate and score routes on the data plane, errors and metrics
-    around them."""
-    app = web.Application(client_max_size=max_body_bytes, middlewares=[observe])
+    around them, and the restricted API groups (--http-restricted-api) checked first."""
+    gate = Gate(HTTP, restrictions or {})
+    middlewares = [observe, restrict] if gate else [observe]
+    app = web.Application(client_max_size=max_body_bytes, middlewares=middlewares)
+    app[GATE_KEY] = gate
     app[PLANE_KEY] = plane
     app[LIMITS_KEY] = (max_body_bytes, read_timeout_s)
     app[MODEL_LABEL_KEY] = plane.models.label

@@ -30,8 +30,9 @@ log = logging.getLogger(__name__)
 UNMATCHED = "unmatched"  # the method label of requests no route took
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # aiohttp's HTTP refusals as the table's gRPC names (for the metrics' code label)
-HTTP_NAMES = {400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 405: "UNIMPLEMENTED", 408: "DEADLINE_EXCEEDED",
-              413: "INVALID_ARGUMENT", 415: "INVALID_ARGUMENT", 501: "UNIMPLEMENTED", 503: "UNAVAILABLE"}
+HTTP_NAMES = {400: "INVALID_ARGUMENT", 403: "PERMISSION_DENIED", 404: "NOT_FOUND", 405: "UNIMPLEMENTED",
+              408: "DEADLINE_EXCEEDED", 413: "INVALID_ARGUMENT", 415: "INVALID_ARGUMENT",
+              501: "UNIMPLEMENTED", 503: "UNAVAILABLE"}
 CODE_KEY = web.RequestKey("code", str)  # a handler that answered an error itself (a stream) says which
 # (model, version) -> the repository's metrics labels of them (ModelRepository.label)
 MODEL_LABEL_KEY = web.AppKey("model_label", Callable[[str, str], tuple[str, str]])
@@ -39,7 +40,7 @@ MODEL_LABEL_KEY = web.AppKey("model_label", Callable[[str, str], tuple[str, str]
 
 class RequestRejected(Exception):
     """A request refused before it reaches a servicer, with its own HTTP status (413: too large, 408:
-    its body did not arrive in time)."""
+    its body did not arrive in time, 403: a restricted API group without its header)."""
 
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
