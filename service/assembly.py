@@ -1,5 +1,6 @@
 """How the server builds what it serves from its configuration: a model version's runner, scheduler
-and warm-up (the repository's loader), and the model repository of the flags."""
+and warm-up (the repository's loader), and the model repository of the flags, whose limits are the
+ceilings of every model's settings."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from interface.names import MODEL_NAME
 from service.config import ServerConfig
 from service.domain.errors import BundleError, ProviderUnavailable
 from service.domain.types import DecodeOptions
-from service.models.layout import ModelSettings, RepositoryLayout
+from service.models.layout import Ceilings, ModelSettings, RepositoryLayout
 from service.models.repository import ControlMode, ModelRepository
 from service.models.served import Loader, ServedModel
 from service.ops import metrics
@@ -103,4 +104,10 @@ def build_repository(config: ServerConfig, shared: Runner | None = None) -> Mode
     else:
         layout = RepositoryLayout(bundle=config.bundle, bundle_name=MODEL_NAME)
     return ModelRepository(layout, model_loader(config, shared), ControlMode(config.model_control_mode),
-                           config.memory_budget or None)
+                           config.memory_budget or None, ceilings=ceilings(config))
+
+
+def ceilings(config: ServerConfig) -> Ceilings:
+    """The limits a model's settings may lower, never raise: the flags (--max-batch-tokens 0: none)."""
+    return Ceilings(max_batch_size=config.max_batch_size, max_batch_tokens=config.max_batch_tokens or None,
+                    queue_size=config.queue_size, max_queue_delay_ms=config.max_queue_delay_ms)

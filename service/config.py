@@ -2,6 +2,8 @@
 
 A flag given on the command line wins over its environment variable, which wins over the default
 (`--max-batch-size` <-> `TRANSLATOR_MAX_BATCH_SIZE`). `python -m service.server --help` lists all.
+Repeatable flags (`--load-model`, `--grpc-restricted-protocol`, `--http-restricted-api`) add up; their
+variable counts only when the flag is not given (restrictions: several specs separated by ';').
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from service.api.restrictions import GRPC, HTTP, Protocol, Restrictions, check_table, restriction_table
 from service.domain.types import DEFAULT_MAX_BEAM, BatchingMode
 from service.models.repository import ControlMode
 from service.runtime.model.sessions import DEFAULT_PROVIDERS
@@ -35,6 +38,7 @@ class ServerConfig:
     model_control_mode: str = "none"
     load_model: tuple[str, ...] = ()  # explicit / on-demand: the models loaded at start ("*": all)
     memory_budget: int = 0  # bytes of resident model memory; 0 = no budget
+    modelmesh: bool = False  # serve ModelMesh's mmesh.ModelRuntime (only its pod's ModelMesh may reach it)
     host: str = "127.0.0.1"
     port: int = 8001
     http_port: int = 8000  # KServe v2 REST and Triton's generate beside gRPC; 0 = any free port, -1 = off
@@ -65,6 +69,9 @@ class ServerConfig:
     tls_client_ca: Path | None = None
     port_file: Path | None = None
     log_level: str = "INFO"
+    # group -> Restriction (service/api/restrictions.py); parsed from the flags by parse_config
+    grpc_restricted_protocol: Restrictions = field(default_factory=dict)
+    http_restricted_api: Restrictions = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         """Reject inconsistent values early, with the flag name in the message."""
@@ -80,6 +87,8 @@ class ServerConfig:
             raise ValueError("--tls-cert and --tls-key must be given together")
         if self.tls_client_ca is not None and self.tls_cert is None:
             raise ValueError("--tls-client-ca needs --tls-cert and --tls-key (mutual TLS is TLS first)")
+        check_table(GRPC, self.grpc_restricted_protocol)
+        check_table(HTTP, self.http_restricted_api)
         checks = {
             "--port": 0 <= self.port <= 65535,
             "--metrics-port": -1 <= self.metrics_port <= 65535,
@@ -144,6 +153,14 @@ def _bytes(text: str) -> int:
     return int(float(match.group(1)) * UNITS[match.group(2) or ""])
 
 
+def _switch(text: str) -> bool:
+    """On or off: true / false, 1 / 0, yes / no, on / off (any case); a bare flag is on."""
+    value = text.strip().lower()
+    if value not in ("true", "1", "yes", "on", "false", "0", "no", "off", ""):
+        raise argparse.ArgumentTypeError(f"not on or off: {text!r} (true / false)")
+    return value in ("true", "1", "yes", "on")
+
+
 def _names(text: str) -> tuple[str, ...]:
     """Comma-separated model names, blanks dropped."""
     return tuple(n.strip() for n in text.split(",") if n.strip())
@@ -166,6 +183,9 @@ _FLAGS: list[tuple[str, Any, str]] = [
      "('*' = all)"),
     ("--memory-budget", _bytes, "most resident memory of the loaded models (e.g. 4GiB); a load beyond it "
      "first unloads the least recently used idle models; 0 = no budget"),
+    ("--modelmesh", _switch, "serve KServe ModelMesh's model-runtime interface (mmesh.ModelRuntime: loads, "
+     "unloads, sizes by ModelMesh's ids) on the gRPC port; for a ModelMesh Serving pod, whose ModelMesh "
+     "container alone may reach that port (docs/deployment.md)"),
     ("--host", str, "address to bind (0.0.0.0 for every interface)"),
     ("--port", int, "gRPC port; 0 = any free port (see --port-file)"),
     ("--http-port", int, "HTTP/REST port (KServe v2 REST, Triton's generate and generate_stream; TLS as for "
@@ -204,7 +224,14 @@ _FLAGS: list[tuple[str, Any, str]] = [
      "(mutual TLS; needs --tls-cert)"),
     ("--port-file", _optional_path, "write the bound gRPC port to this file once listening"),
     ("--log-level", str, "DEBUG, INFO, WARNING or ERROR"),
+    ("--grpc-restricted-protocol", str, "<protocol>[,<protocol>...]:<key>=<value>, repeatable (Triton's): "
+     "calls of these groups need metadata triton-grpc-protocol-<key>: <value>, else UNAVAILABLE; groups: "
+     f"{', '.join(GRPC.groups)} (docs/service.md)"),
+    ("--http-restricted-api", str, "<api>[,<api>...]:<key>=<value>, repeatable (Triton's): requests of these "
+     f"groups need header <key>: <value>, else 403; groups: {', '.join(HTTP.groups)}"),
 ]
+REPEATED = ("--load-model", "--grpc-restricted-protocol", "--http-restricted-api")  # each occurrence adds
+RESTRICTIONS = {"--grpc-restricted-protocol": GRPC, "--http-restricted-api": HTTP}
 
 
 def env_name(flag: str) -> str:
@@ -234,13 +261,34 @@ def build_parser(env: Mapping[str, str] | None = None) -> argparse.ArgumentParse
     for flag, kind, text in _FLAGS:
         dest = flag.lstrip("-").replace("-", "_")
         # argparse applies `type` to string defaults, so env values are parsed like flag values
-        default = env.get(env_name(flag), _default_text(getattr(defaults, dest)))
-        repeated = flag == "--load-model"  # each occurrence adds; the env var when none is given
+        fallback = "" if flag in RESTRICTIONS else _default_text(getattr(defaults, dest))
+        default = env.get(env_name(flag), fallback)
+        repeated = flag in REPEATED  # each occurrence adds; the env var when none is given
+        shown = "set" if flag in RESTRICTIONS and default else default or "none"  # values are secrets
         parser.add_argument(flag, dest=dest, type=kind, default=None if repeated else default,
                             action="append" if repeated else "store",
-                            help=f"{text} [{env_name(flag)}; default: {default or 'none'}]" if repeated
+                            **({"nargs": "?", "const": "true"} if kind is _switch else {}),
+                            help=f"{text} [{env_name(flag)}; default: {shown}]" if repeated
                             else f"{text} [{env_name(flag)}; default: %(default)s]")
     return parser
+
+
+def protocol_dest(protocol: Protocol) -> str:
+    """The ServerConfig field of a protocol's restriction flag."""
+    return protocol.flag.lstrip("-").replace("-", "_")
+
+
+def _restrictions(protocol: Protocol, given: list[str] | None, env: Mapping[str, str] | None) -> Restrictions:
+    """The restriction table of the flag's occurrences, else of its variable (specs separated by ';')."""
+    if given:
+        return restriction_table(protocol, given)
+    variable = env_name(protocol.flag)
+    text = (os.environ if env is None else env).get(variable, "")
+    specs = [spec.strip() for spec in text.split(";") if spec.strip()]
+    try:
+        return restriction_table(protocol, specs)
+    except ValueError as exc:
+        raise ValueError(f"{variable}: {exc}") from None
 
 
 def parse_config(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> ServerConfig:
@@ -254,6 +302,12 @@ def parse_config(argv: Sequence[str] | None = None, env: Mapping[str, str] | Non
     given = values["load_model"]  # one tuple per --load-model, or None: the environment variable
     env_loads = (os.environ if env is None else env).get(env_name("--load-model"), "")
     values["load_model"] = tuple(n for names in (given or [_names(env_loads)]) for n in names)
+    for protocol in RESTRICTIONS.values():
+        dest = protocol_dest(protocol)
+        try:
+            values[dest] = _restrictions(protocol, values[dest], env)
+        except ValueError as exc:
+            parser.error(str(exc))
     try:
         return ServerConfig(**values)
     except ValueError as exc:

@@ -1,13 +1,17 @@
 """The server: `python -m service.server [flags]` (see service/config.py for flags and env vars).
 
 Serves translator.v1.Translator, inference.GRPCInferenceService (KServe v2), KServe ModelMesh's
-mmesh.ModelRuntime, grpc.health.v1 and server reflection on one grpc.aio server; KServe v2 REST
+mmesh.ModelRuntime (only under --modelmesh: its RPCs are UNIMPLEMENTED otherwise), grpc.health.v1
+and server reflection on one grpc.aio server; KServe v2 REST
 and Triton's generate extension over HTTP on --http-port (service/api/http/, same event loop,
 models and limits); plus Prometheus /metrics on its own HTTP port. Health is SERVING only once
 the model is loaded and has translated a warm-up text, and NOT_SERVING while draining or while the
 scheduler reports itself unhealthy. On SIGTERM / SIGINT the server drains: health NOT_SERVING, no
 new calls (HTTP ones answered 503 while the models drain), in-flight calls get `--drain-grace-s`
-seconds, exit code 0.
+seconds, exit code 0. Restricted protocol groups (--grpc-restricted-protocol, --http-restricted-api:
+service/api/restrictions.py) are checked by the interceptor and the HTTP middleware; when clients could
+change what is served (control mode explicit / on-demand) through an unrestricted repository API or
+ModelMesh, start-up logs one warning saying so.
 `serve(config)` starts everything in the running event loop (tests use it in-process through
 `BackgroundServer`).
 """
@@ -39,6 +43,7 @@ from service.api.grpc.kserve import InferenceServicer
 from service.api.grpc.modelmesh import ModelRuntimeServicer
 from service.api.grpc.translator import TranslatorServicer
 from service.api.http.app import HttpServer, make_app, ssl_context
+from service.api.restrictions import GRPC, Gate, exposure_warning
 from service.assembly import build_repository
 from service.config import ServerConfig, parse_config
 from service.dataplane.calls import DataPlane
@@ -54,10 +59,10 @@ from service.scheduling.scheduler import Scheduler
 
 log = logging.getLogger("service.server")
 
-SERVICE_NAMES = (
+MODEL_RUNTIME = model_runtime_pb2.DESCRIPTOR.services_by_name["ModelRuntime"]  # served under --modelmesh
+SERVICE_NAMES = (  # served whatever the flags
     translator_pb2.DESCRIPTOR.services_by_name["Translator"].full_name,
     grpc_service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name,
-    model_runtime_pb2.DESCRIPTOR.services_by_name["ModelRuntime"].full_name,
     health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
 )
 HEALTH_POLL_S = 0.25
@@ -100,11 +105,17 @@ def grpc_options(config: ServerConfig) -> list[tuple[str, Any]]:
     return options
 
 
-def counted_methods() -> list[str]:
-    """Metric labels of the RPCs the server implements ("translator.v1.Translator/Translate", ...)."""
+def service_names(modelmesh: bool = False) -> tuple[str, ...]:
+    """The gRPC services served (health and reflection list them): ModelMesh's under --modelmesh only."""
+    return (*SERVICE_NAMES, *([MODEL_RUNTIME.full_name] if modelmesh else []))
+
+
+def counted_methods(modelmesh: bool = False) -> list[str]:
+    """Metric labels of the RPCs the server implements ("translator.v1.Translator/Translate", ...);
+    ModelMesh's under --modelmesh only."""
     implemented = [(translator_pb2.DESCRIPTOR.services_by_name["Translator"], TranslatorServicer),
                    (grpc_service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"], InferenceServicer),
-                   (model_runtime_pb2.DESCRIPTOR.services_by_name["ModelRuntime"], ModelRuntimeServicer),
+                   *([(MODEL_RUNTIME, ModelRuntimeServicer)] if modelmesh else []),
                    (health_pb2.DESCRIPTOR.services_by_name["Health"], health.aio.HealthServicer)]
     return [f"{service.full_name}/{method.name}" for service, servicer in implemented
             for method in service.methods if method.name in vars(servicer)]
@@ -113,13 +124,13 @@ def counted_methods() -> list[str]:
 MODEL_FIELDS = {"model", "model_name", "name", "modelId", "modelPath"}  # request fields that name a model
 
 
-def model_methods() -> list[str]:
+def model_methods(modelmesh: bool = False) -> list[str]:
     """The counted RPCs whose requests name a model: each loaded model version's series exist for them."""
     pools = [translator_pb2.DESCRIPTOR, grpc_service_pb2.DESCRIPTOR, model_runtime_pb2.DESCRIPTOR]
     services = [service for pool in pools for service in pool.services_by_name.values()]
     named = {f"{service.full_name}/{method.name}" for service in services for method in service.methods
              if MODEL_FIELDS & set(method.input_type.fields_by_name)}
-    return [m for m in counted_methods() if m in named]
+    return [m for m in counted_methods(modelmesh) if m in named]
 
 
 def _bind(server: aio.Server, config: ServerConfig) -> int:
@@ -171,7 +182,7 @@ class RunningServer:
 
     async def _set_health(self, status: int) -> None:
         """Set the overall and every per-service health status."""
-        for name in ("", *SERVICE_NAMES):
+        for name in ("", *service_names(self.config.modelmesh)):
             await self.health.set(name, status)
 
     async def watch_health(self, current: int) -> None:
@@ -217,22 +228,28 @@ async def serve(config: ServerConfig, runner: Runner | None = None) -> RunningSe
     service in this event loop; each model translates a warm-up text before it serves."""
     models = build_repository(config, runner)
     readiness = Readiness(scheduler_healthy=lambda: all(m.scheduler.healthy for m in models.loaded()))
-    server = aio.server(interceptors=[ErrorMappingInterceptor()], options=grpc_options(config))
+    gate = Gate(GRPC, config.grpc_restricted_protocol)
+    server = aio.server(interceptors=[ErrorMappingInterceptor(gate)], options=grpc_options(config))
     # all series from the start: rate() sees the first call
-    metrics.init_request_counts(counted_methods(), model_methods=model_methods())
+    metrics.init_request_counts(counted_methods(config.modelmesh),
+                                model_methods=model_methods(config.modelmesh))
     plane = DataPlane(models, lambda: readiness.ready, config.queue_size)
     translator_pb2_grpc.add_TranslatorServicer_to_server(TranslatorServicer(plane), server)
     grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(plane), server)
-    model_runtime_pb2_grpc.add_ModelRuntimeServicer_to_server(
-        ModelRuntimeServicer(MeshModels(models), lambda: readiness.ready), server)
+    if config.modelmesh:  # its design assumes a port that only the pod's ModelMesh container reaches
+        model_runtime_pb2_grpc.add_ModelRuntimeServicer_to_server(
+            ModelRuntimeServicer(MeshModels(models), lambda: readiness.ready), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    pool = reflection_pool([translator_pb2.DESCRIPTOR, grpc_service_pb2.DESCRIPTOR,
-                            model_runtime_pb2.DESCRIPTOR, health_pb2.DESCRIPTOR, reflection_pb2.DESCRIPTOR])
-    reflection.enable_server_reflection([*SERVICE_NAMES, reflection.SERVICE_NAME], server, pool=pool)
+    files = [translator_pb2.DESCRIPTOR, grpc_service_pb2.DESCRIPTOR, health_pb2.DESCRIPTOR,
+             reflection_pb2.DESCRIPTOR]
+    pool = reflection_pool(files + ([MODEL_RUNTIME.file] if config.modelmesh else []))
+    reflection.enable_server_reflection([*service_names(config.modelmesh), reflection.SERVICE_NAME], server,
+                                        pool=pool)
     running = RunningServer(config, server, 0, None, models, health_servicer, readiness)
     if config.http_port >= 0:
-        app = make_app(plane, config.max_message_bytes, config.http_read_timeout_s)
+        app = make_app(plane, config.max_message_bytes, config.http_read_timeout_s,
+                       config.http_restricted_api)
         context = (ssl_context(config.tls_cert, config.tls_key, config.tls_client_ca)
                    if config.tls_cert is not None and config.tls_key is not None else None)
         running.http = HttpServer(app, config.http_host, config.http_port, context, DRAIN_MARGIN_S)
@@ -255,6 +272,10 @@ async def serve(config: ServerConfig, runner: Runner | None = None) -> RunningSe
     log.info("serving %s on %s:%d (HTTP port %s, control mode %s, metrics port %s)",
              ", ".join(sorted(models.models)) or "no model yet", config.host, running.port,
              running.http_port, config.model_control_mode, running.metrics_port)
+    http_restrictions = config.http_restricted_api if config.http_port >= 0 else None
+    if (warning := exposure_warning(config.model_control_mode, config.modelmesh,
+                                    config.grpc_restricted_protocol, http_restrictions)) is not None:
+        log.warning("%s", warning)
     return running
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.metadata
-import json
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -22,7 +21,7 @@ from service.domain.errors import InvalidInput, InvalidTensor, UnknownModel
 from service.domain.options import ResolvedOptions
 from service.domain.text import shown
 from service.domain.types import BatchingMode, DecodeOptions, ModelDefaults, ScoreOptions, TokenEvent
-from service.models.layout import ModelSettings
+from service.models.layout import LOAD_ORIGIN, ModelSettings
 from service.models.repository import IndexEntry, ModelRepository
 
 T = TypeVar("T")
@@ -302,11 +301,7 @@ class DataPlane:
             if not isinstance(value, str):
                 raise InvalidInput(f"load parameter {LOAD_CONFIG!r} must be a JSON string of model settings, "
                                    f"got {shown(value)}")
-            try:
-                data = json.loads(value)
-            except ValueError as exc:
-                raise InvalidInput(f"load parameter {LOAD_CONFIG!r} is not JSON: {exc}") from exc
-            settings = ModelSettings.from_json(data, f"load parameter {LOAD_CONFIG!r}")
+            settings = ModelSettings.parse(value, LOAD_ORIGIN)  # checked against the server's limits at load
         await self.models.load(name, settings)
 
     async def unload(self, name: str, repository: str = "") -> None:

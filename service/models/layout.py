@@ -14,7 +14,9 @@ all: `batching` (none | dynamic | continuous), `max_batch_size`, `max_batch_toke
 `max_queue_delay_ms`, `variant`, and `version_policy` as Triton's ModelVersionPolicy:
 `{"latest": {"num_versions": N}}` (the default, N = 1), `{"all": {}}` or
 `{"specific": {"versions": [1, 3]}}`. `--bundle DIR` is a repository of one model, `MODEL_NAME`,
-version 1.
+version 1. The server's flags are ceilings (`Ceilings`): a model's settings, as a load's `config` over
+its settings file, may lower `max_batch_size`, `max_batch_tokens`, `queue_size` and `max_queue_delay_ms`,
+never raise one above the server's flag.
 """
 
 from __future__ import annotations
@@ -30,7 +32,10 @@ from service.domain.text import shown
 from service.models.naming import NAME, check_name, inside
 
 SETTINGS_FILE = "model.json"
+LOAD_ORIGIN = "load parameter 'config'"  # where a load's settings come from, as its errors name it
 BATCHING_MODES = ("none", "dynamic", "continuous")
+LIMITS = ("max_batch_size", "max_batch_tokens", "queue_size", "max_queue_delay_ms")  # the flags' ceilings
+MAX_DEPTH = 8  # deepest nesting of a settings object (version_policy needs 4)
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,18 @@ class ModelSettings:
         return self.version_policy or VersionPolicy()
 
     @classmethod
+    def parse(cls, text: str, origin: str = SETTINGS_FILE) -> ModelSettings:
+        """Settings from JSON text (InvalidInput naming `origin` for text that is not JSON, nests deeper
+        than MAX_DEPTH, or holds unknown keys or bad values)."""
+        try:
+            data = json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            raise InvalidInput(f"{origin}: not readable JSON: {exc}") from None
+        if depth(data) > MAX_DEPTH:
+            raise InvalidInput(f"{origin}: settings nest deeper than {MAX_DEPTH} levels")
+        return cls.from_json(data, origin)
+
+    @classmethod
     def from_json(cls, data: Any, origin: str = SETTINGS_FILE) -> ModelSettings:
         """Settings from a JSON object (InvalidInput naming `origin` for unknown keys or bad values)."""
         if not isinstance(data, dict):
@@ -119,6 +136,41 @@ class ModelSettings:
                                 if getattr(self, f.name) is not None})
 
 
+def depth(value: Any) -> int:
+    """How deeply a JSON value nests (a scalar: 0), counted without recursion."""
+    deepest, todo = 0, [(value, 0)]
+    while todo:
+        item, level = todo.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, level + 1)
+            todo += [(child, level + 1) for child in (item.values() if isinstance(item, dict) else item)]
+    return deepest
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    """The server's limits (its flags) that a model's settings may lower, never raise; None: no ceiling."""
+
+    max_batch_size: int | None = None
+    max_batch_tokens: int | None = None
+    queue_size: int | None = None
+    max_queue_delay_ms: float | None = None
+
+    def bound(self, entry: ModelEntry, settings: ModelSettings | None = None) -> ModelSettings:
+        """The settings a load of `entry` runs with, `settings` (its config) over the model's own;
+        InvalidInput naming the setting, its value, where it was set and the server's flag when one
+        exceeds the server's limit."""
+        merged = settings.over(entry.settings) if settings is not None else entry.settings
+        for key in LIMITS:
+            value, most = getattr(merged, key), getattr(self, key)
+            if value is not None and most is not None and value > most:
+                origin = LOAD_ORIGIN if settings is not None and getattr(settings, key) is not None \
+                    else f"{entry.name}/{SETTINGS_FILE}"
+                raise InvalidInput(f"{origin}: {key} {value} exceeds this server's --{key.replace('_', '-')} "
+                                   f"{most}")
+        return merged
+
+
 @dataclass(frozen=True)
 class ModelEntry:
     """A model of the repository: its folder, the versions on disk and its settings."""
@@ -149,6 +201,13 @@ class RepositoryLayout:
         return sorted(p.name for p in self.root.iterdir() if p.is_dir() and NAME.fullmatch(p.name)
                       and ".." not in p.name)
 
+    def has(self, name: str) -> bool:
+        """Whether `name` is a model of the repository (a folder of it now; one stat, never raises)."""
+        if self.bundle is not None:
+            return name == self.bundle_name
+        assert self.root is not None
+        return bool(NAME.fullmatch(name)) and ".." not in name and (self.root / name).is_dir()
+
     def entry(self, name: str) -> ModelEntry:
         """The model `name` as it is on disk now (UnknownModel when absent, InvalidInput when invalid)."""
         check_name(name)
@@ -166,8 +225,8 @@ class RepositoryLayout:
         settings = ModelSettings()
         if settings_file.is_file():
             try:
-                data = json.loads(settings_file.read_text(encoding="utf-8"))
+                text = settings_file.read_text(encoding="utf-8")
             except (OSError, ValueError) as exc:
                 raise InvalidInput(f"{name}/{SETTINGS_FILE}: not readable JSON: {exc}") from exc
-            settings = ModelSettings.from_json(data, f"{name}/{SETTINGS_FILE}")
+            settings = ModelSettings.parse(text, f"{name}/{SETTINGS_FILE}")
         return ModelEntry(name, versions, settings)

@@ -5,11 +5,19 @@ ModelMesh loads a model as (modelId, modelPath). The path names a model folder o
 InferenceService's `storage.path`, or the folder its storage helper wrote under the repository); the
 model's own settings and version policy apply, as for any other load. The id becomes an alias of
 that model (`ModelRepository.aliases`), so inference that names the id (ModelMesh writes it into the
-request's model name) reaches the model. Several ids may share one model: it is loaded once and
+request's model name) reaches the model. An id must be a valid model name and never the name of another
+model of the repository (it would shadow it): such a load is refused, InvalidInput, before anything
+changes. Several ids may share one model: it is loaded once and
 unloaded with its last id. Sizes are the repository's: resident bytes measured after the load, and
 before it the estimate the memory budget uses (the bundle files' bytes). Under control mode none
 ModelMesh cannot load or unload: every model is loaded at start. In the request metrics these calls,
 as the inference ModelMesh forwards, carry the repository model's name, never ModelMesh's ids.
+
+ModelMesh asks for the runtime's status (`runtimeStatus`) only when it starts, and expects a runtime that
+holds none of its models: as its model-runtime interface specifies, every status answered READY first
+unloads what ModelMesh's calls had loaded (`purge`; a repeat call means the ModelMesh container
+restarted). Concurrent callers share one purge. Only ModelMesh should reach these calls: they are served
+under --modelmesh alone, and the `modelmesh` protocol group can require a header.
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ class MeshModels:
         self.repository = repository
         self.ids: dict[str, str] = {}  # ModelMesh model id -> repository model
         self._lock = asyncio.Lock()  # a load and an unload of one model never interleave
+        self._purged: asyncio.Future[None] | None = None  # the purge running now, if any
 
     def target(self, model_path: str) -> str:
         """The repository model a modelPath names (InvalidInput for any path outside the repository)."""
@@ -62,6 +71,19 @@ class MeshModels:
         inside(root, name)  # a model folder that is a link must stay inside the repository
         return name
 
+    def check_id(self, model_id: str, name: str) -> None:
+        """InvalidInput unless model_id may name repository model `name`: a valid model name, and no other
+        model's of the repository (an id that is its own model's name shadows nothing)."""
+        if not model_id:
+            raise InvalidInput("modelId is empty")
+        try:
+            check_name(model_id)
+        except InvalidInput as exc:
+            raise InvalidInput(f"modelId {shown(model_id)} is not a valid model name: {exc}") from None
+        if model_id != name and self.repository.layout.has(model_id):
+            raise InvalidInput(f"modelId {shown(model_id)} is the name of a model of the repository: an id "
+                               "must not shadow a repository model")
+
     def model_of(self, model_id: str) -> str:
         """The repository model of a ModelMesh id (UnknownModel for an id ModelMesh did not load)."""
         if model_id not in self.ids:
@@ -74,11 +96,10 @@ class MeshModels:
         if self.repository.mode is ControlMode.NONE:
             raise RepositoryRefused("model control mode is 'none': ModelMesh cannot load models (start the "
                                     "server with --model-control-mode explicit)")
-        if not model_id:
-            raise InvalidInput("modelId is empty")
         name = self.target(model_path)
         metrics.served_by(*self.repository.label(name))
         self.repository.layout.entry(name)  # UnknownModel before anything changes
+        self.check_id(model_id, name)
         async with self._lock:
             self.ids[model_id] = name
             self.repository.aliases[model_id] = name  # kept if the load fails: ModelMesh unloads the id
@@ -118,9 +139,16 @@ class MeshModels:
             await asyncio.sleep(CLOSE_POLL_S)
 
     async def purge(self) -> None:
-        """Unload every model ModelMesh loaded (its runtimeStatus after a restart of ModelMesh)."""
+        """Unload every model ModelMesh loaded."""
         for model_id in list(self.ids):
             await self.unload(model_id)
+
+    async def purge_shared(self) -> None:
+        """`purge`, joined by any caller that comes while one runs (both return once it has closed the
+        models); a call after it ends purges again."""
+        if self._purged is None or self._purged.done():
+            self._purged = asyncio.ensure_future(self.purge())
+        await asyncio.shield(self._purged)
 
     def capacity(self) -> int:
         """Bytes ModelMesh may fill with models: the memory budget, else DEFAULT_CAPACITY_BYTES."""

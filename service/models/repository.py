@@ -15,8 +15,9 @@ its in-flight requests complete. Requests hold a lease (`use`) for as long as th
 
 Each model version has one lifecycle record (`VersionState`: state and reason, in `states`; version ""
 for a model with no version served), which the index reports. Lookups by (name, version) go through one
-resolver (`find`): aliases (ModelMesh's ids) apply there only, and it labels the request metrics with
-what it resolved (`label`, `metrics.served_by`): only names the repository has become label values.
+resolver (`find`): aliases (ModelMesh's ids) apply there only, never to a name of a repository model,
+and it labels the request metrics with what it resolved (`label`, `metrics.served_by`): only names the
+repository has become label values. A load's settings stay within the server's limits (`Ceilings`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -41,9 +41,9 @@ from service.domain.errors import (
 )
 from service.domain.text import shown
 from service.models.budget import files_bytes, victims
-from service.models.layout import ModelSettings, RepositoryLayout
+from service.models.layout import Ceilings, ModelSettings, RepositoryLayout
 from service.models.naming import check_name, check_version
-from service.models.served import Loader, ModelState, ServedModel, VersionState
+from service.models.served import IndexEntry, Loader, ModelState, Resolved, ServedModel, VersionState
 from service.ops import metrics
 from service.ops.malloc import release_freed_memory
 
@@ -59,33 +59,16 @@ class ControlMode(StrEnum):
     ON_DEMAND = "on-demand"
 
 
-@dataclass(frozen=True)
-class IndexEntry:
-    """One line of the repository index: a model version and its lifecycle record."""
-
-    name: str
-    version: str
-    state: ModelState
-    reason: str = ""
-
-
-@dataclass(frozen=True)
-class Resolved:
-    """What a request's (name, version) resolves to: the repository model, the version asked for (None:
-    the latest) and the loaded version that serves it (None when none does)."""
-
-    name: str
-    version: int | None
-    model: ServedModel | None
-
-
 class ModelRepository:
     """The served models: load, unload, index, lookups, and leases for requests (module docstring)."""
 
     def __init__(self, layout: RepositoryLayout, loader: Loader, mode: ControlMode = ControlMode.NONE,
-                 memory_budget: int | None = None, unload_grace_s: float = UNLOAD_GRACE_S) -> None:
-        """Nothing loaded yet: `start` loads what the mode says."""
+                 memory_budget: int | None = None, unload_grace_s: float = UNLOAD_GRACE_S,
+                 ceilings: Ceilings | None = None) -> None:
+        """Nothing loaded yet: `start` loads what the mode says; a model's settings stay within `ceilings`
+        (the server's limits; None: none)."""
         self.layout, self.loader, self.mode = layout, loader, mode
+        self.ceilings = ceilings or Ceilings()
         self.memory_budget, self.unload_grace_s = memory_budget, unload_grace_s
         self.models: dict[str, dict[int, ServedModel]] = {}  # name -> version -> the served model
         # name -> version -> lifecycle record (a served version's: its `status`; none: UNAVAILABLE)
@@ -148,7 +131,8 @@ class ModelRepository:
                                      f"({loaded or self._names()})")
                 return Resolved(name, None, None), (metrics.NO_MODEL, ""), error
             name = loaded[0]
-        name = self.aliases.get(name, name)
+        if name in self.aliases and name not in self.models and not self.layout.has(name):
+            name = self.aliases[name]  # an alias never shadows a model of the repository
         served = self.models.get(name, {})
         known = bool(served) or name in self._names()  # a malformed name is never among them
         number, error = None, None
@@ -299,7 +283,7 @@ class ModelRepository:
     async def _load_locked(self, name: str, settings: ModelSettings | None) -> None:
         """Read the model's entry, make room, load its served versions, then switch to them."""
         entry = self.layout.entry(name)
-        merged = settings.over(entry.settings) if settings is not None else entry.settings
+        merged = self.ceilings.bound(entry, settings)  # InvalidInput beyond the server's limits
         versions = merged.policy.select(list(entry.versions))
         if not versions:
             raise UnknownModel(f"model {shown(name)} has no version to serve (folders 1, 2, ... holding a "

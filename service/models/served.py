@@ -1,4 +1,5 @@
-"""A loaded model version: its runner and scheduler, its state, the leases of the requests using it."""
+"""A loaded model version: its runner and scheduler, its state, the leases of the requests using it; and
+the records the repository answers with (an index line, what a lookup resolved)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,16 @@ class VersionState:
     repository keeps per version and its index reports."""
 
     state: ModelState = ModelState.UNAVAILABLE
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class IndexEntry:
+    """One line of the repository index: a model version and its lifecycle record."""
+
+    name: str
+    version: str
+    state: ModelState
     reason: str = ""
 
 
@@ -83,6 +94,16 @@ class ServedModel:
                 await asyncio.wait_for(self.idle.wait(), grace_s)
         await self.scheduler.drain(max(0.0, end - time.monotonic()))
         self.state = ModelState.UNAVAILABLE
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """What a request's (name, version) resolves to: the repository model, the version asked for (None:
+    the latest) and the loaded version that serves it (None when none does)."""
+
+    name: str
+    version: int | None
+    model: ServedModel | None
 
 
 # (name, version, path, settings) -> a started ServedModel; raises for a model that cannot be served

@@ -36,3 +36,15 @@ def test_config_rejects_bad_values(argv, env):
     with pytest.raises(SystemExit) as exc:
         parse_config(argv, env)
     assert exc.value.code == 2
+
+
+def test_modelmesh_is_served_only_when_asked():
+    """--modelmesh is off by default; a bare flag, a value or TRANSLATOR_MODELMESH turns it on."""
+    assert not parse_config([], {}).modelmesh and not ServerConfig().modelmesh
+    assert parse_config(["--modelmesh"], {}).modelmesh
+    assert parse_config([], {"TRANSLATOR_MODELMESH": "true"}).modelmesh
+    assert not parse_config(["--modelmesh", "false"], {"TRANSLATOR_MODELMESH": "1"}).modelmesh
+    assert not parse_config([], {"TRANSLATOR_MODELMESH": "off"}).modelmesh
+    with pytest.raises(SystemExit) as exc:
+        parse_config(["--modelmesh", "maybe"], {})
+    assert exc.value.code == 2

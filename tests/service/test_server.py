@@ -207,10 +207,11 @@ def test_health_follows_scheduler_health(server, channel):
 
 
 def test_reflection_lists_and_describes_every_service(channel):
-    """The reflection stub lists all services and resolves their descriptors from one pool."""
+    """The reflection stub lists all services and resolves their descriptors from one pool (ModelMesh's
+    mmesh.ModelRuntime only under --modelmesh: tests/service/api/test_modelmesh.py)."""
     database = ProtoReflectionDescriptorDatabase(channel)
     assert set(database.get_services()) == {
-        "translator.v1.Translator", "inference.GRPCInferenceService", "mmesh.ModelRuntime",
+        "translator.v1.Translator", "inference.GRPCInferenceService",
         "grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection",
     }
     pool = descriptor_pool.DescriptorPool(database)

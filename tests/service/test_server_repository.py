@@ -1,6 +1,6 @@
 """A server of a model repository (two tiny models), through Triton's own client and translator.v1:
-the repository extension, models addressed by name and version, a reload, and an unload while a
-stream runs."""
+the repository extension, models addressed by name and version, a reload, loads that may lower the
+server's limits but never raise them, and an unload while a stream runs."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from service.domain.types import DecodeOptions
 from service.runtime.runner import Runner
 from service.server import BackgroundServer
 from tests.support.decoding import best_texts, best_tokens
+from tests.support.http import post_json
 from tests.support.kserve import text_input, triton_client
 from tests.support.metrics import sample
 from tests.support.polling import wait_until
@@ -42,9 +43,9 @@ def repository(tmp_path_factory, tiny_bundle: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def server(repository: Path, tiny_bundle: Path) -> Iterator[BackgroundServer]:
-    """Control mode explicit, model `a` loaded at start."""
+    """Control mode explicit, model `a` loaded at start; HTTP on a free port."""
     config = server_config(tiny_bundle, model_repository=repository, model_control_mode="explicit",
-                           load_model=("a",))
+                           load_model=("a",), http_port=0)
     with BackgroundServer(config) as srv:
         yield srv
 
@@ -110,6 +111,45 @@ def test_load_config_overrides_the_models_settings(client):
         assert client.is_model_ready("b")  # the refused load changed nothing
     finally:
         client.unload_model("b")
+
+
+def test_a_load_may_lower_the_servers_limits_never_raise_them(client, server):
+    """Over gRPC and HTTP, a load's config beyond a flag is refused naming the setting, its value and the
+    server's limit (400 / INVALID_ARGUMENT), and changes nothing; one below the flags loads."""
+    ready = client.is_model_ready("b")
+    limit = server.config.queue_size
+    with pytest.raises(triton.InferenceServerException) as err:
+        client.load_model("b", config=json.dumps({"queue_size": 1e9}))
+    assert err.value.status() == "StatusCode.INVALID_ARGUMENT"
+    assert err.value.message() == ("load parameter 'config': queue_size 1000000000 exceeds this server's "
+                                   f"--queue-size {limit}")
+    url = f"http://{server.http_address}/v2/repository/models/b/load"
+    status, _, body = post_json(url, {"parameters": {"config": json.dumps({"max_queue_delay_ms": 1000})}})
+    assert status == 400 and json.loads(body)["error"] == (
+        "load parameter 'config': max_queue_delay_ms 1000 exceeds this server's --max-queue-delay-ms "
+        f"{server.config.max_queue_delay_ms}")
+    assert client.is_model_ready("b") == ready
+    client.load_model("b", config=json.dumps({"queue_size": limit // 2, "version_policy": {"latest": {}}}))
+    try:
+        assert client.get_model_config("b").config.parameters["queue_size"].string_value == str(limit // 2)
+    finally:
+        client.unload_model("b")
+
+
+def test_a_load_config_nested_too_deeply_is_invalid_input(client, server):
+    """Nesting that defeats Python's recursion limit is the client's error (400 / INVALID_ARGUMENT), never a
+    server error, as a JSON string over gRPC and HTTP or as a JSON value in the HTTP body."""
+    deep = "[" * 20_000 + "]" * 20_000
+    with pytest.raises(triton.InferenceServerException) as err:
+        client.load_model("b", config=deep)
+    assert err.value.status() == "StatusCode.INVALID_ARGUMENT" and "not readable JSON" in err.value.message()
+    url = f"http://{server.http_address}/v2/repository/models/b/load"
+    value: list = []
+    for _ in range(900):
+        value = [value]
+    for config in (deep, json.dumps({"version_policy": value}), value):
+        status, _, body = post_json(url, {"parameters": {"config": config}})
+        assert status == 400, body[:200]
 
 
 @pytest.mark.parametrize("name", ["..", "../a", "a/../a", "/etc", "b/1"])

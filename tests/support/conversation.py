@@ -377,7 +377,8 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         config = ServerConfig(bundle=BUNDLE, model_repository=repository(Path(tmp)),
                               model_control_mode="explicit", load_model=(MODEL,), port=0, http_port=0,
-                              metrics_port=-1, providers=("CPUExecutionProvider",), max_batch_size=8)
+                              metrics_port=-1, providers=("CPUExecutionProvider",), max_batch_size=8,
+                              modelmesh=True)
         with BackgroundServer(config) as server:
             record = converse(server.address, server.http_address)
     Path(argv[0]).write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -1,11 +1,19 @@
-"""Model repositories for tests: Triton's layout DIR/<model>/<version>/, each version a link to a bundle."""
+"""Model repositories for tests: Triton's layout DIR/<model>/<version>/, each version a link to a bundle; and
+repositories of stub models (a loader that opens nothing) for the models layer's own tests."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+from service.models.layout import Ceilings, ModelSettings, RepositoryLayout
+from service.models.repository import ControlMode, ModelRepository
+from service.models.served import ServedModel
+
+MIB = 2**20
 
 
 def link_repository(root: Path, bundle: Path, versions: Iterable[tuple[str, int]],
@@ -18,3 +26,59 @@ def link_repository(root: Path, bundle: Path, versions: Iterable[tuple[str, int]
     for name, values in (settings or {}).items():
         (root / name / "model.json").write_text(json.dumps(dict(values)))
     return root
+
+
+# ----- stub models ----------------------------------------------------------------------------------
+class StubScheduler:
+    """What the repository asks of a scheduler: health, and a drain that records its grace."""
+
+    def __init__(self) -> None:
+        """Healthy, not drained."""
+        self.healthy, self.drained = True, None
+
+    async def drain(self, grace_s: float) -> None:
+        """Record that the worker was stopped."""
+        self.drained = grace_s
+
+
+class StubLoader:
+    """Counts loads per model; each load waits for `gate` (when set) and may be told to fail."""
+
+    def __init__(self, sizes: dict[str, int] | None = None) -> None:
+        """Each model's resident bytes (default 10 MiB)."""
+        self.sizes = sizes or {}
+        self.loads: list[tuple[str, int]] = []
+        self.gate: asyncio.Event | None = None
+        self.started = asyncio.Event()  # set by the first load
+        self.fail: set[str] = set()
+
+    async def __call__(self, name: str, version: int, path: Path, settings: ModelSettings) -> ServedModel:
+        """A ServedModel with a stub scheduler, after the gate opens."""
+        self.loads.append((name, version))
+        self.started.set()
+        if self.gate is not None:
+            await self.gate.wait()
+        if name in self.fail:
+            raise RuntimeError(f"{name}: broken bundle")
+        return ServedModel(name, version, runner=None, scheduler=StubScheduler(),
+                           resident_bytes=self.sizes.get(name, 10 * MIB))
+
+
+def repository_dir(tmp_path: Path, models: dict[str, list[int]]) -> Path:
+    """DIR/<model>/<version>/bundle.json for each model and version (the stub loader reads nothing)."""
+    for name, versions in models.items():
+        for version in versions:
+            folder = tmp_path / "repo" / name / str(version)
+            folder.mkdir(parents=True)
+            (folder / "bundle.json").write_text("{}")
+            (folder / "weights.data").write_bytes(b"\0" * 1000)
+    return tmp_path / "repo"
+
+
+def make(tmp_path: Path, models: dict[str, list[int]], mode: ControlMode, budget: int | None = None,
+         sizes: dict[str, int] | None = None, ceilings: Ceilings | None = None
+         ) -> tuple[ModelRepository, StubLoader]:
+    """A repository of stub models (within `ceilings`, the server's limits, when given)."""
+    loader = StubLoader(sizes)
+    layout = RepositoryLayout(root=repository_dir(tmp_path, models))
+    return ModelRepository(layout, loader, mode, budget, unload_grace_s=5.0, ceilings=ceilings), loader

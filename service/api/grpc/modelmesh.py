@@ -1,6 +1,7 @@
 """KServe ModelMesh's model-runtime interface (`mmesh.ModelRuntime`, protos/modelmesh/model_runtime.proto).
 
-ModelMesh, in the same pod, places and evicts models through these calls; they convert the wire to
+ModelMesh, in the same pod, places and evicts models through these calls (served only under
+--modelmesh: service/server.py registers them then); they convert the wire to
 the calls of service/models/mesh.py (ModelMesh's model ids as aliases of repository models) and
 back. Errors are domain exceptions mapped by service/api/grpc/interceptor.py with service/api/status.py.
 Inference reaches the runtime through the model-addressed unary calls listed in `runtimeStatus`'s
@@ -83,11 +84,11 @@ class ModelRuntimeServicer(pb_grpc.ModelRuntimeServicer):
     async def runtimeStatus(  # noqa: N802 - gRPC method name
         self, request: pb.RuntimeStatusRequest, context: aio.ServicerContext
     ) -> pb.RuntimeStatusResponse:
-        """STARTING until the server serves; then, having unloaded what ModelMesh loaded before (ModelMesh
-        asks at its start only), READY with the capacity and limits."""
+        """STARTING until the server serves; then READY with the capacity and limits, having unloaded what
+        ModelMesh's calls loaded (MeshModels.purge_shared), as the interface specifies."""
         if not self._ready():
             return pb.RuntimeStatusResponse(status=pb.RuntimeStatusResponse.STARTING)
-        await self.mesh.purge()
+        await self.mesh.purge_shared()
         response = pb.RuntimeStatusResponse(
             status=pb.RuntimeStatusResponse.READY, capacityInBytes=self.mesh.capacity(),
             maxLoadingConcurrency=MAX_LOADING_CONCURRENCY, modelLoadingTimeoutMs=LOADING_TIMEOUT_MS,

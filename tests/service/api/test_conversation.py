@@ -21,11 +21,12 @@ from tests.support import conversation
 
 @pytest.fixture(scope="module")
 def answers(tmp_path_factory) -> Iterator[list[dict[str, Any]]]:
-    """The conversation played against a fresh server of a two-model repository of the default bundle."""
+    """The conversation played against a fresh server of a two-model repository of the default bundle
+    (--modelmesh: the conversation has ModelMesh's calls too)."""
     root = conversation.repository(tmp_path_factory.mktemp("conversation"))
     config = ServerConfig(bundle=conversation.BUNDLE, model_repository=root, model_control_mode="explicit",
                           load_model=(conversation.MODEL,), port=0, http_port=0, metrics_port=-1,
-                          providers=("CPUExecutionProvider",), max_batch_size=8)
+                          providers=("CPUExecutionProvider",), max_batch_size=8, modelmesh=True)
     with BackgroundServer(config) as server:
         yield conversation.converse(server.address, server.http_address)
 

@@ -1,5 +1,6 @@
 """KServe ModelMesh's model-runtime interface (mmesh.ModelRuntime) of a server of a model repository, through
-a plain stub of its .proto: status, loads and sizes by ModelMesh's model ids, inference by those ids
+a plain stub of its .proto: served only under --modelmesh, status (a purge on every READY answer), loads
+and sizes by ModelMesh's model ids (never one that shadows a repository model), inference by those ids
 through KServe v2 and translator.v1, unloads, paths outside the repository; and the ServingRuntime
 manifest (deploy/kubernetes/modelmesh/)."""
 
@@ -14,6 +15,8 @@ import kubernetes_validate
 import pytest
 import tritonclient.grpc as triton
 import yaml
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 from tritonclient.grpc import service_pb2 as triton_service
 
 from protos.modelmesh import model_runtime_pb2 as mm
@@ -51,9 +54,9 @@ def repository(tmp_path_factory, tiny_bundle: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def server(repository: Path, tiny_bundle: Path) -> Iterator[BackgroundServer]:
-    """Control mode explicit, nothing loaded at start, a memory budget: as under ModelMesh."""
+    """Control mode explicit, nothing loaded at start, a memory budget, --modelmesh: as under ModelMesh."""
     config = server_config(tiny_bundle, model_repository=repository, model_control_mode="explicit",
-                           memory_budget=BUDGET)
+                           memory_budget=BUDGET, modelmesh=True)
     with BackgroundServer(config) as srv:
         yield srv
 
@@ -158,13 +161,31 @@ def test_responses_echo_the_model_id_and_metrics_name_the_repository_model(mesh,
     assert "en-de" in labelled and MODEL_ID not in labelled
 
 
-def test_runtime_status_unloads_what_modelmesh_had_loaded(mesh, server):
-    mesh.loadModel(mm.LoadModelRequest(modelId="before-restart", modelPath="en-de"), timeout=120)
-    assert server.running.models.loaded()
-    assert mesh.runtimeStatus(mm.RuntimeStatusRequest(), timeout=60).status == mm.RuntimeStatusResponse.READY
-    assert not server.running.models.loaded()
-    error = refused(mesh.modelSize, mm.ModelSizeRequest(modelId="before-restart"))
-    assert error.code() == grpc.StatusCode.NOT_FOUND
+def test_every_ready_runtime_status_unloads_what_modelmesh_had_loaded(repository, tiny_bundle):
+    """ModelMesh asks at its start (again after it restarts) and expects a runtime that holds none of its
+    models: a READY status unloads them, as the model-runtime interface specifies."""
+    config = server_config(tiny_bundle, model_repository=repository, model_control_mode="explicit",
+                           modelmesh=True)
+    with BackgroundServer(config) as srv, grpc.insecure_channel(srv.address) as channel:
+        stub = mm_grpc.ModelRuntimeStub(channel)
+        ready = mm.RuntimeStatusResponse.READY
+        for model_id in ("before-status", "after-restart"):
+            stub.loadModel(mm.LoadModelRequest(modelId=model_id, modelPath="en-de"), timeout=120)
+            assert srv.running.models.loaded()
+            assert stub.runtimeStatus(mm.RuntimeStatusRequest(), timeout=60).status == ready
+            assert not srv.running.models.loaded()
+            error = refused(stub.modelSize, mm.ModelSizeRequest(modelId=model_id))
+            assert error.code() == grpc.StatusCode.NOT_FOUND
+
+
+@pytest.mark.parametrize(("model_id", "reason"), [("escape", "is the name of a model of the repository"),
+                                                  ("a/b", "is not a valid model name"),
+                                                  ("", "modelId is empty")])
+def test_an_id_that_would_shadow_a_repository_model_is_refused(mesh, server, model_id, reason):
+    error = refused(mesh.loadModel, mm.LoadModelRequest(modelId=model_id, modelPath="en-de"))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and reason in error.details(), error.details()
+    assert repr(model_id) in error.details() or not model_id
+    assert not server.running.models.loaded() and "escape" not in server.running.models.aliases
 
 
 @pytest.mark.parametrize("path", ["", "/", "..", "../en-de", "/etc", "/etc/passwd", "en-de/../../x",
@@ -190,9 +211,37 @@ def test_unknown_models_are_not_found(mesh):
 
 def test_control_mode_none_refuses_modelmesh_loads(tiny_bundle, runner: Runner):
     request = mm.LoadModelRequest(modelId="x", modelPath="translator")
-    with BackgroundServer(server_config(tiny_bundle), runner) as srv, grpc.insecure_channel(srv.address) as c:
+    config = server_config(tiny_bundle, modelmesh=True)
+    with BackgroundServer(config, runner) as srv, grpc.insecure_channel(srv.address) as c:
         error = refused(mm_grpc.ModelRuntimeStub(c).loadModel, request)
     assert error.code() == grpc.StatusCode.FAILED_PRECONDITION and "'none'" in error.details()
+
+
+def test_without_the_flag_modelmesh_is_not_served(tiny_bundle, repository, runner: Runner):
+    """Without --modelmesh every mmesh.ModelRuntime RPC is UNIMPLEMENTED (not registered), and neither
+    reflection nor health knows the service; with it, both do."""
+    calls = {"runtimeStatus": mm.RuntimeStatusRequest(), "loadModel": mm.LoadModelRequest(modelId="x",
+             modelPath="en-de"), "unloadModel": mm.UnloadModelRequest(modelId="x"),
+             "predictModelSize": mm.PredictModelSizeRequest(modelPath="en-de"),
+             "modelSize": mm.ModelSizeRequest(modelId="x")}
+    assert set(calls) == set(mm.DESCRIPTOR.services_by_name["ModelRuntime"].methods_by_name)
+    for flag in (False, True):
+        config = server_config(tiny_bundle, model_repository=repository, model_control_mode="explicit",
+                               modelmesh=flag)
+        with BackgroundServer(config, runner) as srv, grpc.insecure_channel(srv.address) as channel:
+            listed = "mmesh.ModelRuntime" in ProtoReflectionDescriptorDatabase(channel).get_services()
+            health = health_pb2_grpc.HealthStub(channel)
+            if flag:
+                assert listed and health.Check(health_pb2.HealthCheckRequest(service="mmesh.ModelRuntime"))
+                continue
+            assert not listed
+            error = refused(health.Check, health_pb2.HealthCheckRequest(service="mmesh.ModelRuntime"))
+            assert error.code() == grpc.StatusCode.NOT_FOUND
+            stub = mm_grpc.ModelRuntimeStub(channel)
+            for method, request in calls.items():
+                error = refused(getattr(stub, method), request)
+                assert error.code() == grpc.StatusCode.UNIMPLEMENTED, method
+            assert not srv.running.models.loaded() and not srv.running.models.aliases
 
 
 # ----- the ServingRuntime manifest --------------------------------------------------------------------
@@ -213,6 +262,7 @@ def test_serving_runtime_runs_the_server_on_the_ports_modelmesh_calls():
     assert set(env) <= {env_name(flag) for flag, _, _ in _FLAGS}
     config = parse_config(container["args"], env)  # what the server reads from this container
     assert config.model_control_mode == "explicit" and config.memory_budget > 0
+    assert config.modelmesh  # the interface ModelMesh calls is served only when asked
     assert config.host == "0.0.0.0"
     assert spec["grpcEndpoint"] == spec["grpcDataEndpoint"] == f"port:{config.port}"
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
