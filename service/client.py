@@ -1,8 +1,8 @@
 """Command-line client: `python -m service.client "Send 4,217 apples."` prints the translation.
 
-Uses the native translator.v1 API by default, or the KServe v2 API with --v2 (through our
-generated stubs; what any Triton client sends). Exit code 0 on success, 1 on an RPC error (its
-status code and message are printed to stderr), 2 on bad flags.
+Uses the native translator.v1 API by default, or the KServe v2 API with --v2 (through our generated stubs;
+what any Triton client sends). Exit code 0 on success, 1 on an RPC error (its status code and message are
+printed to stderr), 2 on bad flags.
 """
 
 from __future__ import annotations

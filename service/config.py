@@ -1,9 +1,9 @@
 """Server configuration: command-line flags, each with a TRANSLATOR_* environment-variable equivalent.
 
 A flag given on the command line wins over its environment variable, which wins over the default
-(`--max-batch-size` <-> `TRANSLATOR_MAX_BATCH_SIZE`). `python -m service.server --help` lists all.
-Repeatable flags (`--load-model`, `--grpc-restricted-protocol`, `--http-restricted-api`) add up; their
-variable counts only when the flag is not given (restrictions: several specs separated by ';').
+(`--max-batch-size` <-> `TRANSLATOR_MAX_BATCH_SIZE`). `python -m service.server --help` lists all. Repeatable
+flags (`--load-model`, `--grpc-restricted-protocol`, `--http-restricted-api`) add up; their variable counts
+only when the flag is not given (restrictions: several specs separated by ';').
 """
 
 from __future__ import annotations

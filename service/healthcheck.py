@@ -3,8 +3,8 @@
     python -m service.healthcheck [--address 127.0.0.1:8001] [--timeout 3]
     python -m service.healthcheck --ca-cert ca.pem [--client-cert c.pem --client-key c.key] [--server-name n]
 
-Plaintext unless a CA certificate is given (flag or TRANSLATOR_CA_CERT): then TLS, mutual with a
-client certificate (TRANSLATOR_CLIENT_CERT / TRANSLATOR_CLIENT_KEY).
+Plaintext unless a CA certificate is given (flag or TRANSLATOR_CA_CERT): then TLS, mutual with a client
+certificate (TRANSLATOR_CLIENT_CERT / TRANSLATOR_CLIENT_KEY).
 """
 
 from __future__ import annotations

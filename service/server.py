@@ -1,19 +1,17 @@
 """The server: `python -m service.server [flags]` (see service/config.py for flags and env vars).
 
 Serves translator.v1.Translator, inference.GRPCInferenceService (KServe v2), KServe ModelMesh's
-mmesh.ModelRuntime (only under --modelmesh: its RPCs are UNIMPLEMENTED otherwise), grpc.health.v1
-and server reflection on one grpc.aio server; KServe v2 REST
-and Triton's generate extension over HTTP on --http-port (service/api/http/, same event loop,
-models and limits); plus Prometheus /metrics on its own HTTP port. Health is SERVING only once
-the model is loaded and has translated a warm-up text, and NOT_SERVING while draining or while the
-scheduler reports itself unhealthy. On SIGTERM / SIGINT the server drains: health NOT_SERVING, no
-new calls (HTTP ones answered 503 while the models drain), in-flight calls get `--drain-grace-s`
-seconds, exit code 0. Restricted protocol groups (--grpc-restricted-protocol, --http-restricted-api:
-service/api/restrictions.py) are checked by the interceptor and the HTTP middleware; when clients could
-change what is served (control mode explicit / on-demand) through an unrestricted repository API or
-ModelMesh, start-up logs one warning saying so.
-`serve(config)` starts everything in the running event loop (tests use it in-process through
-`BackgroundServer`).
+mmesh.ModelRuntime (only under --modelmesh: its RPCs are UNIMPLEMENTED otherwise), grpc.health.v1 and server
+reflection on one grpc.aio server; KServe v2 REST and Triton's generate extension over HTTP on --http-port
+(service/api/http/, same event loop, models and limits); plus Prometheus /metrics on its own HTTP port. Health
+is SERVING only once the model is loaded and has translated a warm-up text, and NOT_SERVING while draining or
+while the scheduler reports itself unhealthy. On SIGTERM / SIGINT the server drains: health NOT_SERVING, no
+new calls (HTTP ones answered 503 while the models drain), in-flight calls get `--drain-grace-s` seconds, exit
+code 0. Restricted protocol groups (--grpc-restricted-protocol, --http-restricted-api:
+service/api/restrictions.py) are checked by the interceptor and the HTTP middleware; when clients could change
+what is served (control mode explicit / on-demand) through an unrestricted repository API or ModelMesh,
+start-up logs one warning saying so. `serve(config)` starts everything in the running event loop (tests use it
+in-process through `BackgroundServer`).
 """
 
 from __future__ import annotations

@@ -1,16 +1,16 @@
 """Restricted protocol groups: Triton's `--grpc-restricted-protocol` and `--http-restricted-api`.
 
 `<group>[,<group>...]:<key>=<value>` (each flag repeatable) restricts the calls of those groups: a call
-proceeds only when the request carries the header with exactly that value. As in Triton the gRPC header
-is `triton-grpc-protocol-<key>` (metadata, lower case) and the HTTP header `<key>` (any case); a refused
-gRPC call gets UNAVAILABLE "This protocol is restricted, expecting header '<header>'", a refused HTTP
-request 403 `{"error": "This API is restricted, expecting header '<header>'"}` (the expected value is
-never echoed). A group is restricted at most once per protocol; bad syntax is refused at start.
+proceeds only when the request carries the header with exactly that value. As in Triton the gRPC header is
+`triton-grpc-protocol-<key>` (metadata, lower case) and the HTTP header `<key>` (any case); a refused gRPC
+call gets UNAVAILABLE "This protocol is restricted, expecting header '<header>'", a refused HTTP request 403
+`{"error": "This API is restricted, expecting header '<header>'"}` (the expected value is never echoed). A
+group is restricted at most once per protocol; bad syntax is refused at start.
 
 This module is the one home of the group of every gRPC method and HTTP route (`GRPC_METHOD_GROUPS`,
-`HTTP_ROUTE_GROUPS`) and of the check (`Gate`); it knows strings only, no protocol library: the
-gRPC interceptor (service/api/grpc/interceptor.py) and the HTTP middleware (service/api/http/app.py)
-pass the call's name and a header lookup.
+`HTTP_ROUTE_GROUPS`) and of the check (`Gate`); it knows strings only, no protocol library: the gRPC
+interceptor (service/api/grpc/interceptor.py) and the HTTP middleware (service/api/http/app.py) pass the
+call's name and a header lookup.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""The one table from domain exceptions to status codes: the gRPC code (by name) and the HTTP status of
-every error, and the message a client sees.
+"""The one table from domain exceptions to status codes: the gRPC code (by name) and the HTTP status of every
+error, and the message a client sees.
 
-A full queue is RESOURCE_EXHAUSTED (as Triton answers when its queue policy rejects), so that clients can
-tell "back off" (RESOURCE_EXHAUSTED) from "this server is going away" (UNAVAILABLE). Over HTTP both are 503
-(the message tells which); bad input 400, an unknown model 404, a deadline 504, a client gone before its
-answer 499 (nginx's "client closed request"), a bug 500.
+A full queue is RESOURCE_EXHAUSTED (as Triton answers when its queue policy rejects), so that clients can tell
+"back off" (RESOURCE_EXHAUSTED) from "this server is going away" (UNAVAILABLE). Over HTTP both are 503 (the
+message tells which); bad input 400, an unknown model 404, a deadline 504, a client gone before its answer 499
+(nginx's "client closed request"), a bug 500.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """TLS and mutual TLS for the gRPC server and its command-line clients (PEM files only).
 
-Server: `server_credentials(cert, key)` serves TLS; with `client_ca` every client must present a
-certificate signed by that CA (mutual TLS). Clients (service/client.py, service/healthcheck.py):
-`open_channel(address, ca_cert=..., client_cert=..., client_key=...)` is plaintext without a CA
-and TLS with one, presenting a client certificate when given.
+Server: `server_credentials(cert, key)` serves TLS; with `client_ca` every client must present a certificate
+signed by that CA (mutual TLS). Clients (service/client.py, service/healthcheck.py): `open_channel(address,
+ca_cert=..., client_cert=..., client_key=...)` is plaintext without a CA and TLS with one, presenting a client
+certificate when given.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""KServe v2 inference of the translation model as plain data: the TEXT, TARGET and TRANSLATION tensors,
-their checks, the score outputs, and the raw BYTES form both transports share.
+"""KServe v2 inference of the translation model as plain data: the TEXT, TARGET and TRANSLATION tensors, their
+checks, the score outputs, and the raw BYTES form both transports share.
 
-A request's tensor comes as `raw` bytes (gRPC's raw_input_contents, HTTP's binary tensor data), as
-`elements` (gRPC's contents.bytes_contents, HTTP's JSON data), or with other typed contents (`typed`:
-their field names, refused). TEXT (BYTES, shape [N]) is translated into TRANSLATION (BYTES, [N]); a
-TARGET input beside TEXT is scored instead. Every rejection is an InvalidTensor that says what to change.
+A request's tensor comes as `raw` bytes (gRPC's raw_input_contents, HTTP's binary tensor data), as `elements`
+(gRPC's contents.bytes_contents, HTTP's JSON data), or with other typed contents (`typed`: their field names,
+refused). TEXT (BYTES, shape [N]) is translated into TRANSLATION (BYTES, [N]); a TARGET input beside TEXT is
+scored instead. Every rejection is an InvalidTensor that says what to change.
 """
 
 from __future__ import annotations

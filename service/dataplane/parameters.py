@@ -1,12 +1,12 @@
-"""The one vocabulary of request options: their names (the wire's), kinds and reading from plain values
-into DecodeOptions, for every protocol whose options come as named parameters (KServe v2 gRPC and REST,
-generate, score).
+"""The one vocabulary of request options: their names (the wire's), kinds and reading from plain values into
+DecodeOptions, for every protocol whose options come as named parameters (KServe v2 gRPC and REST, generate,
+score).
 
 A value is plain data: bool, int, float, str or a list (what JSON gives; a gRPC InferParameter is unwrapped
-first). A number may come as a decimal string, a list as the string of a JSON array (what gRPC clients
-send). An unknown name is refused with the nearest known one; the names Triton's and KServe's clients send
-on their own (RESERVED, and any `triton_` name) pass. A known name of the wrong kind is an InvalidTensor
-naming it; the values' ranges are the model's, checked once by DecodeOptions.resolved.
+first). A number may come as a decimal string, a list as the string of a JSON array (what gRPC clients send).
+An unknown name is refused with the nearest known one; the names Triton's and KServe's clients send on their
+own (RESERVED, and any `triton_` name) pass. A known name of the wrong kind is an InvalidTensor naming it; the
+values' ranges are the model's, checked once by DecodeOptions.resolved.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What the KServe v2 / Triton protocol says about a served model, as the plain JSON documents its REST form
-defines (every field written, as Triton's REST answers): the model metadata, the Triton model
-configuration with the server's real batching settings, and the model statistics. The gRPC form parses
-the same documents into its messages."""
+defines (every field written, as Triton's REST answers): the model metadata, the Triton model configuration
+with the server's real batching settings, and the model statistics. The gRPC form parses the same documents
+into its messages."""
 
 from __future__ import annotations
 

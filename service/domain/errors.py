@@ -1,7 +1,7 @@
 """Every exception the service raises on purpose, in one place and free of any transport.
 
-The runtime, the scheduler and the servicers raise these; `service/api/status.py` maps each to
-a gRPC status code in one table. Messages are written for clients: they say what was wrong.
+The runtime, the scheduler and the servicers raise these; `service/api/status.py` maps each to a gRPC status
+code in one table. Messages are written for clients: they say what was wrong.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """The languages of a many-to-many model, and a request's source / target language resolved to ids.
 
-A model of one language pair has none (a request naming a language is refused). A many-to-many
-model (M2M100, NLLB) has a code -> token id table: with `source_prefix` a source starts with its
-language's id (the request must name source_language), with `forced_target` the first generated
-token is the target language's id (the request must name target_language).
+A model of one language pair has none (a request naming a language is refused). A many-to-many model (M2M100,
+NLLB) has a code -> token id table: with `source_prefix` a source starts with its language's id (the request
+must name source_language), with `forced_target` the first generated token is the target language's id (the
+request must name target_language).
 """
 
 from __future__ import annotations

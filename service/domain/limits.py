@@ -1,10 +1,10 @@
 """Per-text limits the server enforces before any model work, and the one place options are resolved.
 
-The model's own limits (the bundle's max_len) cap both; `--max-source-tokens` and
-`--max-output-tokens` may lower them. A text far longer in characters than any text of
-max_source_tokens tokens can be is refused before it is tokenized, so that a huge message
-costs the event loop nothing: a byte-level BPE token covers at most `longest_token` bytes, and a
-character is at least one byte, so a text of C characters has at least C / longest_token tokens.
+The model's own limits (the bundle's max_len) cap both; `--max-source-tokens` and `--max-output-tokens` may
+lower them. A text far longer in characters than any text of max_source_tokens tokens can be is refused before
+it is tokenized, so that a huge message costs the event loop nothing: a byte-level BPE token covers at most
+`longest_token` bytes, and a character is at least one byte, so a text of C characters has at least C /
+longest_token tokens.
 """
 
 from __future__ import annotations

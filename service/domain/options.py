@@ -8,8 +8,7 @@ neutral value. Semantics follow transformers' `generate` where it and CTranslate
 docstrings below say which one is followed (docs/api.md has the table).
 
 Lengths count generated tokens, a target prefix included, eos excluded from `min_output_tokens` and included
-in
-`max_output_tokens` (the token budget of the output, as before).
+in `max_output_tokens` (the token budget of the output, as before).
 """
 
 from __future__ import annotations
@@ -236,8 +235,7 @@ class ResolvedOptions(DecodeOptions):
 
     def limited_to(self, source_len: int) -> ResolvedOptions:
         """Itself with max_output_tokens lowered to ceil(max_length_ratio * source_len) (never below the
-        forced
-        tokens + 1) when a ratio is set."""
+        forced tokens + 1) when a ratio is set."""
         if not self.max_length_ratio:
             return self
         cap = max(math.ceil(self.max_length_ratio * source_len), len(self.forced) + 1)

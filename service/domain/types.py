@@ -1,8 +1,8 @@
 """The data every layer of the service passes on: options, requests, events, results, enums.
 
-Plain dataclasses and enums, no I/O: the servicers build `DecodeOptions` from protobuf, the
-scheduler resolves them once (`DecodeOptions.resolved` -> `ResolvedOptions`) into `Request`s,
-the runtime answers with `TokenEvent` / `FinishedEvent`, and the scheduler hands `Result`s back.
+Plain dataclasses and enums, no I/O: the servicers build `DecodeOptions` from protobuf, the scheduler resolves
+them once (`DecodeOptions.resolved` -> `ResolvedOptions`) into `Request`s, the runtime answers with
+`TokenEvent` / `FinishedEvent`, and the scheduler hands `Result`s back.
 """
 
 from __future__ import annotations
@@ -118,11 +118,10 @@ class ScoreOptions:
 
 @dataclass(eq=False)
 class ScoreRequest:
-    """One (source, target) pair to score by forced decoding (service/runtime/decoding/scoring.py): the
-    source ids
-    as the encoder reads them, the tokens fed after the decoder's start id but not scored (a many-to-many
-    model's target language), and the tokens scored: the target's ids, then eos unless the target is as
-    long as a translation cut at the model's maximum length (`end_token_scored` says which)."""
+    """One (source, target) pair to score by forced decoding (service/runtime/decoding/scoring.py): the source
+    ids as the encoder reads them, the tokens fed after the decoder's start id but not scored (a many-to-many
+    model's target language), and the tokens scored: the target's ids, then eos unless the target is as long
+    as a translation cut at the model's maximum length (`end_token_scored` says which)."""
 
     source: list[int]
     forced: list[int]

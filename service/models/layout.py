@@ -8,15 +8,14 @@
       default/
         1/  ...
 
-A version is a folder named by a positive integer holding a `bundle.json`; other entries are ignored.
-The settings file (`SETTINGS_FILE`, JSON) may set, for this model, what the server's flags set for
-all: `batching` (none | dynamic | continuous), `max_batch_size`, `max_batch_tokens`, `queue_size`,
-`max_queue_delay_ms`, `variant`, and `version_policy` as Triton's ModelVersionPolicy:
-`{"latest": {"num_versions": N}}` (the default, N = 1), `{"all": {}}` or
-`{"specific": {"versions": [1, 3]}}`. `--bundle DIR` is a repository of one model, `MODEL_NAME`,
-version 1. The server's flags are ceilings (`Ceilings`): a model's settings, as a load's `config` over
-its settings file, may lower `max_batch_size`, `max_batch_tokens`, `queue_size` and `max_queue_delay_ms`,
-never raise one above the server's flag.
+A version is a folder named by a positive integer holding a `bundle.json`; other entries are ignored. The
+settings file (`SETTINGS_FILE`, JSON) may set, for this model, what the server's flags set for all: `batching`
+(none | dynamic | continuous), `max_batch_size`, `max_batch_tokens`, `queue_size`, `max_queue_delay_ms`,
+`variant`, and `version_policy` as Triton's ModelVersionPolicy: `{"latest": {"num_versions": N}}` (the
+default, N = 1), `{"all": {}}` or `{"specific": {"versions": [1, 3]}}`. `--bundle DIR` is a repository of one
+model, `MODEL_NAME`, version 1. The server's flags are ceilings (`Ceilings`): a model's settings, as a load's
+`config` over its settings file, may lower `max_batch_size`, `max_batch_tokens`, `queue_size` and
+`max_queue_delay_ms`, never raise one above the server's flag.
 """
 
 from __future__ import annotations

@@ -1,23 +1,23 @@
 """KServe ModelMesh's models in this process: each ModelMesh model id is an alias of a repository model.
 
-ModelMesh loads a model as (modelId, modelPath). The path names a model folder of the repository,
-`<model>` relative to the repository folder or absolute inside it (with ModelMesh Serving: the
-InferenceService's `storage.path`, or the folder its storage helper wrote under the repository); the
-model's own settings and version policy apply, as for any other load. The id becomes an alias of
-that model (`ModelRepository.aliases`), so inference that names the id (ModelMesh writes it into the
-request's model name) reaches the model. An id must be a valid model name and never the name of another
-model of the repository (it would shadow it): such a load is refused, InvalidInput, before anything
-changes. Several ids may share one model: it is loaded once and
-unloaded with its last id. Sizes are the repository's: resident bytes measured after the load, and
-before it the estimate the memory budget uses (the bundle files' bytes). Under control mode none
-ModelMesh cannot load or unload: every model is loaded at start. In the request metrics these calls,
-as the inference ModelMesh forwards, carry the repository model's name, never ModelMesh's ids.
+ModelMesh loads a model as (modelId, modelPath). The path names a model folder of the repository, `<model>`
+relative to the repository folder or absolute inside it (with ModelMesh Serving: the InferenceService's
+`storage.path`, or the folder its storage helper wrote under the repository); the model's own settings and
+version policy apply, as for any other load. The id becomes an alias of that model
+(`ModelRepository.aliases`), so inference that names the id (ModelMesh writes it into the request's model
+name) reaches the model. An id must be a valid model name and never the name of another model of the
+repository (it would shadow it): such a load is refused, InvalidInput, before anything changes. Several ids
+may share one model: it is loaded once and unloaded with its last id. Sizes are the repository's: resident
+bytes measured after the load, and before it the estimate the memory budget uses (the bundle files' bytes).
+Under control mode none ModelMesh cannot load or unload: every model is loaded at start. In the request
+metrics these calls, as the inference ModelMesh forwards, carry the repository model's name, never ModelMesh's
+ids.
 
 ModelMesh asks for the runtime's status (`runtimeStatus`) only when it starts, and expects a runtime that
-holds none of its models: as its model-runtime interface specifies, every status answered READY first
-unloads what ModelMesh's calls had loaded (`purge`; a repeat call means the ModelMesh container
-restarted). Concurrent callers share one purge. Only ModelMesh should reach these calls: they are served
-under --modelmesh alone, and the `modelmesh` protocol group can require a header.
+holds none of its models: as its model-runtime interface specifies, every status answered READY first unloads
+what ModelMesh's calls had loaded (`purge`; a repeat call means the ModelMesh container restarted). Concurrent
+callers share one purge. Only ModelMesh should reach these calls: they are served under --modelmesh alone, and
+the `modelmesh` protocol group can require a header.
 """
 
 from __future__ import annotations

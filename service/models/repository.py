@@ -1,7 +1,7 @@
 """The models of this process and their lifecycle: one component owns it, the protocols ask it.
 
-Each served model version is a `ServedModel` (its runner and its own scheduler and worker). How models
-come in is the control mode (`ControlMode`, as Triton's `--model-control-mode`):
+Each served model version is a `ServedModel` (its runner and its own scheduler and worker). How models come in
+is the control mode (`ControlMode`, as Triton's `--model-control-mode`):
 
 - none: every model of the repository loads at start; loads and unloads through the API are refused;
 - explicit: the models named at start (`*`: all), then what the API loads and unloads;
@@ -9,15 +9,15 @@ come in is the control mode (`ControlMode`, as Triton's `--model-control-mode`):
   wait for one load. Under a memory budget (bytes), a load that would exceed it first unloads the
   least recently used models with no request in flight; a model in use is never evicted.
 
-A load of a loaded model loads the new version(s) beside the old and switches with no gap; a failed
-load keeps the old serving. An unload takes the model out at once (new requests: NotReady) and lets
-its in-flight requests complete. Requests hold a lease (`use`) for as long as they run.
+A load of a loaded model loads the new version(s) beside the old and switches with no gap; a failed load keeps
+the old serving. An unload takes the model out at once (new requests: NotReady) and lets its in-flight
+requests complete. Requests hold a lease (`use`) for as long as they run.
 
-Each model version has one lifecycle record (`VersionState`: state and reason, in `states`; version ""
-for a model with no version served), which the index reports. Lookups by (name, version) go through one
-resolver (`find`): aliases (ModelMesh's ids) apply there only, never to a name of a repository model,
-and it labels the request metrics with what it resolved (`label`, `metrics.served_by`): only names the
-repository has become label values. A load's settings stay within the server's limits (`Ceilings`).
+Each model version has one lifecycle record (`VersionState`: state and reason, in `states`; version "" for a
+model with no version served), which the index reports. Lookups by (name, version) go through one resolver
+(`find`): aliases (ModelMesh's ids) apply there only, never to a name of a repository model, and it labels the
+request metrics with what it resolved (`label`, `metrics.served_by`): only names the repository has become
+label values. A load's settings stay within the server's limits (`Ceilings`).
 """
 
 from __future__ import annotations

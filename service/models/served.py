@@ -1,5 +1,5 @@
-"""A loaded model version: its runner and scheduler, its state, the leases of the requests using it; and
-the records the repository answers with (an index line, what a lookup resolved)."""
+"""A loaded model version: its runner and scheduler, its state, the leases of the requests using it; and the
+records the repository answers with (an index line, what a lookup resolved)."""
 
 from __future__ import annotations
 

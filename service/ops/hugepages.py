@@ -1,18 +1,17 @@
 """Huge pages under the weights that the CPU kernels packed while a model's sessions opened (Linux).
 
-ONNX Runtime's CPU MatMul and Gemm kernels copy their weights into a packed layout on the heap when a
-session opens (prepacking), and a decoder step at batch 1 streams every one of them from memory. In 4 KiB
-pages the hardware prefetchers stop at every page boundary and each page takes a TLB entry; in 2 MiB pages
-a weight streams faster (docs/performance.md has the figures).
-Transparent huge pages are often opt-in (`madvise` mode), and ONNX Runtime does not opt in.
+ONNX Runtime's CPU MatMul and Gemm kernels copy their weights into a packed layout on the heap when a session
+opens (prepacking), and a decoder step at batch 1 streams every one of them from memory. In 4 KiB pages the
+hardware prefetchers stop at every page boundary and each page takes a TLB entry; in 2 MiB pages a weight
+streams faster (docs/performance.md has the figures). Transparent huge pages are often opt-in (`madvise`
+mode), and ONNX Runtime does not opt in.
 
-`huge_pages_for(...)` records which 2 MiB-aligned blocks of the process's anonymous private writable
-memory are fully resident (/proc/self/maps, and the present bits of /proc/self/pagemap, which need no
-privilege), runs the block of code (opening sessions), and then asks the kernel to back each block
-that has become fully resident with one huge page (madvise MADV_COLLAPSE, Linux 6.1 and later). The
-same bytes stay at the same addresses and no page is added: only fully resident blocks are collapsed,
-so resident memory does not grow. Where the kernel refuses (older kernels, THP `never`), or elsewhere
-than Linux, nothing changes.
+`huge_pages_for(...)` records which 2 MiB-aligned blocks of the process's anonymous private writable memory
+are fully resident (/proc/self/maps, and the present bits of /proc/self/pagemap, which need no privilege),
+runs the block of code (opening sessions), and then asks the kernel to back each block that has become fully
+resident with one huge page (madvise MADV_COLLAPSE, Linux 6.1 and later). The same bytes stay at the same
+addresses and no page is added: only fully resident blocks are collapsed, so resident memory does not grow.
+Where the kernel refuses (older kernels, THP `never`), or elsewhere than Linux, nothing changes.
 """
 
 from __future__ import annotations

@@ -1,13 +1,12 @@
 """glibc malloc settings for a long-running server process.
 
-With glibc's defaults a Python server holding many numpy arrays of changing sizes (the KV cache
-is re-allocated as rows join and leave) creeps up in RSS: each thread that allocates gets its
-own arena, and the mmap threshold rises after the first large frees, so later large arrays come
-from the heap and fragment it. Measured with `make soak` (10,000 requests): RSS kept rising to
-+26% of its post-warm-up value with the defaults, and reached a plateau after ~2,000 requests with
-two arenas and a fixed 128 KiB mmap threshold (large arrays then go back to the system when
-freed). Environment variables set by the operator (MALLOC_ARENA_MAX, MALLOC_MMAP_THRESHOLD_)
-win; elsewhere than glibc this does nothing.
+With glibc's defaults a Python server holding many numpy arrays of changing sizes (the KV cache is
+re-allocated as rows join and leave) creeps up in RSS: each thread that allocates gets its own arena, and the
+mmap threshold rises after the first large frees, so later large arrays come from the heap and fragment it.
+Measured with `make soak` (10,000 requests): RSS kept rising to +26% of its post-warm-up value with the
+defaults, and reached a plateau after ~2,000 requests with two arenas and a fixed 128 KiB mmap threshold
+(large arrays then go back to the system when freed). Environment variables set by the operator
+(MALLOC_ARENA_MAX, MALLOC_MMAP_THRESHOLD_) win; elsewhere than glibc this does nothing.
 """
 
 from __future__ import annotations

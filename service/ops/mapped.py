@@ -1,15 +1,14 @@
 """Dropping a weights file's pages from this process's mappings once the sessions are open (Linux).
 
 ONNX Runtime memory-maps a bundle's weights file (private, copy-on-write mappings, one per tensor and
-session). Kernels that prepack a weight (MatMul, Gemm) read all of it through the mapping while the
-session is created and then use their packed copy, but the mapping stays where another node of the
-session reads the same tensor: the tied embedding's rows, which the decoder's lookup gathers and its
-output projection prepacks (export/lowering/tied.py). The pages the prepacking touched then count in the
-process's resident memory although only the looked-up rows are read again. `drop_file_pages` calls
-madvise(MADV_DONTNEED) over the mappings of the given files that hold no page of their own (smaps
-`Anonymous: 0 kB`: nothing was written, every page is the file's, so the call drops only clean page
-cache references, and a later read faults back the pages it touches). Elsewhere than Linux it does
-nothing.
+session). Kernels that prepack a weight (MatMul, Gemm) read all of it through the mapping while the session is
+created and then use their packed copy, but the mapping stays where another node of the session reads the same
+tensor: the tied embedding's rows, which the decoder's lookup gathers and its output projection prepacks
+(export/lowering/tied.py). The pages the prepacking touched then count in the process's resident memory
+although only the looked-up rows are read again. `drop_file_pages` calls madvise(MADV_DONTNEED) over the
+mappings of the given files that hold no page of their own (smaps `Anonymous: 0 kB`: nothing was written,
+every page is the file's, so the call drops only clean page cache references, and a later read faults back the
+pages it touches). Elsewhere than Linux it does nothing.
 """
 
 from __future__ import annotations

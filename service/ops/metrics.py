@@ -1,8 +1,8 @@
 """Prometheus metrics of the service: module-level objects in the default registry.
 
-A side channel: the inference worker (service/scheduling/worker.py) writes the queue, compute
-and batch metrics; the servicers call `observe_request` once per RPC. Everything is
-exposed by `start_metrics_server` on its own HTTP port (prometheus_client's server thread).
+A side channel: the inference worker (service/scheduling/worker.py) writes the queue, compute and batch
+metrics; the servicers call `observe_request` once per RPC. Everything is exposed by `start_metrics_server` on
+its own HTTP port (prometheus_client's server thread).
 
 Names (all prefixed `translator_`):
 - `requests_total{method, code, protocol, model, version}` counter, `request_latency_seconds{method,

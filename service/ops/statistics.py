@@ -1,10 +1,9 @@
 """Cumulative per-model inference statistics as Triton keeps them (KServe v2 `ModelStatistics`).
 
-A side channel next to the Prometheus metrics (service/ops/metrics.py), module-level and
-thread-safe: the scheduler times every request (service/scheduling/timer.py `RequestTimer`), the
-inference worker (service/scheduling/worker.py) reports every model execution, and the KServe v2
-servicer reads a `snapshot()`. Both APIs (translator.v1 and KServe v2) count: these are the model's
-statistics, not one protocol's.
+A side channel next to the Prometheus metrics (service/ops/metrics.py), module-level and thread-safe: the
+scheduler times every request (service/scheduling/timer.py `RequestTimer`), the inference worker
+(service/scheduling/worker.py) reports every model execution, and the KServe v2 servicer reads a `snapshot()`.
+Both APIs (translator.v1 and KServe v2) count: these are the model's statistics, not one protocol's.
 
 Definitions, following Triton's for a model that batches inside its backend:
 - A *request* is one scheduler call: a `Translate` / `ModelInfer` of N texts, or one streamed text.

@@ -1,16 +1,13 @@
 """Torch-free runner of a model bundle: sessions, tokenizer, backend, and in-process translation.
 
-`Runner` owns the ONNX Runtime sessions, the tokenizer (service/runtime/model/tokenization.py) and the
-backend (host numpy cache on the CPU provider, device-resident cache through IO binding on CUDA:
-service/runtime/cache/backends.py), and describes the model to its batches with a `ModelSpec`. A source
-is the language prefix + the tokenizer's ids + the bundle's source suffix (eos unless its
-`generation` says otherwise); the decoder starts from `generation.decoder_start_id` (bos unless
-said otherwise), and its rules (suppressed ids, eos at the limit, renormalization:
-service/runtime/decoding/rules.py) apply to every step. `DecodeBatch` (service/runtime/decoding/batch.py) is
-the
-step-wise engine that the scheduler drives; `Runner.translate` is the simplest driver of it (add
-what fits, step until done).
-"""
+`Runner` owns the ONNX Runtime sessions, the tokenizer (service/runtime/model/tokenization.py) and the backend
+(host numpy cache on the CPU provider, device-resident cache through IO binding on CUDA:
+service/runtime/cache/backends.py), and describes the model to its batches with a `ModelSpec`. A source is the
+language prefix + the tokenizer's ids + the bundle's source suffix (eos unless its `generation` says
+otherwise); the decoder starts from `generation.decoder_start_id` (bos unless said otherwise), and its rules
+(suppressed ids, eos at the limit, renormalization: service/runtime/decoding/rules.py) apply to every step.
+`DecodeBatch` (service/runtime/decoding/batch.py) is the step-wise engine that the scheduler drives;
+`Runner.translate` is the simplest driver of it (add what fits, step until done)."""
 
 from __future__ import annotations
 
@@ -277,8 +274,7 @@ class Runner:
 
     def new_scorer(self, max_rows: int = 64, mode: str = "auto") -> Scorer:
         """A Scorer of max_rows pairs per run, by a mode of service/runtime/decoding/scoring.py (default:
-        every
-        row's whole target in one decoder run where the graphs allow)."""
+        every row's whole target in one decoder run where the graphs allow)."""
         return Scorer(self.spec, self.backend, max_rows, mode)
 
     def score(self, sources: Sequence[str], targets: Sequence[str], options: ScoreOptions | None = None,

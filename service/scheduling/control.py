@@ -2,9 +2,9 @@
 
 `WorkerControl` holds what the event loop and the worker thread (service/scheduling/worker.py) share: the
 bounded `JobQueue` and the flags guarded by one `threading.Condition`, the decode batch, the outbox and the
-waiters. The loop queues jobs (`enqueue`), withdraws those whose callers gave up (`abandon`), drains and
-stops the thread, and answers callers itself when a model run is stuck (`fail_if_stuck`, `abort`); it never
-waits on inference. The thread's loop is `Worker._run`.
+waiters. The loop queues jobs (`enqueue`), withdraws those whose callers gave up (`abandon`), drains and stops
+the thread, and answers callers itself when a model run is stuck (`fail_if_stuck`, `abort`); it never waits on
+inference. The thread's loop is `Worker._run`.
 """
 
 from __future__ import annotations

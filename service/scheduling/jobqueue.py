@@ -1,17 +1,14 @@
 """The inference worker's bounded FIFO of queued texts, and the rule for who joins the batch next.
 
-A `JobQueue` holds `Job`s (service/scheduling/jobs.py) in arrival order and counts their rows. It has no
-lock of its own: the worker (service/scheduling/worker.py) calls it under its condition's lock. `take`
-pops the jobs that may join the decode batch now: FIFO while their rows fit (newcomers of mixed
-lengths may join together: the batch encodes them in groups of similar length,
-service/runtime/decoding/encode_groups.py). With a token budget (`--max-batch-tokens`), newcomers join
-only while the batch's tokens (every row's source plus what it has decoded,
-service/runtime/decoding/batch.py `DecodeBatch.tokens`) and theirs (source x beam rows) stay within it; into
-an
-empty batch the head joins whatever its length. The first job that may not join waits at the head of
-the queue; nobody overtakes it, and the texts of one request (`joins_previous`) are never separated.
-Jobs whose deadline passed while queued leave with DeadlineExceeded.
-"""
+A `JobQueue` holds `Job`s (service/scheduling/jobs.py) in arrival order and counts their rows. It has no lock
+of its own: the worker (service/scheduling/worker.py) calls it under its condition's lock. `take` pops the
+jobs that may join the decode batch now: FIFO while their rows fit (newcomers of mixed lengths may join
+together: the batch encodes them in groups of similar length, service/runtime/decoding/encode_groups.py). With
+a token budget (`--max-batch-tokens`), newcomers join only while the batch's tokens (every row's source plus
+what it has decoded, service/runtime/decoding/batch.py `DecodeBatch.tokens`) and theirs (source x beam rows)
+stay within it; into an empty batch the head joins whatever its length. The first job that may not join waits
+at the head of the queue; nobody overtakes it, and the texts of one request (`joins_previous`) are never
+separated. Jobs whose deadline passed while queued leave with DeadlineExceeded."""
 
 from __future__ import annotations
 

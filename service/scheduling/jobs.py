@@ -1,12 +1,12 @@
 """A text in flight between the event loop and the inference worker, and what it comes back as.
 
-A `Job` is created on the event loop (service/scheduling/scheduler.py), queued to and driven by
-the worker thread (service/scheduling/worker.py), and answered through its sink: an asyncio
-Future (submit) or an asyncio.Queue of events (stream). The worker collects what it has for its
-jobs in an `Outbox`, sent once per iteration as one post to the `Mailbox` of each event loop,
-which wakes its loop with `loop.call_soon_threadsafe` only when the loop has nothing pending from it: items
-posted while a wake-up is pending ride along (fewer self-pipe writes and GIL handoffs when the
-loop lags behind the decode loop). Asyncio objects are only ever touched by their own loop.
+A `Job` is created on the event loop (service/scheduling/scheduler.py), queued to and driven by the worker
+thread (service/scheduling/worker.py), and answered through its sink: an asyncio Future (submit) or an
+asyncio.Queue of events (stream). The worker collects what it has for its jobs in an `Outbox`, sent once per
+iteration as one post to the `Mailbox` of each event loop, which wakes its loop with
+`loop.call_soon_threadsafe` only when the loop has nothing pending from it: items posted while a wake-up is
+pending ride along (fewer self-pipe writes and GIL handoffs when the loop lags behind the decode loop).
+Asyncio objects are only ever touched by their own loop.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """How the scheduler behaves: its settings, and the admission policy of each batching mode.
 
-The worker (service/scheduling/worker.py) asks its policy, once per round, how many queued texts
-may join the decode batch now; the policy sees only a `QueueView` and answers an `Admission`.
-Who exactly joins is the JobQueue's FIFO rule (rows, token budget). Policies
-are plain objects passed down to the worker: nothing calls back up to the scheduler.
+The worker (service/scheduling/worker.py) asks its policy, once per round, how many queued texts may join the
+decode batch now; the policy sees only a `QueueView` and answers an `Admission`. Who exactly joins is the
+JobQueue's FIFO rule (rows, token budget). Policies are plain objects passed down to the worker: nothing calls
+back up to the scheduler.
 
 - `NoBatching` (none): one text at a time, decoded to completion.
 - `DynamicBatching` (dynamic, Triton-style): when the batch is empty, wait until max_batch_size

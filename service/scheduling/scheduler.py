@@ -12,29 +12,24 @@ API (used by the gRPC servicers)::
     sched.healthy, sched.state, sched.queue_depth, sched.active_sequences
     sched.fail_if_stuck()                   # polled by the server: stuck worker -> callers get UNAVAILABLE
 
-`deadline` is an absolute `time.monotonic()` value or None. `submit` resolves the options once
-against the `RequestLimits` (service/domain/limits.py; the languages of a many-to-many model too:
-the source's language prefix, the forced first token), tokenizes and validates before queueing,
-and raises InvalidInput (also for a beam wider than max_batch_size or more texts than
-queue_size), NotReady (not started), QueueFull (the bounded queue counts queued texts; a request
-is queued whole or not at all), ShuttingDown, DeadlineExceeded, BatchFailed (its batch failed; the
-worker keeps going). If one text of a submit fails, the others are withdrawn. If the awaiting
-task is cancelled (the gRPC client cancelled), CancelledError propagates and the texts leave the
-queue or the batch, freeing their rows; `stream` does the same when the iterator is closed early.
-Streaming forces `DecodeOptions.stream` (greedy only), and its events come from the same decode
-loop as everything else. `score` validates its pairs (service/runtime/decoding/scoring.py) and queues one job
-per
+`deadline` is an absolute `time.monotonic()` value or None. `submit` resolves the options once against the
+`RequestLimits` (service/domain/limits.py; the languages of a many-to-many model too: the source's language
+prefix, the forced first token), tokenizes and validates before queueing, and raises InvalidInput (also for a
+beam wider than max_batch_size or more texts than queue_size), NotReady (not started), QueueFull (the bounded
+queue counts queued texts; a request is queued whole or not at all), ShuttingDown, DeadlineExceeded,
+BatchFailed (its batch failed; the worker keeps going). If one text of a submit fails, the others are
+withdrawn. If the awaiting task is cancelled (the gRPC client cancelled), CancelledError propagates and the
+texts leave the queue or the batch, freeing their rows; `stream` does the same when the iterator is closed
+early. Streaming forces `DecodeOptions.stream` (greedy only), and its events come from the same decode loop as
+everything else. `score` validates its pairs (service/runtime/decoding/scoring.py) and queues one job per
 pair, admitted, timed out, withdrawn and drained as a text is; the worker scores them by forced decoding.
 
-`max_batch_size` counts rows in every mode: a beam-k text takes k rows. Modes differ only in
-their admission policy (service/scheduling/policies.py); FIFO in all of them, nobody overtakes
-the head; texts of mixed lengths joining together are encoded in groups of similar length
-(service/runtime/decoding/encode_groups.py). With `max_batch_tokens` (0 = none; the server's default is a
-budget) texts
-also join only while the batch's rows hold at most that many tokens, source plus decoded so far;
-into an empty batch the head of the queue joins whatever its length. All modes return the same
-tokens as `runner.translate([text])`.
-"""
+`max_batch_size` counts rows in every mode: a beam-k text takes k rows. Modes differ only in their admission
+policy (service/scheduling/policies.py); FIFO in all of them, nobody overtakes the head; texts of mixed
+lengths joining together are encoded in groups of similar length (service/runtime/decoding/encode_groups.py).
+With `max_batch_tokens` (0 = none; the server's default is a budget) texts also join only while the batch's
+rows hold at most that many tokens, source plus decoded so far; into an empty batch the head of the queue
+joins whatever its length. All modes return the same tokens as `runner.translate([text])`."""
 
 from __future__ import annotations
 

@@ -1,25 +1,23 @@
 """The inference worker thread behind a Scheduler: one loop of schedule -> execute -> update.
 
-One thread owns a `DecodeBatch` and is the only one to call `add` / `step` / `cancel` / `clear`.
-The event loop hands it `Job`s (one per text) through a bounded `JobQueue` guarded by a
-`threading.Condition`; the worker sends token events, results and errors back through one
-`Mailbox` per event loop (service/scheduling/jobs.py: at most one `loop.call_soon_threadsafe`
-pending), which resolves each job's asyncio Future (submit) or feeds its asyncio.Queue (stream).
-The loop never waits on inference; the worker never touches asyncio objects. What the loop calls
-(enqueue, abandon, drain, stop, the watchdog's answers) is `WorkerControl` (service/scheduling/control.py).
+One thread owns a `DecodeBatch` and is the only one to call `add` / `step` / `cancel` / `clear`. The event
+loop hands it `Job`s (one per text) through a bounded `JobQueue` guarded by a `threading.Condition`; the
+worker sends token events, results and errors back through one `Mailbox` per event loop
+(service/scheduling/jobs.py: at most one `loop.call_soon_threadsafe` pending), which resolves each job's
+asyncio Future (submit) or feeds its asyncio.Queue (stream). The loop never waits on inference; the worker
+never touches asyncio objects. What the loop calls (enqueue, abandon, drain, stop, the watchdog's answers) is
+`WorkerControl` (service/scheduling/control.py).
 
-Each round: **schedule** (under the lock: take the jobs whose callers gave up, ask the admission
-policy (service/scheduling/policies.py) how many queued texts may join, and let the queue pick
-them: FIFO while rows fit and the batch stays within its token budget), **execute** (outside the
-lock: cancel given-up and expired jobs, encode the newcomers with `batch.add`, run one decoder step
-with `batch.step`), **update** (turn
-the step's events into deliveries and send them). Score jobs (`ScoreRequest`s) are admitted by the
-same queue and policy, a pair taking a row like a greedy text, but never join the decode batch: the
-newcomers of a round that are score jobs are scored at once by forced decoding (the `Scorer`,
-service/runtime/decoding/scoring.py: one encoder and one decoder run per chunk) before the decode step, and
-answered in the same round. An exception in add/step fails only the jobs of
-that batch with BatchFailed (`batch.clear()`), and the loop goes on. Idle waits use the condition
-with a timeout: no busy waiting.
+Each round: **schedule** (under the lock: take the jobs whose callers gave up, ask the admission policy
+(service/scheduling/policies.py) how many queued texts may join, and let the queue pick them: FIFO while rows
+fit and the batch stays within its token budget), **execute** (outside the lock: cancel given-up and expired
+jobs, encode the newcomers with `batch.add`, run one decoder step with `batch.step`), **update** (turn the
+step's events into deliveries and send them). Score jobs (`ScoreRequest`s) are admitted by the same queue and
+policy, a pair taking a row like a greedy text, but never join the decode batch: the newcomers of a round that
+are score jobs are scored at once by forced decoding (the `Scorer`, service/runtime/decoding/scoring.py: one
+encoder and one decoder run per chunk) before the decode step, and answered in the same round. An exception in
+add/step fails only the jobs of that batch with BatchFailed (`batch.clear()`), and the loop goes on. Idle
+waits use the condition with a timeout: no busy waiting.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Score (service/runtime/decoding/scoring.py) against its oracles: the teacher-forced log-probs of the tiny
-model in
-PyTorch, and of tiny imported Marian and M2M100 checkpoints in transformers (log_softmax of the logits with
-decoder_input_ids = [decoder start, (forced language), target ids], labels = target ids + eos), within
-1e-5 in fp32, in both KV-cache layouts; the target ids are the checkpoint tokenizer's."""
+model in PyTorch, and of tiny imported Marian and M2M100 checkpoints in transformers (log_softmax of the
+logits with decoder_input_ids = [decoder start, (forced language), target ids], labels = target ids + eos),
+within 1e-5 in fp32, in both KV-cache layouts; the target ids are the checkpoint tokenizer's."""
 
 from __future__ import annotations
 

@@ -1,15 +1,13 @@
 """The error-mapping and metrics layer around every RPC of the server (a grpc.aio interceptor).
 
 Handlers raise domain exceptions; this layer turns them into gRPC statuses with the one table of
-service/api/status.py and records `metrics.observe_request(method, code, seconds, "grpc",
-model, version)` once per call, for every service (translator, KServe v2, ModelMesh, health,
-reflection): model and version are what the repository resolved while the call ran
-(`metrics.start_request` / `served_by`; a stream's requests run in tasks that share its labels, the
-last one resolved stands). A status a handler
-set itself (`context.abort`, or `set_code` before raising, as generated base classes do for
-UNIMPLEMENTED) is kept. With restricted protocol groups (service/api/restrictions.py `Gate`), a call of a
-restricted group whose metadata lacks the header is answered UNAVAILABLE before its handler runs (and
-counted as such), as Triton answers it.
+service/api/status.py and records `metrics.observe_request(method, code, seconds, "grpc", model, version)`
+once per call, for every service (translator, KServe v2, ModelMesh, health, reflection): model and version are
+what the repository resolved while the call ran (`metrics.start_request` / `served_by`; a stream's requests
+run in tasks that share its labels, the last one resolved stands). A status a handler set itself
+(`context.abort`, or `set_code` before raising, as generated base classes do for UNIMPLEMENTED) is kept. With
+restricted protocol groups (service/api/restrictions.py `Gate`), a call of a restricted group whose metadata
+lacks the header is answered UNAVAILABLE before its handler runs (and counted as such), as Triton answers it.
 """
 
 from __future__ import annotations

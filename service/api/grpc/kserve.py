@@ -1,12 +1,12 @@
 """The KServe v2 / Triton `inference.GRPCInferenceService` servicer: protobuf <-> the calls of
 service/dataplane/calls.py, nothing more.
 
-Requests become plain KServe v2 data (service/dataplane/kserve.py: TEXT in, TRANSLATION out, or TARGET
-scored given TEXT; parameters as plain values), answers and Triton's documents (metadata, model
-configuration, statistics: service/dataplane/triton.py) go back as messages. Errors are domain exceptions
-mapped by service/api/grpc/interceptor.py; inside ModelStreamInfer they travel as `error_message`, prefixed
-with the request id as Triton does, and the stream goes on. Shared-memory, trace and log RPCs answer
-UNIMPLEMENTED (from the generated base class).
+Requests become plain KServe v2 data (service/dataplane/kserve.py: TEXT in, TRANSLATION out, or TARGET scored
+given TEXT; parameters as plain values), answers and Triton's documents (metadata, model configuration,
+statistics: service/dataplane/triton.py) go back as messages. Errors are domain exceptions mapped by
+service/api/grpc/interceptor.py; inside ModelStreamInfer they travel as `error_message`, prefixed with the
+request id as Triton does, and the stream goes on. Shared-memory, trace and log RPCs answer UNIMPLEMENTED
+(from the generated base class).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from service.dataplane.calls import DataPlane
 log = logging.getLogger(__name__)
 
 MAX_ECHOED_ID_CHARS = 256  # a request id quoted in an in-stream error message
+STREAM_ANSWERS = 64  # answers of a ModelStreamInfer call waiting for the client to read them, at most
 
 
 def _value(parameter: Message) -> Any:
@@ -164,16 +165,17 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: aio.ServicerContext
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
         """Requests of the stream run concurrently; each response (or error) is sent when it is ready."""
-        answers: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
+        # bounded: a client that stops reading stops the requests' producers (backpressure), not memory
+        answers: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue(STREAM_ANSWERS)
         deadline = deadline_of(context)
 
         async def answer(request: pb.ModelInferRequest) -> None:
             """Run one request and queue its responses, or its error message."""
             try:
                 async for response in self.plane.infer_stream(infer_request(request), deadline):
-                    answers.put_nowait(pb.ModelStreamInferResponse(infer_response=infer_response(response)))
+                    await answers.put(pb.ModelStreamInferResponse(infer_response=infer_response(response)))
             except Exception as exc:  # noqa: BLE001 - errors travel inside the stream
-                answers.put_nowait(stream_error(request, exc))
+                await answers.put(stream_error(request, exc))
 
         async def read_all() -> None:
             """Start a task per request (at most stream_slots at once), wait for all of them, mark the end."""
@@ -197,7 +199,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             finally:
                 for task in tasks:
                     task.cancel()
-                answers.put_nowait(None)
+                current = asyncio.current_task()
+                if current is None or not current.cancelling():  # cancelled: nobody reads the end mark
+                    await answers.put(None)
 
         reader = asyncio.create_task(read_all())
         try:

@@ -1,20 +1,19 @@
 """The HTTP/REST server: an aiohttp application on the gRPC server's event loop.
 
-Why aiohttp: a mature asyncio HTTP/1.1 server that runs inside an already running loop (grpc.aio's)
-with no second loop, thread or process, streams responses (server-sent events) and cancels a
-handler when its client disconnects (`handler_cancellation`), which is how a gone client's rows
-leave the batch. uvicorn with starlette would bring ASGI and its own server lifecycle for the same.
+Why aiohttp: a mature asyncio HTTP/1.1 server that runs inside an already running loop (grpc.aio's) with no
+second loop, thread or process, streams responses (server-sent events) and cancels a handler when its client
+disconnects (`handler_cancellation`), which is how a gone client's rows leave the batch. uvicorn with
+starlette would bring ASGI and its own server lifecycle for the same.
 
-Limits: a body is at most `max_body_bytes` (the gRPC message limit, --max-message-bytes; 413
-beyond) and must arrive within `read_timeout_s` (--http-read-timeout-s; 408 after, and the
-connection closes once aiohttp's lingering close, at most LINGER_S and no longer than the read timeout,
-has read what follows). The same
-time bounds a request's headers: aiohttp's keep-alive timeout, which closes a connection whose next
-request has not arrived in full that long after it opened or after its last answer (a slowloris
-sending headers byte by byte included: bytes do not extend it). Request lines and header fields are
-at most HEADER_BYTES. TLS (and mutual TLS) uses the gRPC server's certificate, key and client CA.
-Restricted API groups (--http-restricted-api, service/api/restrictions.py): the `restrict` middleware
-answers a request of a restricted route without its header 403, as Triton does, before its body is read.
+Limits: a body is at most `max_body_bytes` (the gRPC message limit, --max-message-bytes; 413 beyond) and must
+arrive within `read_timeout_s` (--http-read-timeout-s; 408 after, and the connection closes once aiohttp's
+lingering close, at most LINGER_S and no longer than the read timeout, has read what follows). The same time
+bounds a request's headers: aiohttp's keep-alive timeout, which closes a connection whose next request has not
+arrived in full that long after it opened or after its last answer (a slowloris sending headers byte by byte
+included: bytes do not extend it). Request lines and header fields are at most HEADER_BYTES. TLS (and mutual
+TLS) uses the gRPC server's certificate, key and client CA. Restricted API groups (--http-restricted-api,
+service/api/restrictions.py): the `restrict` middleware answers a request of a restricted route without its
+header 403, as Triton does, before its body is read.
 """
 
 from __future__ import annotations

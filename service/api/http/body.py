@@ -1,10 +1,9 @@
 """Request bodies of the HTTP server: a size limit, a time limit, strict JSON.
 
-Every failure is the client's and says why: a body larger than the limit is 413 before it is read
-(its Content-Length) or as soon as it passes the limit; a body that does not arrive in full within
-`timeout_s` (slow, or shorter than its Content-Length on an open connection) is 408 and its
-connection is closed; a body the client cut short, malformed JSON and JSON of the wrong shape are
-InvalidInput (400).
+Every failure is the client's and says why: a body larger than the limit is 413 before it is read (its
+Content-Length) or as soon as it passes the limit; a body that does not arrive in full within `timeout_s`
+(slow, or shorter than its Content-Length on an open connection) is 408 and its connection is closed; a body
+the client cut short, malformed JSON and JSON of the wrong shape are InvalidInput (400).
 """
 
 from __future__ import annotations

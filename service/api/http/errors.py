@@ -1,15 +1,15 @@
 """Errors and metrics of every HTTP request: one middleware around all handlers.
 
-Handlers raise domain exceptions (InvalidInput, UnknownModel, QueueFull, ...) as the gRPC servicers
-do; this middleware answers them as JSON `{"error": "..."}` with the HTTP status of the one table
-(service/api/status.py `http_status_of`), and records `metrics.observe_request(method, code,
-seconds, "http")` once per request, the code being the table's gRPC name ("OK", "INVALID_ARGUMENT",
-...) so that the error-ratio rules read both protocols alike. The method label is the route's path
-pattern ("/v2/models/{model}/infer", ...): unknown paths share one label, so clients cannot grow
-the series. The model and version labels are what the repository resolved for the request, else
-the repository's label of the URL's model and version (MODEL_LABEL_KEY: a request refused before it
-reached the repository, a malformed body say); names the repository lacks share one label.
-aiohttp's own refusals (no such route, wrong method, a body over the size limit) come as JSON too.
+Handlers raise domain exceptions (InvalidInput, UnknownModel, QueueFull, ...) as the gRPC servicers do; this
+middleware answers them as JSON `{"error": "..."}` with the HTTP status of the one table
+(service/api/status.py `http_status_of`), and records `metrics.observe_request(method, code, seconds, "http")`
+once per request, the code being the table's gRPC name ("OK", "INVALID_ARGUMENT", ...) so that the error-ratio
+rules read both protocols alike. The method label is the route's path pattern ("/v2/models/{model}/infer",
+...): unknown paths share one label, so clients cannot grow the series. The model and version labels are what
+the repository resolved for the request, else the repository's label of the URL's model and version
+(MODEL_LABEL_KEY: a request refused before it reached the repository, a malformed body say); names the
+repository lacks share one label. aiohttp's own refusals (no such route, wrong method, a body over the size
+limit) come as JSON too.
 """
 
 from __future__ import annotations

@@ -4,14 +4,14 @@
 `{"model_name", "model_version", "text_output"}`. `.../generate_stream` answers `text/event-stream;
 charset=utf-8`: one server-sent event `data: {"model_name", "model_version", "text_output": <piece>}` per
 piece of text as it is decoded (greedy decoding or sampling; the pieces join into the translation; with
-beam_size > 1 one event with the whole best translation, known only at the end). A request that fails
-before its first event gets a JSON error with its HTTP status; an error after it comes inside the stream as
-`data: {"error": "..."}`, as the extension says, and ends it. A client that disconnects cancels its
-request: its rows leave the batch.
+beam_size > 1 one event with the whole best translation, known only at the end). A request that fails before
+its first event gets a JSON error with its HTTP status; an error after it comes inside the stream as `data:
+{"error": "..."}`, as the extension says, and ends it. A client that disconnects cancels its request: its rows
+leave the batch.
 
-Parameters (in `parameters`, or as other properties of the request object, as the extension allows) are
-the options of docs/api.md, read by service/dataplane/parameters.py as for every protocol; an unknown name
-is refused. generate also takes `n_best`, `return_alternatives`, `return_scores`, `return_alignment` and
+Parameters (in `parameters`, or as other properties of the request object, as the extension allows) are the
+options of docs/api.md, read by service/dataplane/parameters.py as for every protocol; an unknown name is
+refused. generate also takes `n_best`, `return_alternatives`, `return_scores`, `return_alignment` and
 `return_tokens`: with any of them the answer gains `"hypotheses"` (each with `"text"`, `"token_ids"`,
 `"finish_reason"`, and `"score"` / `"log_prob"`, `"alignment"`, `"tokens"` as asked), `"source_token_ids"`
 (with alignment or tokens), `"source_tokens"` (with tokens), and with several hypotheses `"text_outputs"`.

@@ -2,10 +2,10 @@
 
 Body: `{"source": "...", "target": "..."}` for one pair, or `{"sources": [...], "targets": [...]}`, and
 optionally `"parameters": {"return_alignment": bool, "return_tokens": bool, "source_language": "en",
-"target_language": "de", "timeout": µs}` (or these as other properties of the body). Answer:
-`{"model_name", "model_version", "results": [{"token_ids", "log_probs", "log_prob", "score",
-"end_token_scored"}, ...]}` in pair order, each result with `"alignment"` (rows over `"source_token_ids"`)
-and `"tokens"` / `"source_tokens"` when asked: the translator.v1 Score RPC's fields (docs/api.md).
+"target_language": "de", "timeout": µs}` (or these as other properties of the body). Answer: `{"model_name",
+"model_version", "results": [{"token_ids", "log_probs", "log_prob", "score", "end_token_scored"}, ...]}` in
+pair order, each result with `"alignment"` (rows over `"source_token_ids"`) and `"tokens"` / `"source_tokens"`
+when asked: the translator.v1 Score RPC's fields (docs/api.md).
 """
 
 from __future__ import annotations

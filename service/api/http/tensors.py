@@ -3,11 +3,11 @@
 A JSON inference request (`{"id", "parameters", "inputs": [{"name", "shape", "datatype", "parameters",
 "data"}], "outputs": [{"name", "parameters"}]}`) becomes an InferRequest: JSON `data` becomes the tensor's
 elements, and with Triton's binary tensor data extension (the JSON header's length in
-`Inference-Header-Content-Length`, each binary input's size in its `binary_data_size` parameter, the
-inputs' bytes after the header in order) its raw contents. The data plane then checks them exactly as for
-gRPC. The response goes back as JSON `data`, or as binary data after a JSON header when the request asks
-(`binary_data_output`, or an output's `binary_data`). Every rejection is an InvalidTensor (400) that says
-what was wrong.
+`Inference-Header-Content-Length`, each binary input's size in its `binary_data_size` parameter, the inputs'
+bytes after the header in order) its raw contents. The data plane then checks them exactly as for gRPC. The
+response goes back as JSON `data`, or as binary data after a JSON header when the request asks
+(`binary_data_output`, or an output's `binary_data`). Every rejection is an InvalidTensor (400) that says what
+was wrong.
 """
 
 from __future__ import annotations

@@ -1,30 +1,29 @@
 """Backends: how a DecodeBatch runs the encoder and decoder graphs and where its KV cache lives.
 
-Each backend has a `memory` (service/runtime/cache/devicemem.py) that holds the cache tensors and copies
-their rows; the KV caches (service/runtime/cache/kvcache.py) restructure themselves through it only.
+Each backend has a `memory` (service/runtime/cache/devicemem.py) that holds the cache tensors and copies their
+rows; the KV caches (service/runtime/cache/kvcache.py) restructure themselves through it only.
 
-`HostBackend` (CPU provider): the cache is numpy arrays in host memory (`HostArrays`); an in-place
-decoder (export/lowering/inplace.py) runs through a `DecoderBinding` that binds each cache array as its own
-past input and present output, so ONNX Runtime writes the new column into it and nothing is copied.
+`HostBackend` (CPU provider): the cache is numpy arrays in host memory (`HostArrays`); an in-place decoder
+(export/lowering/inplace.py) runs through a `DecoderBinding` that binds each cache array as its own past input
+and present output, so ONNX Runtime writes the new column into it and nothing is copied.
 
-`IoBindingBackend` (CUDA provider): the cache is device OrtValues (`DeviceMemory`) and never goes
-through host memory. The encoder's cross-attention K/V are bound as device outputs and copied
-into the cache on the device; each decoder step binds the small inputs (ids, positions, lengths,
-masks) from host memory and the cache tensors (views of the first n_rows rows of buffers with
-spare rows) as device OrtValues. With an in-place decoder each self-attention cache view is bound
-as its own `present.*` output too, so the decoder writes the new column into it; otherwise every
-`present.*` output is bound to the device and the OrtValues ORT allocates become the next past.
-Rows joining or leaving, compaction and beam reordering are device-to-device row copies; only
-log-probs, cross-attention weights and the log-normalizer come back to the host. The Runner selects
-it only when the CUDA provider is really active (or when asked to, which the tests do on the CPU
-device to exercise the binding and device-memory logic).
+`IoBindingBackend` (CUDA provider): the cache is device OrtValues (`DeviceMemory`) and never goes through host
+memory. The encoder's cross-attention K/V are bound as device outputs and copied into the cache on the device;
+each decoder step binds the small inputs (ids, positions, lengths, masks) from host memory and the cache
+tensors (views of the first n_rows rows of buffers with spare rows) as device OrtValues. With an in-place
+decoder each self-attention cache view is bound as its own `present.*` output too, so the decoder writes the
+new column into it; otherwise every `present.*` output is bound to the device and the OrtValues ORT allocates
+become the next past. Rows joining or leaving, compaction and beam reordering are device-to-device row copies;
+only log-probs, cross-attention weights and the log-normalizer come back to the host. The Runner selects it
+only when the CUDA provider is really active (or when asked to, which the tests do on the CPU device to
+exercise the binding and device-memory logic).
 
 Every run first calls the backend's `fault_hook` (tests inject failures and stalls through it).
 
-`decode` returns (log-probs, cross-attention, presents, log-normalizer): the last is the logsumexp of
-the step's logits, float32 (n_rows, new_len), so that logits = log-probs + normalizer[..., None]
-(`interface/names.py` `LOG_NORMALIZER`), or None where the bundle's decoder was exported before that
-output existed (`has_normalizer` False); such a bundle runs exactly as before.
+`decode` returns (log-probs, cross-attention, presents, log-normalizer): the last is the logsumexp of the
+step's logits, float32 (n_rows, new_len), so that logits = log-probs + normalizer[..., None]
+(`interface/names.py` `LOG_NORMALIZER`), or None where the bundle's decoder was exported before that output
+existed (`has_normalizer` False); such a bundle runs exactly as before.
 """
 
 from __future__ import annotations

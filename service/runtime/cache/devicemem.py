@@ -1,37 +1,34 @@
 """Where the KV cache lives and how its rows are copied: numpy arrays on the host, OrtValues on a device.
 
-Both implement `Memory`: zeroed (or uninitialised) buffers, a view of a buffer's first rows, and
-`copy_rows`, which does `dst[dst_rows, :, :cols] = src[src_rows, :, src_col:src_col + cols]` on
-(rows, H, L, Dh) tensors with numpy's gather semantics (the right side is read first, so dst and
-src may be the same buffer, as in a beam reorder). Every restructuring of the cache (rows joining
-or leaving, compaction, beam reordering, cross-attention writes, a new source length) is one
-`copy_rows` per tensor.
+Both implement `Memory`: zeroed (or uninitialised) buffers, a view of a buffer's first rows, and `copy_rows`,
+which does `dst[dst_rows, :, :cols] = src[src_rows, :, src_col:src_col + cols]` on (rows, H, L, Dh) tensors
+with numpy's gather semantics (the right side is read first, so dst and src may be the same buffer, as in a
+beam reorder). Every restructuring of the cache (rows joining or leaving, compaction, beam reordering,
+cross-attention writes, a new source length) is one `copy_rows` per tensor.
 
 `HostArrays` (the CPU provider's HostBackend): numpy indexing.
 
-`DeviceMemory` (the IO-binding backend: "cuda", or "cpu" in the tests): buffers are OrtValues
-that ONNX Runtime allocates, and nothing goes through host memory but a zero tensor that new
-buffers are filled from (uploaded once per dtype, again only when a larger one is needed, at most
-ZERO_CHUNK elements).
+`DeviceMemory` (the IO-binding backend: "cuda", or "cpu" in the tests): buffers are OrtValues that ONNX
+Runtime allocates, and nothing goes through host memory but a zero tensor that new buffers are filled from
+(uploaded once per dtype, again only when a larger one is needed, at most ZERO_CHUNK elements).
 
-Views. Elements [a, b) of a C-contiguous OrtValue, as an OrtValue over the same memory: ORT's own
-DLPack capsule of the buffer (`OrtValue.__dlpack__`) with its data pointer moved by a * itemsize
-and its shape replaced, consumed by `OrtValue.from_dlpack`. ORT copies the shape, ignores
-byte_offset, and maps kDLCUDA to the NVIDIA-vendor device of its own CUDA allocations. The
-capsule's DLManagedTensor holds an OrtValue of the buffer, released by its deleter when the view
-dies: a view keeps its buffer alive, bindings that hold it included, with no Python callback.
+Views. Elements [a, b) of a C-contiguous OrtValue, as an OrtValue over the same memory: ORT's own DLPack
+capsule of the buffer (`OrtValue.__dlpack__`) with its data pointer moved by a * itemsize and its shape
+replaced, consumed by `OrtValue.from_dlpack`. ORT copies the shape, ignores byte_offset, and maps kDLCUDA to
+the NVIDIA-vendor device of its own CUDA allocations. The capsule's DLManagedTensor holds an OrtValue of the
+buffer, released by its deleter when the view dies: a view keeps its buffer alive, bindings that hold it
+included, with no Python callback.
 
-Copies. `copy_rows` cuts the rows into contiguous pieces (runs of whole rows when every column is
-copied, else one piece per row and head), each a pair of 1-D views, all copied by one call:
-`onnxruntime.copy_tensors` on a device (device to device). With stream None, ORT's CUDA data
-transfer follows a device-to-device cudaMemcpy with cudaStreamSynchronize on the default stream,
-so the copy is complete when it returns; a session run ends with its stream synchronised
-(unless the run option disable_synchronize_execution_providers is set); so the runs and copies of
-one thread are ordered without further synchronisation. ORT's environment has no CPU -> CPU data
-transfer (copy_tensors raises), so on the "cpu" device each pair is a memmove. Where copy_tensors
-cannot copy on the device, even after the CUDA provider library is registered with ORT's
-environment, the pairs go through host memory (a warning says so). An in-place copy whose
-destination rows are also source rows is gathered through a temporary first.
+Copies. `copy_rows` cuts the rows into contiguous pieces (runs of whole rows when every column is copied, else
+one piece per row and head), each a pair of 1-D views, all copied by one call: `onnxruntime.copy_tensors` on a
+device (device to device). With stream None, ORT's CUDA data transfer follows a device-to-device cudaMemcpy
+with cudaStreamSynchronize on the default stream, so the copy is complete when it returns; a session run ends
+with its stream synchronised (unless the run option disable_synchronize_execution_providers is set); so the
+runs and copies of one thread are ordered without further synchronisation. ORT's environment has no CPU -> CPU
+data transfer (copy_tensors raises), so on the "cpu" device each pair is a memmove. Where copy_tensors cannot
+copy on the device, even after the CUDA provider library is registered with ORT's environment, the pairs go
+through host memory (a warning says so). An in-place copy whose destination rows are also source rows is
+gathered through a temporary first.
 """
 
 from __future__ import annotations

@@ -1,36 +1,34 @@
-"""The decoder's KV caches: the self-attention cache in the two layouts a bundle's decoder can take,
-and the cross-attention K/V.
+"""The decoder's KV caches: the self-attention cache in the two layouts a bundle's decoder can take, and the
+cross-attention K/V.
 
 Both are row-indexed like the rest of a DecodeBatch (service/runtime/decoding/batch.py): `grow` appends hole
-rows, `start` gives rows to new requests, `free` turns rows into holes, `keep` drops or gathers
-rows, `reorder` copies parent rows over child rows (beam search). `feeds` are the step's inputs
-that depend on the layout, `past` the cache tensors to bind, `advance` takes the step's result.
+rows, `start` gives rows to new requests, `free` turns rows into holes, `keep` drops or gathers rows,
+`reorder` copies parent rows over child rows (beam search). `feeds` are the step's inputs that depend on the
+layout, `past` the cache tensors to bind, `advance` takes the step's result.
 
-Every tensor lives in the backend's memory (service/runtime/cache/devicemem.py: numpy arrays on the
-host, OrtValues on a device) and is restructured only through it (zeroed buffers, views of the
-first rows, row copies), so the same code runs on both and a device cache never goes through
-host memory.
+Every tensor lives in the backend's memory (service/runtime/cache/devicemem.py: numpy arrays on the host,
+OrtValues on a device) and is restructured only through it (zeroed buffers, views of the first rows, row
+copies), so the same code runs on both and a device cache never goes through host memory.
 
-`ConcatCache` (kv_cache "concat"): per layer K and V (n_rows, H, L, Dh). Every run returns
-past ++ one new column for every row. Row r owns columns [start[r], L); earlier columns (a former
-occupant, or time before r joined) are hidden by `attention_mask` (n_rows, L + 1), and its new
-token gets `position_ids` = L - start[r], so rows of different ages share one run. When every
-live row starts at column >= c and c >= L / 4, columns [0, c) are dropped. Growing, gathering
-rows and dropping columns copy into new tensors; a beam reorder copies rows in place.
+`ConcatCache` (kv_cache "concat"): per layer K and V (n_rows, H, L, Dh). Every run returns past ++ one new
+column for every row. Row r owns columns [start[r], L); earlier columns (a former occupant, or time before r
+joined) are hidden by `attention_mask` (n_rows, L + 1), and its new token gets `position_ids` = L - start[r],
+so rows of different ages share one run. When every live row starts at column >= c and c >= L / 4, columns [0,
+c) are dropped. Growing, gathering rows and dropping columns copy into new tensors; a beam reorder copies rows
+in place.
 
-`InplaceCache` (kv_cache "inplace", export/lowering/inplace.py): per layer K and V in a buffer
-(capacity, H, columns, Dh) that the decoder updates in place (the same memory is bound as past
-and present, so no cache byte is copied per step). Row r holds its own `length[r]` tokens at
-columns [0, length[r]); the decoder reads `seqlens_k` = length (so the new token lands at column
-length[r]) and nothing beyond. A new occupant just starts at length 0: no mask, no copy.
-Rows are views of the first n_rows of the buffer, which doubles its capacity (up to the batch's
-max_rows) when it must grow; its columns are a multiple of 32 (at most max_len) that grows when a
-row needs more (in `feeds`, one copy) and shrinks back when the batch empties, so that a copy of the
-cache costs what the rows hold, not max_len. Buffers are kept when the batch empties.
+`InplaceCache` (kv_cache "inplace", export/lowering/inplace.py): per layer K and V in a buffer (capacity, H,
+columns, Dh) that the decoder updates in place (the same memory is bound as past and present, so no cache byte
+is copied per step). Row r holds its own `length[r]` tokens at columns [0, length[r]); the decoder reads
+`seqlens_k` = length (so the new token lands at column length[r]) and nothing beyond. A new occupant just
+starts at length 0: no mask, no copy. Rows are views of the first n_rows of the buffer, which doubles its
+capacity (up to the batch's max_rows) when it must grow; its columns are a multiple of 32 (at most max_len)
+that grows when a row needs more (in `feeds`, one copy) and shrinks back when the batch empties, so that a
+copy of the cache costs what the rows hold, not max_len. Buffers are kept when the batch empties.
 
-`CrossCache`: the cross-attention K/V that the encoder computed for each row's request, kept
-the same way (views of buffers with spare rows), so that requests joining and leaving at the end
-of the batch copy nothing; a joining request's rows are copied from the encoder's output.
+`CrossCache`: the cross-attention K/V that the encoder computed for each row's request, kept the same way
+(views of buffers with spare rows), so that requests joining and leaving at the end of the batch copy nothing;
+a joining request's rows are copied from the encoder's output.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 (`ActiveRequest`), and the active requests grouped by what a step does with them (`StepGroups`).
 
 Rows, options and searches are defined in service/runtime/decoding/batch.py, search.py and controls.py; this
-module only holds them together. A greedy request (one row, argmax or sampling) is advanced with the
-others in one vectorised pick; a beam request, or one asking for alternatives, by its own search, which
-picks each of its rows' parent and token.
+module only holds them together. A greedy request (one row, argmax or sampling) is advanced with the others in
+one vectorised pick; a beam request, or one asking for alternatives, by its own search, which picks each of
+its rows' parent and token.
 """
 
 from __future__ import annotations

@@ -1,29 +1,27 @@
 """Iteration-level decode engine: a DecodeBatch of requests that share one decoder run per step.
 
-Synchronous and transport-agnostic: `add()` runs the encoder for new requests, `step()` runs
-the decoder once for every active row and returns events, `cancel()` drops a request. The
-none/dynamic/continuous schedulers differ only in when they call these.
+Synchronous and transport-agnostic: `add()` runs the encoder for new requests, `step()` runs the decoder once
+for every active row and returns events, `cancel()` drops a request. The none/dynamic/continuous schedulers
+differ only in when they call these.
 
-Rows. The batch has `n_rows <= max_rows` rows and every decoder run covers all of them. A
-request holds `beam_size` rows (any rows, not necessarily adjacent). When a request leaves, its
-rows become holes: still computed (masked, output ignored) until a new request reuses them.
-Holes at the end are trimmed (a view, no copy); when holes are at least half of the rows, the
-live rows are compacted with one gather. Other rows' caches are never copied when one leaves.
+Rows. The batch has `n_rows <= max_rows` rows and every decoder run covers all of them. A request holds
+`beam_size` rows (any rows, not necessarily adjacent). When a request leaves, its rows become holes: still
+computed (masked, output ignored) until a new request reuses them. Holes at the end are trimmed (a view, no
+copy); when holes are at least half of the rows, the live rows are compacted with one gather. Other rows'
+caches are never copied when one leaves.
 
-Caches (service/runtime/cache/kvcache.py), in the layout of the bundle's decoder: the self-attention
-cache, reordered in place for beam search, and the cross-attention K/V `CrossCache`, in the first
-columns of a source axis S >= the longest source present, written once when a request joins and
-repeated over its beam rows. A concat decoder masks the source (S grows with a longer source and
-shrinks, one copy, when it would drop by >= 1/4); an in-place decoder takes each row's source length
-and computes nothing beyond it, so S is a power of two >= 64 that only grows. Masked entries are
-always finite and column 0 of every row's source is valid, so no NaN leaks through a mask. Requests
-added together are encoded in groups of similar length (service/runtime/decoding/encode_groups.py).
+Caches (service/runtime/cache/kvcache.py), in the layout of the bundle's decoder: the self-attention cache,
+reordered in place for beam search, and the cross-attention K/V `CrossCache`, in the first columns of a source
+axis S >= the longest source present, written once when a request joins and repeated over its beam rows. A
+concat decoder masks the source (S grows with a longer source and shrinks, one copy, when it would drop by >=
+1/4); an in-place decoder takes each row's source length and computes nothing beyond it, so S is a power of
+two >= 64 that only grows. Masked entries are always finite and column 0 of every row's source is valid, so no
+NaN leaks through a mask. Requests added together are encoded in groups of similar length
+(service/runtime/decoding/encode_groups.py).
 
 Controls. Between the decoder and the searches, each step's log-probs get the requests' forced tokens,
 controls and the bundle's rules (service/runtime/decoding/controls.py, rules.py), on the rows that ask for
-them;
-a sampling row draws its token (sampling.py).
-"""
+them; a sampling row draws its token (sampling.py)."""
 
 from __future__ import annotations
 

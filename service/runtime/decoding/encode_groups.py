@@ -1,14 +1,14 @@
-"""Which new requests the encoder runs together: sources sorted by length, cut where padding costs more
-than another run.
+"""Which new requests the encoder runs together: sources sorted by length, cut where padding costs more than
+another run.
 
-An encoder run pads every source to the longest of the run, and a padded position costs as much as a
-real one in every projection and feed-forward layer. Requests that join a batch together are
-therefore encoded in groups of similar length: the lengths are sorted and cut into the groups that
-minimise the padded tokens plus `overhead_tokens` per run (an exact dynamic programme over the sorted
-lengths). RUN_OVERHEAD_TOKENS stands for a run's fixed cost (its kernels' inefficiency with few rows and
-the host's work per run); it is set above the costs measured (docs/records/encoder-length-groups.md), so
-that a split must save clearly more padding than the run costs. A request's K/V do not depend on the
-requests that share its run: every position beyond a source is masked.
+An encoder run pads every source to the longest of the run, and a padded position costs as much as a real one
+in every projection and feed-forward layer. Requests that join a batch together are therefore encoded in
+groups of similar length: the lengths are sorted and cut into the groups that minimise the padded tokens plus
+`overhead_tokens` per run (an exact dynamic programme over the sorted lengths). RUN_OVERHEAD_TOKENS stands for
+a run's fixed cost (its kernels' inefficiency with few rows and the host's work per run); it is set above the
+costs measured (docs/records/encoder-length-groups.md), so that a split must save clearly more padding than
+the run costs. A request's K/V do not depend on the requests that share its run: every position beyond a
+source is masked.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Beam search as transformers' `generate` does it (num_beams > 1, do_sample False), for one request.
 
-Imported checkpoints (bundle.json `generation.beam_search` "transformers", interface/generation.py)
-decode with it, so that a served translation is the one transformers' pipeline gives. It differs from
-`BeamSearch` (service/runtime/decoding/search.py, GNMT-style: a finished beam stays in the beam, frozen) in
-every rule that matters; those of transformers 5's generation/utils.py `_beam_search`, per source:
+Imported checkpoints (bundle.json `generation.beam_search` "transformers", interface/generation.py) decode
+with it, so that a served translation is the one transformers' pipeline gives. It differs from `BeamSearch`
+(service/runtime/decoding/search.py, GNMT-style: a finished beam stays in the beam, frozen) in every rule that
+matters; those of transformers 5's generation/utils.py `_beam_search`, per source:
 
 - running beams start as k copies of the decoder's input, scored [0, -1e9, ...] (only the first one's
   continuations count at first); each step takes the best 2k continuations over all running beams
@@ -20,16 +20,16 @@ every rule that matters; those of transformers 5's generation/utils.py `_beam_se
   with early_stopping True as soon as the pool holds k hypotheses; when every continuation hit a
   criterion (max_output_tokens reached).
 
-The arithmetic is transformers' own, in float32 (the -1e9 penalties included), so that ties and
-roundings fall the same way. Ties between equal scores go to the lower index (torch.topk does not
-say; exact ties between real scores do not happen in practice).
+The arithmetic is transformers' own, in float32 (the -1e9 penalties included), so that ties and roundings fall
+the same way. Ties between equal scores go to the lower index (torch.topk does not say; exact ties between
+real scores do not happen in practice).
 
-A prompt (tokens forced as a target prefix: transformers gets them as decoder_input_ids) is taken
-as it is, one token per step from the request's forced tokens, without scoring: it counts in our
-max_output_tokens but not in generated_len; a forced first token alone (M2M100's target language,
-ForcedBOSTokenLogitsProcessor) is generated, with the log-probs the rules made (0 at the token).
-`options.length_penalty` is transformers' length_penalty (None: its default 1.0). The hypotheses' `score` is
-generate's sequences_scores; `log_prob` the sum of the processed log-probs of the generated tokens.
+A prompt (tokens forced as a target prefix: transformers gets them as decoder_input_ids) is taken as it is,
+one token per step from the request's forced tokens, without scoring: it counts in our max_output_tokens but
+not in generated_len; a forced first token alone (M2M100's target language, ForcedBOSTokenLogitsProcessor) is
+generated, with the log-probs the rules made (0 at the token). `options.length_penalty` is transformers'
+length_penalty (None: its default 1.0). The hypotheses' `score` is generate's sequences_scores; `log_prob` the
+sum of the processed log-probs of the generated tokens.
 """
 
 from __future__ import annotations

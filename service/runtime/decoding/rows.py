@@ -1,6 +1,5 @@
 """The host-side state of a decode batch's rows, indexed like its caches (service/runtime/decoding/batch.py):
-which
-rows a request holds (the others are holes), each row's source length, next input token, greedy score
+which rows a request holds (the others are holes), each row's source length, next input token, greedy score
 and token history (service/runtime/decoding/controls.py). Grown, restarted, freed and compacted together."""
 
 from __future__ import annotations

@@ -1,15 +1,15 @@
 """Drawing a sampling row's next token: transformers' warpers (TemperatureLogitsWarper, TopKLogitsWarper,
-TopPLogitsWarper, in that order) on the row's processed log-probs, then one draw from the softmax of what
-they keep.
+TopPLogitsWarper, in that order) on the row's processed log-probs, then one draw from the softmax of what they
+keep.
 
 Every request has its own generator (numpy's PCG64, seeded by the request's seed, else from the operating
-system's entropy), drawn from once per step: a seeded request samples the same tokens whatever else
-shares its batch. The warpers are shift-invariant, so log-probs give what logits give. The token's
-reported log-prob is its processed log-prob before the warpers: the model's, as Score would give it.
+system's entropy), drawn from once per step: a seeded request samples the same tokens whatever else shares its
+batch. The warpers are shift-invariant, so log-probs give what logits give. The token's reported log-prob is
+its processed log-prob before the warpers: the model's, as Score would give it.
 
-Top-k and top-p look first among the tokens within a factor FLOOR of the most likely one (a few, out of
-a vocabulary of tens of thousands), and further only when those hold fewer than k tokens or less than
-top_p of the mass: the kept set is the same, found without sorting the vocabulary.
+Top-k and top-p look first among the tokens within a factor FLOOR of the most likely one (a few, out of a
+vocabulary of tens of thousands), and further only when those hold fewer than k tokens or less than top_p of
+the mass: the kept set is the same, found without sorting the vocabulary.
 """
 
 from __future__ import annotations

@@ -2,29 +2,28 @@
 tokens before it, as CTranslate2's `score_batch` and transformers' teacher-forced log-probs.
 
 A pair becomes a `ScoreRequest` (`score_requests`): the source ids as a translation's (language prefix +
-tokenizer ids + suffix), the target's ids from the model's target tokenizer, and the tokens fed but not
-scored (a many-to-many model's target language: its forced first token, whose own log-prob is not
-counted, as a translation's log_prob leaves it out). The decoder reads [start, *forced, *target[:-1]]
-and position j's `logprobs` (the graph's log_softmax of the logits, no bundle rules applied) give
-log P(sequence[j + 1] | source, sequence[:j + 1]).
+tokenizer ids + suffix), the target's ids from the model's target tokenizer, and the tokens fed but not scored
+(a many-to-many model's target language: its forced first token, whose own log-prob is not counted, as a
+translation's log_prob leaves it out). The decoder reads [start, *forced, *target[:-1]] and position j's
+`logprobs` (the graph's log_softmax of the logits, no bundle rules applied) give log P(sequence[j + 1] |
+source, sequence[:j + 1]).
 
 The end token (`end_target`): a translation generates at most max_len - 1 tokens
 (ModelSpec.max_output_tokens), a forced target language, a target prefix and eos all counted; a hypothesis
-holds them less its eos. So a target of `most` = max_len - 1 - len(forced) tokens is what a translation
-cut at the maximum length returns (finish_reason "length", no eos): it is scored as it is. A shorter
-target gets eos appended and scored, as CTranslate2's score_batch appends its end token and as a
-finished hypothesis ended; a longer one no translation can give, and is refused.
+holds them less its eos. So a target of `most` = max_len - 1 - len(forced) tokens is what a translation cut at
+the maximum length returns (finish_reason "length", no eos): it is scored as it is. A shorter target gets eos
+appended and scored, as CTranslate2's score_batch appends its end token and as a finished hypothesis ended; a
+longer one no translation can give, and is refused.
 
 `Scorer` runs a set of requests in chunks of at most max_rows: one encoder run, then the decoder over the
-targets, right-padded (causal self-attention keeps a row's padding unseen by its real tokens). Modes:
-"whole", every row's every position in ONE decoder run from an empty self-attention cache (new_len > 1:
+targets, right-padded (causal self-attention keeps a row's padding unseen by its real tokens). Modes: "whole",
+every row's every position in ONE decoder run from an empty self-attention cache (new_len > 1:
 interface/names.py); "steps", one run per position for every row, the cache carried from run to run (as a
-translation decodes). Both give the same numbers. "auto" (the default) takes "whole" for a concatenated
-cache and "steps" for an in-place one: ONNX Runtime's GroupQueryAttention, the in-place decoder's
-attention, takes several new tokens only for a batch of one row, and, as its cross-attention treats the
-encoder's K/V as a cache the new tokens end, only up to the source's length (docs/performance.md
-compares the modes). The tensors live in the backend's memory, so both backends run it; a run never
-touches a DecodeBatch.
+translation decodes). Both give the same numbers. "auto" (the default) takes "whole" for a concatenated cache
+and "steps" for an in-place one: ONNX Runtime's GroupQueryAttention, the in-place decoder's attention, takes
+several new tokens only for a batch of one row, and, as its cross-attention treats the encoder's K/V as a
+cache the new tokens end, only up to the source's length (docs/performance.md compares the modes). The tensors
+live in the backend's memory, so both backends run it; a run never touches a DecodeBatch.
 """
 
 from __future__ import annotations

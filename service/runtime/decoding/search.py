@@ -1,14 +1,13 @@
 """Per-request search state: greedy and beam search over the rows of one request.
 
-The algorithms are those of `model/decoding.py`, step for step, in float32 like PyTorch:
-a finished beam stays in the beam with a frozen score and is only followed by padding, beams
-are ranked by log_prob / ((5 + len) / 6) ** alpha with len counting eos, and beam size 1 is
-greedy decoding. One search owns the `k` rows of one request; `DecodeBatch` feeds it its rows
-of each decoder step's log-probs and reorders the KV cache rows by the returned parents, after the
-bundle's rules (service/runtime/decoding/rules.py) made them what transformers' processors make them:
-suppressed ids, a forced first token (a target language: every hypothesis starts with it), eos
-forced as the last token max_output_tokens allows (`at_limit`). A hypothesis whose eos was forced that
-way finishes for LENGTH: the limit ended it.
+The algorithms are those of `model/decoding.py`, step for step, in float32 like PyTorch: a finished beam stays
+in the beam with a frozen score and is only followed by padding, beams are ranked by log_prob / ((5 + len) /
+6) ** alpha with len counting eos, and beam size 1 is greedy decoding. One search owns the `k` rows of one
+request; `DecodeBatch` feeds it its rows of each decoder step's log-probs and reorders the KV cache rows by
+the returned parents, after the bundle's rules (service/runtime/decoding/rules.py) made them what
+transformers' processors make them: suppressed ids, a forced first token (a target language: every hypothesis
+starts with it), eos forced as the last token max_output_tokens allows (`at_limit`). A hypothesis whose eos
+was forced that way finishes for LENGTH: the limit ended it.
 """
 
 from __future__ import annotations

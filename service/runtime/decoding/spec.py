@@ -1,8 +1,8 @@
-"""What a decode batch needs to know of the model it runs: sizes, special ids, the decoder's start id,
-the per-step rules of its bundle, its beam search, cache layout, limits.
+"""What a decode batch needs to know of the model it runs: sizes, special ids, the decoder's start id, the
+per-step rules of its bundle, its beam search, cache layout, limits.
 
-Built once by the Runner from the bundle and its open sessions, and handed down to every
-`DecodeBatch`, which reads nothing else of the Runner.
+Built once by the Runner from the bundle and its open sessions, and handed down to every `DecodeBatch`, which
+reads nothing else of the Runner.
 """
 
 from __future__ import annotations

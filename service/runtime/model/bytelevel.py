@@ -1,11 +1,11 @@
 """Byte-level detokenization that never gives a broken character.
 
-A byte-level BPE vocabulary (GPT-2's scheme, as our own models' tokenizers files use) stands for
-bytes, so a model can emit a byte sequence that is not UTF-8: half of a character, a stray
-continuation byte. The tokenizers library would turn each such sequence into U+FFFD; here the
-bytes of the generated tokens are decoded as UTF-8 with every invalid sequence dropped, and a
-character still incomplete at the end of the output is dropped too (Python's errors="ignore").
-The streamed detokenizer holds an incomplete character back until its last byte arrives.
+A byte-level BPE vocabulary (GPT-2's scheme, as our own models' tokenizers files use) stands for bytes, so a
+model can emit a byte sequence that is not UTF-8: half of a character, a stray continuation byte. The
+tokenizers library would turn each such sequence into U+FFFD; here the bytes of the generated tokens are
+decoded as UTF-8 with every invalid sequence dropped, and a character still incomplete at the end of the
+output is dropped too (Python's errors="ignore"). The streamed detokenizer holds an incomplete character back
+until its last byte arrives.
 """
 
 from __future__ import annotations

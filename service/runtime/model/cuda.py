@@ -1,14 +1,14 @@
 """Can ONNX Runtime's CUDA provider run here? Answered before any session asks for it.
 
-onnxruntime-gpu offers `CUDAExecutionProvider` in every build, but on a machine without CUDA 13 /
-cuDNN 9 libraries or without a GPU, asking for it makes ONNX Runtime print a red "Failed to load
-library libcublasLt.so.13" error at every session and fall back to the CPU. `cuda_unavailable`
-finds the reason first and in one line (no device or driver, and every CUDA library file missing),
-so the runner can ask for the CPU only and say why; `library_report` says where each was found.
+onnxruntime-gpu offers `CUDAExecutionProvider` in every build, but on a machine without CUDA 13 / cuDNN 9
+libraries or without a GPU, asking for it makes ONNX Runtime print a red "Failed to load library
+libcublasLt.so.13" error at every session and fall back to the CPU. `cuda_unavailable` finds the reason first
+and in one line (no device or driver, and every CUDA library file missing), so the runner can ask for the CPU
+only and say why; `library_report` says where each was found.
 
-Libraries installed from PyPI (`pip install -e '.[cuda]'`: the nvidia-* wheels under
-site-packages/nvidia/) are loaded by `onnxruntime.preload_dlls()`, so a GPU machine needs no
-system CUDA install; a system install (the Dockerfile's CUDA base image) is found by the loader.
+Libraries installed from PyPI (`pip install -e '.[cuda]'`: the nvidia-* wheels under site-packages/nvidia/)
+are loaded by `onnxruntime.preload_dlls()`, so a GPU machine needs no system CUDA install; a system install
+(the Dockerfile's CUDA base image) is found by the loader.
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
 """ONNX Runtime sessions of a bundle: which providers, with which options, placed where.
 
-Providers are planned before any session is opened (`plan_providers`): the CUDA provider is asked
-for only when its libraries load and a device is there (service/runtime/model/cuda.py), otherwise the
-plan is the CPU alone and one log line says why. Session options then follow the provider that
-really runs the graphs (`session.get_providers()`), not the requested list: if ONNX Runtime still
-falls back while creating a session, the sessions are made again with the options of the provider
-in use. The options per provider:
+Providers are planned before any session is opened (`plan_providers`): the CUDA provider is asked for only
+when its libraries load and a device is there (service/runtime/model/cuda.py), otherwise the plan is the CPU
+alone and one log line says why. Session options then follow the provider that really runs the graphs
+(`session.get_providers()`), not the requested list: if ONNX Runtime still falls back while creating a
+session, the sessions are made again with the options of the provider in use. The options per provider:
 
 - CPU: ORT's process-wide intra-op pool shared by both sessions (two pools spinning on the same
   cores starve each other, docs/performance.md), created once with

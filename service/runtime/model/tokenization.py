@@ -1,19 +1,18 @@
-"""Text <-> token ids of a bundle, behind one Protocol: a Hugging Face tokenizers file (our own
-models) or SentencePiece models with a vocabulary (imported Marian / M2M100 / NLLB checkpoints).
+"""Text <-> token ids of a bundle, behind one Protocol: a Hugging Face tokenizers file (our own models) or
+SentencePiece models with a vocabulary (imported Marian / M2M100 / NLLB checkpoints).
 
-Both give the ids of a text's pieces only: the Runner adds the source prefix (a language id) and
-suffix (eos) of the bundle's `generation` / `languages` (interface/generation.py). Decoding skips
-special tokens (and language ids), as transformers' decode(..., skip_special_tokens=True) does.
+Both give the ids of a text's pieces only: the Runner adds the source prefix (a language id) and suffix (eos)
+of the bundle's `generation` / `languages` (interface/generation.py). Decoding skips special tokens (and
+language ids), as transformers' decode(..., skip_special_tokens=True) does.
 
-SentencePiece, as transformers' MarianTokenizer / M2M100Tokenizer with the same files: the text is
-split at the strings of the special tokens (pad, bos, eos, unk, languages: they stand for their
-ids, as transformers' added tokens do), a leading `>>xx<<` is one piece when the vocabulary has
-such codes (multilingual Marian), the source model splits the rest into pieces and `vocab` maps
-them to ids (a missing piece is unk). Decoding maps ids to pieces through the inverted vocab (an
-id without a piece is skipped), the target model joins them with decode_pieces, and "▁" left in
-pieces the model does not know becomes a space, then surrounding whitespace is stripped (Marian's
-convert_tokens_to_string; transformers 5's MarianTokenizer.decode uses the source model unless
-use_source_tokenizer=False).
+SentencePiece, as transformers' MarianTokenizer / M2M100Tokenizer with the same files: the text is split at
+the strings of the special tokens (pad, bos, eos, unk, languages: they stand for their ids, as transformers'
+added tokens do), a leading `>>xx<<` is one piece when the vocabulary has such codes (multilingual Marian),
+the source model splits the rest into pieces and `vocab` maps them to ids (a missing piece is unk). Decoding
+maps ids to pieces through the inverted vocab (an id without a piece is skipped), the target model joins them
+with decode_pieces, and "▁" left in pieces the model does not know becomes a space, then surrounding
+whitespace is stripped (Marian's convert_tokens_to_string; transformers 5's MarianTokenizer.decode uses the
+source model unless use_source_tokenizer=False).
 """
 
 from __future__ import annotations

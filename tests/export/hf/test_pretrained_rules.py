@@ -1,10 +1,9 @@
 """OPUS-MT's generation rules carried by an imported bundle and applied by the runtime: pad never generated
-(bad_words_ids [[pad]]), eos forced as the last token the length limit allows (forced_eos_token_id),
-log-probs renormalized after both (renormalize_logits); served token- and score-identical to
-transformers' generate with the checkpoint's own settings, greedy and beam (the bundle's beam search is
-generate's own: service/runtime/decoding/pooled_beam.py; a beam hypothesis's score is its sequences_scores),
-in
-every batching mode.
+(bad_words_ids [[pad]]), eos forced as the last token the length limit allows (forced_eos_token_id), log-probs
+renormalized after both (renormalize_logits); served token- and score-identical to transformers' generate with
+the checkpoint's own settings, greedy and beam (the bundle's beam search is generate's own:
+service/runtime/decoding/pooled_beam.py; a beam hypothesis's score is its sequences_scores), in every batching
+mode.
 
 The tiny Marian checkpoint's pad has an output bias that makes its logit the largest at many steps,
 so that without the rules generate (and the runtime) emit pad."""

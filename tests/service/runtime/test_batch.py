@@ -1,7 +1,6 @@
-"""The decode batch (service/runtime/decoding/batch.py) under joins, leaves, reuse and failures: every
-request decodes
-exactly as it does alone, in both KV-cache layouts, with the host backend and with the IO-binding backend
-(on the CPU device), whose cache never goes through host memory."""
+"""The decode batch (service/runtime/decoding/batch.py) under joins, leaves, reuse and failures: every request
+decodes exactly as it does alone, in both KV-cache layouts, with the host backend and with the IO-binding
+backend (on the CPU device), whose cache never goes through host memory."""
 
 from __future__ import annotations
 

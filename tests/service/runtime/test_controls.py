@@ -1,6 +1,6 @@
 """The batch's controls (service/runtime/decoding/controls.py) and sampling warpers (sampling.py) against
-transformers'
-own logits processors on random scores and histories: the same tokens removed, the same values changed.
+transformers' own logits processors on random scores and histories: the same tokens removed, the same values
+changed.
 
 Greedy rows see raw logits in transformers; the decoder gives log-probs and their normalizer c
 (logits = logp + c), so a processed greedy row must equal log_softmax(processor(logits))."""

@@ -1,6 +1,5 @@
 """service/runtime/cache/devicemem.py: row copies on numpy arrays and on CPU OrtValues equal numpy's, views
-share
-their buffer's memory and keep it alive; on a CUDA device (the gpu tier) the copies are ORT's own."""
+share their buffer's memory and keep it alive; on a CUDA device (the gpu tier) the copies are ORT's own."""
 
 from __future__ import annotations
 

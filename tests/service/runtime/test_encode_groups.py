@@ -1,6 +1,5 @@
-"""Length groups of the encoder runs (service/runtime/decoding/encode_groups.py): the grouping is the
-cheapest of
-every partition (brute force), and a batch that encodes its new requests in groups decodes each of them
+"""Length groups of the encoder runs (service/runtime/decoding/encode_groups.py): the grouping is the cheapest
+of every partition (brute force), and a batch that encodes its new requests in groups decodes each of them
 exactly as alone."""
 
 from __future__ import annotations

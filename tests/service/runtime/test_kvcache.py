@@ -1,6 +1,5 @@
 """service/runtime/cache/kvcache.py CrossCache: cross-attention K/V rows with spare capacity, the same on
-numpy
-arrays and on device OrtValues (service/runtime/cache/devicemem.py, here on the CPU device)."""
+numpy arrays and on device OrtValues (service/runtime/cache/devicemem.py, here on the CPU device)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """The backends' log-normalizer (service/runtime/cache/backends.py): `decode` returns a 4th value, the
-logsumexp of
-the step's logits (float32 (n_rows, new_len)), equal to PyTorch's for the rows the runner decodes, in both
-KV-cache layouts and with both backends; a bundle whose decoder was exported before that output loads,
-decodes exactly as before, and gets None."""
+logsumexp of the step's logits (float32 (n_rows, new_len)), equal to PyTorch's for the rows the runner
+decodes, in both KV-cache layouts and with both backends; a bundle whose decoder was exported before that
+output loads, decodes exactly as before, and gets None."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """Providers and their options (service/runtime/model/sessions.py, service/runtime/model/cuda.py): planned
-before
-any session, options from the provider in use, variant choice, placement check, --require-provider."""
+before any session, options from the provider in use, variant choice, placement check, --require-provider."""
 
 from __future__ import annotations
 

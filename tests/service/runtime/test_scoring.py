@@ -1,10 +1,9 @@
 """Scoring by forced decoding (service/runtime/decoding/scoring.py): the score of a greedy output is the
-log-prob the
-search reported, in both cache layouts and both backends; one decoder run per chunk agrees with one run
-per position; the end token is scored unless the target is as long as a translation cut at the model's
-maximum length (then PyTorch's teacher-forced log-probs of exactly its tokens), and a longer one is
-refused; bad pairs are refused with a message naming the problem. (The PyTorch / transformers oracles
-of ordinary targets are in tests/export/test_scoring_oracles.py.)"""
+log-prob the search reported, in both cache layouts and both backends; one decoder run per chunk agrees with
+one run per position; the end token is scored unless the target is as long as a translation cut at the model's
+maximum length (then PyTorch's teacher-forced log-probs of exactly its tokens), and a longer one is refused;
+bad pairs are refused with a message naming the problem. (The PyTorch / transformers oracles of ordinary
+targets are in tests/export/test_scoring_oracles.py.)"""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """The bundle tokenizers (service/runtime/model/tokenization.py) give the ids and text of transformers'
-tokenizers
-of the same files: MarianTokenizer and M2M100Tokenizer over tiny SentencePiece models, NllbTokenizer
-through its tokenizers file; and the tokenizers file of our own bundles as the library does, but for a
-broken byte sequence, which is dropped."""
+tokenizers of the same files: MarianTokenizer and M2M100Tokenizer over tiny SentencePiece models,
+NllbTokenizer through its tokenizers file; and the tokenizers file of our own bundles as the library does, but
+for a broken byte sequence, which is dropped."""
 
 from __future__ import annotations
 
