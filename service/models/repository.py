@@ -36,8 +36,10 @@ from service.domain.errors import (
     MemoryBudgetExceeded,
     NotReady,
     RepositoryRefused,
+    ServiceError,
     ShuttingDown,
     UnknownModel,
+    error_id,
 )
 from service.domain.text import shown
 from service.models.budget import files_bytes, victims
@@ -301,7 +303,7 @@ class ModelRepository:
         except BaseException as exc:
             for model in new.values():
                 self._schedule_close(model, 0.0)
-            self._unserved(name, ModelState.UNAVAILABLE, f"load failed: {exc}")
+            self._unserved(name, ModelState.UNAVAILABLE, f"load failed: {client_reason(exc, name)}")
             self._count(name, "load_failed")
             raise
         for version, model in new.items():
@@ -382,3 +384,13 @@ class ModelRepository:
         task = asyncio.get_running_loop().create_task(close())
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
+
+
+def client_reason(exc: BaseException, name: str) -> str:
+    """What a client may read of a failed load: our own errors' messages (written for clients); of any
+    other exception an error id, its text in the server log only."""
+    if isinstance(exc, ServiceError):
+        return str(exc)
+    eid = error_id()
+    log.error("model %s failed to load (error id %s)", name, eid, exc_info=exc)
+    return f"internal error (error id {eid}; details in the server log)"

@@ -5,6 +5,7 @@ keeping the old model, unloads that let leases finish, and the control modes' re
 from __future__ import annotations
 
 import asyncio
+import re
 
 import pytest
 
@@ -215,8 +216,12 @@ def test_each_model_version_has_one_lifecycle_record(tmp_path):
         loader.fail.add("a")
         with pytest.raises(RuntimeError, match="broken bundle"):
             await repo.load("a")
-        assert repo.index() == [IndexEntry("a", "", ModelState.UNAVAILABLE, "load failed: a: broken bundle")]
-        with pytest.raises(NotReady, match=r"not loaded \(load failed: a: broken bundle\)"):
+        ((entry),) = repo.index()  # a RuntimeError's text is the log's: the client reads an error id
+        assert (entry.name, entry.state) == ("a", ModelState.UNAVAILABLE)
+        assert "broken bundle" not in entry.reason
+        hidden = r"load failed: internal error \(error id \w+; details in the server log\)"
+        assert re.fullmatch(hidden, entry.reason), entry.reason
+        with pytest.raises(NotReady, match=r"not loaded \(load failed: internal error \(error id"):
             async with repo.use("a"):
                 pass
         with pytest.raises(UnknownModel):
