@@ -10,6 +10,7 @@ from protos.inference import grpc_service_pb2 as pb
 from service.api.grpc import kserve as servicer_module
 from service.api.grpc.kserve import InferenceServicer
 from service.dataplane import kserve
+from tests.support.polling import until
 
 PER_REQUEST, REQUESTS = 1000, 3
 
@@ -21,13 +22,23 @@ class Producing:
 
     def __init__(self) -> None:
         self.produced = 0
+        self.waiting: dict[str, bool] = {}  # request id -> an answer handed over, not taken on yet
+        self.finished: set[str] = set()
 
     async def infer_stream(self, request: kserve.InferRequest, deadline: float | None
                            ) -> AsyncIterator[kserve.InferResponse]:
         for i in range(PER_REQUEST):
             self.produced += 1
+            self.waiting[request.id] = True
             yield kserve.InferResponse("m", "1", request.id, [kserve.translation_output(["x"])],
                                        final=i == PER_REQUEST - 1)
+            self.waiting[request.id] = False
+        self.finished.add(request.id)
+
+    def settled(self) -> bool:
+        """Every request's producer has finished, or waits to hand over an answer (nothing else moves)."""
+        ids = [str(i) for i in range(REQUESTS)]
+        return all(self.waiting.get(i) or i in self.finished for i in ids)
 
 
 class NoDeadline:
@@ -47,8 +58,7 @@ def test_a_client_that_stops_reading_stops_the_producers():
 
         answers = InferenceServicer(plane).ModelStreamInfer(requests(), NoDeadline())
         first = await anext(answers)  # the client reads one answer, then stops reading
-        for _ in range(50):  # turns of this single-threaded loop: every producer runs until it waits
-            await asyncio.sleep(0)
+        await until(plane.settled, "every producer finished or waiting")
         produced = plane.produced
         await answers.aclose()  # the client goes away: the producers are cancelled
         return produced, len(first.infer_response.outputs)
