@@ -28,7 +28,7 @@ from typing import Any
 from interface.names import BUNDLE_FILE
 from service.domain.errors import InvalidInput, UnknownModel
 from service.domain.text import shown
-from service.models.naming import NAME, check_name, inside
+from service.models.naming import NAME, VERSION, check_name, inside
 
 SETTINGS_FILE = "model.json"
 LOAD_ORIGIN = "load parameter 'config'"  # where a load's settings come from, as its errors name it
@@ -218,8 +218,9 @@ class RepositoryLayout:
         folder = inside(self.root, name)
         if not folder.is_dir():
             raise UnknownModel(f"unknown model {shown(name)}; the repository has {self.names()}")
-        versions = {int(p.name): p for p in folder.iterdir()
-                    if p.is_dir() and p.name.isdigit() and int(p.name) >= 1 and (p / BUNDLE_FILE).is_file()}
+        versions = {int(p.name): p for p in folder.iterdir()  # "01" and "²" are no versions: one name each
+                    if p.is_dir() and VERSION.fullmatch(p.name) and p.name == str(int(p.name)) != "0"
+                    and (p / BUNDLE_FILE).is_file()}
         settings_file = folder / SETTINGS_FILE
         settings = ModelSettings()
         if settings_file.is_file():

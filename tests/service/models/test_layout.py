@@ -31,6 +31,16 @@ def test_bad_version_policies_are_refused(policy):
         VersionPolicy.from_json(policy)
 
 
+def test_version_folders_are_plain_positive_numbers(tmp_path):
+    """Only the digits naming.VERSION accepts, written once: "01" would collide with "1", "²" is no ASCII
+    digit, "0" is no version."""
+    for folder in ("1", "01", "\u00b2", "0", "12"):
+        (tmp_path / "m" / folder).mkdir(parents=True)
+        (tmp_path / "m" / folder / "bundle.json").write_text("{}")
+    entry = RepositoryLayout(root=tmp_path).entry("m")
+    assert {v: p.name for v, p in entry.versions.items()} == {1: "1", 12: "12"}
+
+
 def test_settings_file_and_load_config_override(tmp_path):
     (tmp_path / "m" / "1").mkdir(parents=True)
     (tmp_path / "m" / "1" / "bundle.json").write_text("{}")
