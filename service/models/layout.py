@@ -28,7 +28,7 @@ from typing import Any
 from interface.names import BUNDLE_FILE
 from service.domain.errors import InvalidInput, UnknownModel
 from service.domain.text import shown
-from service.models.naming import NAME, VERSION, check_name, inside
+from service.models.naming import NAME, RESERVED, VERSION, check_name, inside
 
 SETTINGS_FILE = "model.json"
 LOAD_ORIGIN = "load parameter 'config'"  # where a load's settings come from, as its errors name it
@@ -198,7 +198,7 @@ class RepositoryLayout:
             return [self.bundle_name]
         assert self.root is not None
         return sorted(p.name for p in self.root.iterdir() if p.is_dir() and NAME.fullmatch(p.name)
-                      and ".." not in p.name)
+                      and ".." not in p.name and p.name not in RESERVED)
 
     def has(self, name: str) -> bool:
         """Whether `name` is a model of the repository (a folder of it now; one stat, never raises)."""

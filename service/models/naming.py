@@ -11,6 +11,7 @@ from service.domain.text import shown
 # a name is one path component of printable ASCII letters, digits, '_', '-' and '.', never '.' or '..'
 NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 VERSION = re.compile(r"[0-9]{1,18}")  # Triton's version folders: a positive integer
+RESERVED = frozenset({"stats"})  # names a KServe v2 route takes (GET /v2/models/stats: all statistics)
 
 
 def check_name(name: str) -> str:
@@ -18,6 +19,9 @@ def check_name(name: str) -> str:
     if not NAME.fullmatch(name) or ".." in name:
         raise InvalidInput(f"invalid model name {shown(name)}: use letters, digits, '_', '-' and '.', "
                            "at most 128 characters, no path separators and no '..'")
+    if name in RESERVED:
+        raise InvalidInput(f"invalid model name {shown(name)}: a KServe v2 route takes it "
+                           f"(reserved: {', '.join(sorted(RESERVED))})")
     return name
 
 

@@ -41,6 +41,18 @@ def test_version_folders_are_plain_positive_numbers(tmp_path):
     assert {v: p.name for v, p in entry.versions.items()} == {1: "1", 12: "12"}
 
 
+def test_no_model_takes_a_name_a_route_takes(tmp_path):
+    """GET /v2/models/stats is every model's statistics: a folder named stats is no model, and the name is
+    refused with the reason."""
+    for name in ("stats", "m"):
+        (tmp_path / name / "1").mkdir(parents=True)
+        (tmp_path / name / "1" / "bundle.json").write_text("{}")
+    layout = RepositoryLayout(root=tmp_path)
+    assert layout.names() == ["m"]
+    with pytest.raises(InvalidInput, match="invalid model name 'stats': a KServe v2 route takes it"):
+        layout.entry("stats")
+
+
 def test_settings_file_and_load_config_override(tmp_path):
     (tmp_path / "m" / "1").mkdir(parents=True)
     (tmp_path / "m" / "1" / "bundle.json").write_text("{}")
