@@ -7,6 +7,7 @@ from contextlib import contextmanager
 
 import numpy as np
 import tritonclient.grpc as triton
+from tritonclient.grpc._utils import _get_inference_request
 
 
 def text_input(texts: list[str]) -> triton.InferInput:
@@ -14,6 +15,14 @@ def text_input(texts: list[str]) -> triton.InferInput:
     tensor = triton.InferInput("TEXT", [len(texts)], "BYTES")
     tensor.set_data_from_numpy(np.array([t.encode("utf-8") for t in texts], dtype=np.object_))
     return tensor
+
+
+def client_request(texts: list[str], **kwargs) -> triton.service_pb2.ModelInferRequest:
+    """The exact ModelInferRequest tritonclient's `infer` would send for a TEXT input."""
+    args = dict(model_name="translator", inputs=[text_input(texts)], model_version="", request_id="",
+                outputs=None, sequence_id=0, sequence_start=False, sequence_end=False, priority=0,
+                timeout=None, parameters=None)
+    return _get_inference_request(**(args | kwargs))
 
 
 @contextmanager
