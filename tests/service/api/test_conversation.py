@@ -16,6 +16,7 @@ import pytest
 
 from service.config import ServerConfig
 from service.server import BackgroundServer
+from tests.support import answers as wire
 from tests.support import conversation
 
 
@@ -44,14 +45,14 @@ def test_answer_as_recorded(answers: list[dict[str, Any]], index: int) -> None:
     """One exchange's answer equals the recorded one."""
     recorded, got = RECORDED[index], answers[index]
     assert got["name"] == recorded["name"]
-    assert conversation.differences(recorded["answer"], got["answer"]) == []
+    assert wire.differences(recorded["answer"], got["answer"]) == []
 
 
 def test_the_comparison_sees_a_change() -> None:
     """The comparison flags a changed text, a float beyond the tolerance and a missing field."""
     record = {"text": "a", "score": -1.0, "list": [1, 2], "extra": True}
-    assert conversation.differences(record, record | {"score": -1.0 - 1e-4}) == []
-    assert len(conversation.differences(record, record | {"text": "b"})) == 1
-    assert len(conversation.differences(record, record | {"score": -1.1})) == 1
-    assert len(conversation.differences(record, {k: v for k, v in record.items() if k != "extra"})) == 1
-    assert len(conversation.differences(record, record | {"list": [1, 2, 3]})) == 1
+    assert wire.differences(record, record | {"score": -1.0 - 1e-4}) == []
+    assert len(wire.differences(record, record | {"text": "b"})) == 1
+    assert len(wire.differences(record, record | {"score": -1.1})) == 1
+    assert len(wire.differences(record, {k: v for k, v in record.items() if k != "extra"})) == 1
+    assert len(wire.differences(record, record | {"list": [1, 2, 3]})) == 1
