@@ -183,3 +183,12 @@ class GraphReference:
             if token == eos:
                 break
         return ids[1:], total
+
+
+def restated(bundle: Path, out: Path, **generation) -> Path:
+    """A copy of a bundle whose `generation` object has these values (bundle.json is not hashed)."""
+    shutil.copytree(bundle, out)
+    manifest = json.loads((out / "bundle.json").read_text(encoding="utf-8"))
+    manifest["generation"].update(generation)
+    (out / "bundle.json").write_text(json.dumps(manifest), encoding="utf-8")
+    return out

@@ -30,6 +30,7 @@ from service.scheduling.scheduler import make_scheduler
 from tests.support.bundle_search import right_pad
 from tests.support.hf_generate import hf_generate
 from tests.support.hf_models import Shape, marian_dir, parallel
+from tests.support.pretrained import restated
 from tests.support.scheduling import run
 
 PAD_BIAS = 9.0  # above the best other logit at about a third of the steps
@@ -47,15 +48,6 @@ def opus_dir(tmp_path_factory) -> Path:
     torch.set_num_threads(1)
     return marian_dir(tmp_path_factory.mktemp("hf-rules") / "opus", Shape(), seed=4, pad_bias=PAD_BIAS,
                       opus_rules=True)
-
-
-def restated(bundle: Path, out: Path, **generation) -> Path:
-    """A copy of a bundle whose `generation` object has these values (bundle.json is not hashed)."""
-    shutil.copytree(bundle, out)
-    manifest = json.loads((out / "bundle.json").read_text(encoding="utf-8"))
-    manifest["generation"].update(generation)
-    (out / "bundle.json").write_text(json.dumps(manifest), encoding="utf-8")
-    return out
 
 
 @pytest.fixture(scope="module")
