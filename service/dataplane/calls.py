@@ -217,7 +217,7 @@ class DataPlane:
         """A KServe v2 inference: translate TEXT, or score TARGET given TEXT."""
         if request.scores:
             return await self._score_tensors(request, deadline)
-        texts, asked = self._translation(request)
+        texts, asked = kserve_translation(request)
         if asked.stream:
             raise InvalidInput(f"parameter {parameters.STREAM} needs the ModelStreamInfer RPC (a unary call "
                                "has a single response)")
@@ -233,7 +233,7 @@ class DataPlane:
         if request.scores:
             yield dataclasses.replace(await self._score_tensors(request, deadline), final=True)
             return
-        texts, asked = self._translation(request)
+        texts, asked = kserve_translation(request)
         deadline = earliest(deadline, asked.deadline)
         if not asked.stream:
             answer = await self.translate(request.model, request.version, texts, asked.options, Want(),
@@ -260,16 +260,6 @@ class DataPlane:
             else:
                 yield kserve.InferResponse(name, number, request.id,
                                            [kserve.translation_output([item.translation.text])], final=True)
-
-    @staticmethod
-    def _translation(request: kserve.InferRequest) -> tuple[list[str], parameters.Asked]:
-        """The texts and options of a KServe v2 translation request."""
-        texts = kserve.translation_texts(request)
-        for name in ("n_best", "return_alternatives"):
-            if name in request.parameters:
-                raise InvalidTensor(f"parameter {name} is not offered here: the {kserve.OUTPUT} output holds "
-                                    "one translation per text (translator.v1 Translate returns several)")
-        return texts, parameters.read(request.parameters, stream=True)
 
     async def _score_tensors(self, request: kserve.InferRequest,
                              deadline: float | None) -> kserve.InferResponse:
@@ -308,6 +298,16 @@ class DataPlane:
         """Unload a model: new requests are refused, in-flight ones complete."""
         check_repository(repository)
         await self.models.unload(name)
+
+
+def kserve_translation(request: kserve.InferRequest) -> tuple[list[str], parameters.Asked]:
+    """The texts and options of a KServe v2 translation request."""
+    texts = kserve.translation_texts(request)
+    for name in ("n_best", "return_alternatives"):
+        if name in request.parameters:
+            raise InvalidTensor(f"parameter {name} is not offered here: the {kserve.OUTPUT} output holds "
+                                "one translation per text (translator.v1 Translate returns several)")
+    return texts, parameters.read(request.parameters, stream=True)
 
 
 def check_repository(name: str) -> None:

@@ -27,7 +27,7 @@ from service.api.grpc.kserve import infer_request
 from service.api.status import MAX_MESSAGE_CHARS
 from service.dataplane import kserve
 from service.dataplane import parameters as vocabulary
-from service.dataplane.calls import DataPlane
+from service.dataplane.calls import kserve_translation
 from service.dataplane.kserve import deserialize_bytes, serialize_bytes
 from service.dataplane.parameters import Asked
 from service.domain.errors import InvalidInput, InvalidTensor
@@ -247,7 +247,7 @@ def decode_request(request: v2.ModelInferRequest) -> Decoded:
     """A ModelInferRequest read as ModelInfer reads a translation (before the model): its TEXT tensor,
     requested outputs and parameters; InvalidTensor / InvalidInput saying what is wrong."""
     plain = infer_request(request)
-    texts, asked = DataPlane._translation(plain)
+    texts, asked = kserve_translation(plain)
     return Decoded(texts, asked, plain.id)
 
 

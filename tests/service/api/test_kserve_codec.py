@@ -15,7 +15,7 @@ from tritonclient.utils import deserialize_bytes_tensor, serialize_byte_tensor
 from protos.inference import grpc_service_pb2
 from service.api.grpc.kserve import infer_request, infer_response
 from service.dataplane import kserve
-from service.dataplane.calls import DataPlane
+from service.dataplane.calls import kserve_translation
 from service.dataplane.kserve import deserialize_bytes, serialize_bytes
 from service.dataplane.parameters import Asked
 from service.domain.errors import InvalidTensor
@@ -71,7 +71,7 @@ def test_decode_request_built_by_tritonclient(message_module) -> None:
     assert (plain.model, plain.id, plain.outputs) == ("translator", "abc", ["TRANSLATION"])
     assert plain.parameters == {"beam_size": 4, "max_tokens": "12", "priority": 2}
     assert kserve.translation_texts(plain) == TEXTS
-    assert DataPlane._translation(plain)[1] == Asked(DecodeOptions(max_output_tokens=12, beam_size=4))
+    assert kserve_translation(plain)[1] == Asked(DecodeOptions(max_output_tokens=12, beam_size=4))
 
 
 def test_decode_typed_bytes_contents() -> None:

@@ -9,7 +9,7 @@ import pytest
 from tritonclient.grpc import service_pb2 as triton_service
 
 from service.api.grpc.kserve import infer_request
-from service.dataplane.calls import DataPlane
+from service.dataplane.calls import kserve_translation
 from service.dataplane.parameters import Asked
 from service.domain.errors import InvalidTensor
 from service.domain.types import DecodeOptions
@@ -18,7 +18,7 @@ from tests.support.kserve import client_request
 
 def _read(request: triton_service.ModelInferRequest) -> Asked:
     """What the KServe v2 data plane reads from a translation request's parameters."""
-    return DataPlane._translation(infer_request(request))[1]
+    return kserve_translation(infer_request(request))[1]
 
 
 def _params(**values) -> triton_service.ModelInferRequest:
