@@ -4,8 +4,8 @@
 takes
 N sources of the default model's test sample, translates them greedily (Runner.translate, R rows per
 batch), then scores each source against its greedy output (Runner.score, R pairs per run) in every
-scoring mode the bundle's decoder takes (service/runtime/decoding/scoring.py: "whole" on a concatenated cache,
-"steps" on both), K times each, alternating, and prints pairs per second of each and the ratio
+scoring mode the bundle's decoder takes (service/runtime/decoding/scoring.py: "windows" on a concatenated
+cache, "steps" on both), K times each, alternating, and prints pairs per second of each and the ratio
 score / greedy (the issue's goal: >= 1). It checks on the way that the score of each greedy output is the
 log_prob the search reported (for outputs that ended with eos, and those cut at the maximum length, which
 Score takes without the end token). In process, CPU provider unless --provider says otherwise; the best
@@ -66,7 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         body = r.target_ids[:-1] if r.end_token_scored else r.target_ids  # a cut one: no eos scored
         if body == h.tokens and r.end_token_scored == (h.finish_reason == "eos"):
             checked, worst = checked + 1, max(worst, abs(r.log_prob - h.log_prob))
-    modes = ["steps", *(["whole"] if runner.kv_cache == "concat" else [])]
+    modes = ["steps", *(["windows"] if runner.kv_cache == "concat" else [])]
     scorers = {m: runner.new_scorer(args.rows, m) for m in modes}
     rates: dict[str, float] = {}
     for _ in range(args.repeat):  # alternate, so that drift of the machine hits every one alike

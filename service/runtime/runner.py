@@ -41,7 +41,7 @@ from service.domain.types import (
 from service.runtime.cache.backends import Backend, FaultHook, HostBackend, IoBindingBackend
 from service.runtime.decoding.batch import DecodeBatch
 from service.runtime.decoding.rules import StepRules
-from service.runtime.decoding.scoring import Scorer, score_requests
+from service.runtime.decoding.scoring import RUN_TOKENS, Scorer, score_requests
 from service.runtime.decoding.spec import ModelSpec
 from service.runtime.model.bundle import Bundle, load_bundle
 from service.runtime.model.sessions import CUDA, check_provider, open_sessions, plan_providers
@@ -62,7 +62,8 @@ class Runner:
     {"CUDAExecutionProvider": {"device_id": 1}}. io_binding: None = only when CUDA is active.
     variant: a bundle variant such as "fp16", or "base" (default: the one bundle.json names for the
     provider in use, else the base files). require_provider: raise ProviderUnavailable unless that
-    provider runs the model with every compute node placed on it. profile_prefix: ORT's profiler
+    provider runs the model with every compute node placed on it. cpu_arena: False opens the sessions
+    without ONNX Runtime's CPU arena (memory a run frees goes back). profile_prefix: ORT's profiler
     (files `<prefix>_encoder_*.json`, `<prefix>_decoder_*.json`; bench/engines/profile.py). Thread-safe for
     concurrent `translate` calls (each thread reuses its own DecodeBatch, so a call finds the
     buffers of the previous one allocated and bound); `fault_hook` is for tests (called with
@@ -81,6 +82,7 @@ class Runner:
         variant: str | None = None,
         profile_prefix: str | None = None,
         require_provider: str | None = None,
+        cpu_arena: bool = True,
     ) -> None:
         self.bundle = bundle if isinstance(bundle, Bundle) else load_bundle(bundle)
         self.config = self.bundle.config
@@ -100,7 +102,7 @@ class Runner:
 
         self.sessions = open_sessions(lambda provider: self.bundle.files(variant_of(provider)), planned,
                                       provider_options, intra_op_threads, shared_thread_pool, profile_prefix,
-                                      why_not_cuda)
+                                      why_not_cuda, cpu_arena)
         self.variant = variant_of(self.provider)
         files = self.sessions.files
         host_nodes = {graph: self.bundle.host_nodes.get(path.name, ()) for graph, path in files.items()}
@@ -272,10 +274,10 @@ class Runner:
         return score_requests(sources, targets, options or ScoreOptions(), self.spec, self.languages,
                               self.encode_texts, self.encode_target, self.vocab_size)
 
-    def new_scorer(self, max_rows: int = 64, mode: str = "auto") -> Scorer:
-        """A Scorer of max_rows pairs per run, by a mode of service/runtime/decoding/scoring.py (default:
-        every row's whole target in one decoder run where the graphs allow)."""
-        return Scorer(self.spec, self.backend, max_rows, mode)
+    def new_scorer(self, max_rows: int = 64, mode: str = "auto", run_tokens: int = RUN_TOKENS) -> Scorer:
+        """A Scorer of max_rows pairs per chunk, by a mode of service/runtime/decoding/scoring.py (default:
+        several positions per decoder run where the graphs allow)."""
+        return Scorer(self.spec, self.backend, max_rows, mode, run_tokens)
 
     def score(self, sources: Sequence[str], targets: Sequence[str], options: ScoreOptions | None = None,
               max_rows: int = 64) -> list[ScoreResult]:

@@ -17,7 +17,7 @@ import time
 from service.domain.errors import NotReady, ShuttingDown
 from service.ops.model_metrics import ModelMetrics
 from service.runtime.decoding.batch import DecodeBatch
-from service.runtime.decoding.scoring import Scorer
+from service.runtime.decoding.scoring import Scorer, ScoreWork
 from service.scheduling.jobqueue import JobQueue
 from service.scheduling.jobs import Delivery, Job, Mailbox, Outbox, RequestStatus, Waiters
 from service.scheduling.policies import AdmissionPolicy, SchedulerSettings
@@ -27,7 +27,6 @@ log = logging.getLogger(__name__)
 
 class WorkerControl:
     """The state of the thread that owns a DecodeBatch (and a Scorer), and the event loop's calls on it."""
-    """The thread that owns a DecodeBatch and drives it with jobs taken from a bounded queue."""
 
     def __init__(self, batch: DecodeBatch, policy: AdmissionPolicy, settings: SchedulerSettings,
                  recorder: ModelMetrics, scorer: Scorer | None = None) -> None:
@@ -46,6 +45,10 @@ class WorkerControl:
         self.draining = self.stopping = self.stopped = False
         self.crashed = False  # the thread died of an exception (see _run)
         self._in_hand: list[Job] = []  # popped from the queue, not in the batch yet
+        self._scoring: ScoreWork | None = None  # the score jobs being run, and their index in it
+        self._scored: dict[Job, int] = {}
+        self._score_s = self._decode_s = 0.0  # seconds of Score runs, and of decoding, since it began
+        self._score_total = 0.0  # seconds of the ScoreWork's runs
         self._stuck_failed = False  # fail_if_stuck() already answered the callers of this stuck run
         self._busy_since: float | None = None
         self._steps = 0
@@ -120,7 +123,7 @@ class WorkerControl:
         """A future resolved when the queue and the batch are both empty (while draining)."""
         fut = loop.create_future()
         with self._cond:
-            if self._thread is None or (not len(self._queue) and not len(self.batch)):
+            if self._thread is None or not (len(self._queue) or len(self.batch) or self._scoring):
                 fut.set_result(None)
             else:
                 self._idle_waiters.add(loop, fut)
@@ -150,7 +153,7 @@ class WorkerControl:
         with self._cond:
             queued = self._queue.clear()
             # list() copies atomically; the stuck thread is not changing the batch meanwhile
-            held = (*self._in_hand, *(r.tag for r in self.batch.requests))
+            held = (*self._in_hand, *(r.tag for r in self.batch.requests), *self._scored)
             active = [j for j in held if j.state == RequestStatus.ACTIVE]
             self._stuck_failed = True
         message = (f"the inference worker is stuck (one model run has taken over {self.watchdog_s:g} s); "
@@ -167,7 +170,7 @@ class WorkerControl:
     def abort(self) -> None:
         """From the loop, when the thread is stuck: fail every job still waiting with ShuttingDown."""
         with self._cond:
-            jobs = [*self._queue, *(r.tag for r in self.batch.requests)]
+            jobs = [*self._queue, *(r.tag for r in self.batch.requests), *self._scored]
         now = time.monotonic()
         for j in jobs:
             j.receive(ShuttingDown("the server shut down: its inference worker is stuck"), now)

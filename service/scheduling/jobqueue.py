@@ -8,7 +8,8 @@ a token budget (`--max-batch-tokens`), newcomers join only while the batch's tok
 what it has decoded, service/runtime/decoding/batch.py `DecodeBatch.tokens`) and theirs (source x beam rows)
 stay within it; into an empty batch the head joins whatever its length. The first job that may not join waits
 at the head of the queue; nobody overtakes it, and the texts of one request (`joins_previous`) are never
-separated. Jobs whose deadline passed while queued leave with DeadlineExceeded."""
+separated. The one exception: while a Score runs, the score jobs keep their places and texts pass them. Jobs
+whose deadline passed while queued leave with DeadlineExceeded."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from collections import deque
 from collections.abc import Iterator
 
 from service.domain.errors import DeadlineExceeded, QueueFull
+from service.domain.types import ScoreRequest
 from service.scheduling.jobs import Job, RequestStatus
 
 
@@ -69,21 +71,26 @@ class JobQueue:
         return jobs
 
     def take(self, limit: int, free_rows: int, now: float, free_tokens: float = math.inf,
-             idle: bool = False) -> tuple[list[Job], list[tuple[Job, Exception]]]:
+             idle: bool = False, hold_scores: bool = False) -> tuple[list[Job], list[tuple[Job, Exception]]]:
         """Up to `limit` jobs that may join now (marked active), and the expired ones with their error.
 
-        free_tokens: room left in the token budget; idle: the batch is empty (its head joins anyway).
+        free_tokens: room left in the token budget; idle: the batch is empty (its head joins anyway);
+        hold_scores: a Score is running, so score jobs keep their places and the texts behind them pass.
         """
         out: list[Job] = []
         expired: list[tuple[Job, Exception]] = []
-        while self._jobs and len(out) < limit:
-            job = self._jobs[0]
+        i = 0
+        while i < len(self._jobs) and len(out) < limit:
+            job = self._jobs[i]
             late = job.deadline is not None and now >= job.deadline
+            if hold_scores and not late and isinstance(job.request, ScoreRequest):
+                i += 1
+                continue
             cost = len(job.request.source) * job.rows  # its rows hold its source each
             fits = job.rows <= free_rows and (cost <= free_tokens or job.joins_previous or (idle and not out))
             if not late and not fits:
                 break  # FIFO: the head waits for rows or tokens, nobody overtakes it
-            self._jobs.popleft()
+            del self._jobs[i]
             self.rows -= job.rows
             if late:
                 job.state = RequestStatus.DONE

@@ -13,9 +13,13 @@ Each round: **schedule** (under the lock: take the jobs whose callers gave up, a
 fit and the batch stays within its token budget), **execute** (outside the lock: cancel given-up and expired
 jobs, encode the newcomers with `batch.add`, run one decoder step with `batch.step`), **update** (turn the
 step's events into deliveries and send them). Score jobs (`ScoreRequest`s) are admitted by the same queue and
-policy, a pair taking a row like a greedy text, but never join the decode batch: the newcomers of a round that
-are score jobs are scored at once by forced decoding (the `Scorer`, service/runtime/decoding/scoring.py: one
-encoder and one decoder run per chunk) before the decode step, and answered in the same round. An exception in
+policy, a pair taking a row like a greedy text when it joins, but never join the decode batch: the score jobs
+a round admits become one `ScoreWork` (the `Scorer`, service/runtime/decoding/scoring.py: a series of bounded
+model runs), run one model run per round beside the decode step. While texts decode, Score runs take at most
+SCORE_SHARE of the decode steps' time, so no translation waits for a whole Score call; with nothing decoding
+they run back to back. While a ScoreWork runs, score jobs wait in the queue (texts behind them pass), so one
+Score's memory is held at a time. A pair is answered when its chunk is done; withdrawn and expired pairs leave
+as texts do. An exception in
 add/step fails only the jobs of that batch with BatchFailed (`batch.clear()`), and the loop goes on. Idle
 waits use the condition with a timeout: no busy waiting.
 """
@@ -36,6 +40,7 @@ from service.scheduling.policies import QueueView
 log = logging.getLogger(__name__)
 
 IDLE_WAIT_S = 0.5  # longest sleep of an idle worker between checks of its flags
+SCORE_SHARE = 0.5  # while texts decode, Score runs take at most this fraction of the decode steps' time
 
 
 class Worker(WorkerControl):
@@ -68,11 +73,15 @@ class Worker(WorkerControl):
                 self._expire()
             scores = [j for j in newcomers if isinstance(j.request, ScoreRequest)]
             if scores:
-                self._score(scores)
+                self._start_scoring(scores)
+            t0 = time.perf_counter()
             if len(scores) < len(newcomers):
                 self._add([j for j in newcomers if not isinstance(j.request, ScoreRequest)])
             if len(self.batch):
                 self._step()
+            self._decode_s += time.perf_counter() - t0
+            if self._scoring is not None and self._score_turn():
+                self._score_run()
         except Exception:  # a bug of ours, not of a request: fail the batch, keep serving
             what = _logged_failure("scheduler error")
             for j in newcomers:  # popped from the queue but never added
@@ -89,7 +98,7 @@ class Worker(WorkerControl):
         for attempt in range(2):  # decide, and once more after an idle wait
             if self.stopping:
                 return None
-            idle = not len(self.batch)
+            idle = not len(self.batch) and self._scoring is None
             if not (idle or len(self._queue)):  # decoding with nobody queued: nothing to admit
                 return []
             oldest = self._queue.oldest_wait(time.monotonic())
@@ -98,7 +107,7 @@ class Worker(WorkerControl):
             if admission.count and len(self._queue):
                 room = self.max_tokens - self.batch.tokens if math.isfinite(self.max_tokens) else math.inf
                 out, expired = self._queue.take(admission.count, self.batch.free_rows, time.monotonic(), room,
-                                                idle)
+                                                idle, hold_scores=self._scoring is not None)
                 self._outbox.extend(expired)
                 return out
             if not idle or self._dropped or attempt:
@@ -111,7 +120,7 @@ class Worker(WorkerControl):
     def _drop(self, jobs: list[Job]) -> None:
         """Free the rows of active jobs whose callers gave up."""
         for j in jobs:
-            if self.batch.cancel(j.request):
+            if self.batch.cancel(j.request) or self._withdraw_score(j):
                 j.state = RequestStatus.DONE
                 self._timed.discard(j)
 
@@ -120,7 +129,8 @@ class Worker(WorkerControl):
         now = time.monotonic()
         for j in [j for j in self._timed if now >= j.deadline]:
             self._timed.discard(j)
-            self.batch.cancel(j.request)
+            if not self.batch.cancel(j.request):
+                self._withdraw_score(j)
             j.state = RequestStatus.DONE
             steps = self._steps - j.admit_step
             error = DeadlineExceeded(f"deadline exceeded while decoding (after {steps} steps)")
@@ -155,33 +165,72 @@ class Worker(WorkerControl):
                 self._timed.add(j)
         self._fresh.extend(jobs)
 
-    def _score(self, jobs: list[Job]) -> None:
-        """Score these jobs' pairs by forced decoding and answer them; on failure only they fail."""
+    def _start_scoring(self, jobs: list[Job]) -> None:
+        """Make these score jobs the ScoreWork the next rounds run (no model run yet)."""
         now = time.monotonic()
         for j in jobs:
             j.admitted = now
             self.recorder.admitted(now - j.enqueued, len(j.request.source))
-        self._busy_since = now
+            if j.deadline is not None:
+                self._timed.add(j)
+        if self.scorer is None:
+            raise RuntimeError("a score job reached a worker without a scorer")
+        self._scoring = self.scorer.work([j.request for j in jobs])
+        self._scored = {j: i for i, j in enumerate(jobs)}
+        self._score_s = self._decode_s = 0.0
+
+    def _score_turn(self) -> bool:
+        """Whether a Score run goes now: nothing decodes, or Score runs are within their share of the time."""
+        return not len(self.batch) or self._score_s <= SCORE_SHARE * self._decode_s
+
+    def _score_run(self) -> None:
+        """One model run of the ScoreWork; answer the pairs it completed. On failure its pairs fail."""
+        work, jobs = self._scoring, list(self._scored)
+        assert work is not None
+        self._busy_since = time.monotonic()
         t0 = time.perf_counter()
         try:
-            if self.scorer is None:
-                raise RuntimeError("a score job reached a worker without a scorer")
-            results = self.scorer.score([j.request for j in jobs])
+            answered = work.advance()
         except Exception:
             what = _logged_failure(f"scoring failed for {len(jobs)} pair(s)")
             for j in jobs:
-                j.state = RequestStatus.DONE
-                self._outbox.append((j, BatchFailed(what)))
+                if j.state == RequestStatus.ACTIVE:
+                    j.state = RequestStatus.DONE
+                    self._timed.discard(j)
+                    self._outbox.append((j, BatchFailed(what)))
+            self._end_scoring()
             return
         finally:
             self._busy_since = None
-        self.recorder.scored(len(jobs), time.perf_counter() - t0)
+        self._score_s += time.perf_counter() - t0
+        self._score_total += time.perf_counter() - t0
         done = time.monotonic()
-        for j, r in zip(jobs, results, strict=True):
+        for i, r in answered:
+            j = jobs[i]
+            if j.state != RequestStatus.ACTIVE:
+                continue
             j.state = RequestStatus.DONE
+            self._timed.discard(j)
             r.timings = Timings((j.admitted - j.enqueued) * 1e3, (done - j.admitted) * 1e3,
                                 (done - j.submitted) * 1e3)
             self._outbox.append((j, r))
+        if work.done:
+            self.recorder.scored(len(jobs), self._score_total)
+            self._end_scoring()
+
+    def _withdraw_score(self, job: Job) -> bool:
+        """Take an active score job out of the ScoreWork (its caller gave up); False if it is not in it."""
+        index = self._scored.get(job)
+        if index is None or self._scoring is None:
+            return False
+        self._scoring.withdraw(index)
+        if self._scoring.done:
+            self._end_scoring()
+        return True
+
+    def _end_scoring(self) -> None:
+        """Forget the ScoreWork (its memory goes with it)."""
+        self._scoring, self._scored, self._score_total = None, {}, 0.0
 
     def _step(self) -> None:
         """One decoder step; hand out token events and results; on failure the whole batch fails."""
@@ -256,7 +305,8 @@ class Worker(WorkerControl):
         for j in queued:
             j.state = RequestStatus.DONE
             self._outbox.append((j, error("before this text was decoded")))
-        active = [*self._in_hand, *(r.tag for r in self.batch.requests)]
+        active = [*self._in_hand, *(r.tag for r in self.batch.requests), *self._scored]
+        self._end_scoring()
         with contextlib.suppress(Exception):  # after a crash the batch may be beyond repair: drop it anyway
             self.batch.clear()
         for j in active:

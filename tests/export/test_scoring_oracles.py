@@ -19,6 +19,14 @@ from tests.support.hf_models import Shape, language_id, m2m100_dir, marian_dir, 
 TOL = 1e-5
 
 
+def scored(runner: Runner, sources: list[str], targets: list[str], options: ScoreOptions) -> list[list]:
+    """The pairs' scores by the runner's default scorer, and by one whose decoder runs cover windows of two
+    positions after a cache (the runs a long target takes)."""
+    requests = runner.score_requests(sources, targets, options)
+    return [runner.new_scorer().score(requests),
+            runner.new_scorer(run_tokens=2 * len(requests)).score(requests)]
+
+
 @pytest.fixture(scope="module")
 def hf(tmp_path_factory) -> dict[str, tuple[Path, dict[str, Path]]]:
     """name -> (a tiny HF checkpoint directory, its bundles by KV-cache layout)."""
@@ -57,15 +65,15 @@ def test_marian_scores_are_transformers_teacher_forced_log_probs(hf, layout):
     tok, model = MarianTokenizer.from_pretrained(path), MarianMTModel.from_pretrained(path).eval()
     runner = Runner(bundles[layout], providers=["CPUExecutionProvider"])
     sources, targets = [s for s, _ in PAIRS], [t for _, t in PAIRS]
-    got = runner.score(sources, targets)
-    for s, t, r in zip(sources, targets, got, strict=True):
-        src = tok(s).input_ids
-        labels = tok(text_target=t).input_ids  # target ids + eos
-        assert r.source_ids == src and r.target_ids == labels
-        logp = hf_teacher_forced(model, src, [model.config.decoder_start_token_id, *labels[:-1]])
-        want = logp[np.arange(len(labels)), labels]
-        np.testing.assert_allclose(r.log_probs, want, rtol=TOL, atol=TOL)
-        assert r.log_prob == pytest.approx(float(want.sum()), rel=TOL, abs=TOL * len(labels))
+    for got in scored(runner, sources, targets, ScoreOptions()):
+        for s, t, r in zip(sources, targets, got, strict=True):
+            src = tok(s).input_ids
+            labels = tok(text_target=t).input_ids  # target ids + eos
+            assert r.source_ids == src and r.target_ids == labels
+            logp = hf_teacher_forced(model, src, [model.config.decoder_start_token_id, *labels[:-1]])
+            want = logp[np.arange(len(labels)), labels]
+            np.testing.assert_allclose(r.log_probs, want, rtol=TOL, atol=TOL)
+            assert r.log_prob == pytest.approx(float(want.sum()), rel=TOL, abs=TOL * len(labels))
 
 
 @pytest.mark.parametrize("layout", ["inplace", "concat"])
@@ -77,15 +85,15 @@ def test_m2m100_scores_skip_the_forced_language_token(hf, layout):
     model = M2M100ForConditionalGeneration.from_pretrained(path).eval()
     runner = Runner(bundles[layout], providers=["CPUExecutionProvider"])
     sources, targets = [s for s, _ in PAIRS], [t for _, t in PAIRS]
-    got = runner.score(sources, targets, ScoreOptions(source_language="en", target_language="de"))
     de = language_id(tok, "de")
-    for s, t, r in zip(sources, targets, got, strict=True):
-        src = tok(s).input_ids  # [__en__, pieces, eos]
-        labels = tok(text_target=t).input_ids  # [__de__, pieces, eos]
-        assert labels[0] == de and r.source_ids == src and r.target_ids == labels[1:]
-        logp = hf_teacher_forced(model, src, [model.config.decoder_start_token_id, *labels[:-1]])
-        want = logp[np.arange(1, len(labels)), labels[1:]]  # the language token's own log-prob left out
-        np.testing.assert_allclose(r.log_probs, want, rtol=TOL, atol=TOL)
+    for got in scored(runner, sources, targets, ScoreOptions(source_language="en", target_language="de")):
+        for s, t, r in zip(sources, targets, got, strict=True):
+            src = tok(s).input_ids  # [__en__, pieces, eos]
+            labels = tok(text_target=t).input_ids  # [__de__, pieces, eos]
+            assert labels[0] == de and r.source_ids == src and r.target_ids == labels[1:]
+            logp = hf_teacher_forced(model, src, [model.config.decoder_start_token_id, *labels[:-1]])
+            want = logp[np.arange(1, len(labels)), labels[1:]]  # the language token's own log-prob left out
+            np.testing.assert_allclose(r.log_probs, want, rtol=TOL, atol=TOL)
 
 
 def test_the_tiny_models_scores_are_pytorch_teacher_forced_log_probs(tiny_bundle, tiny_concat_bundle,

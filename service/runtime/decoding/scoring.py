@@ -15,22 +15,25 @@ the maximum length returns (finish_reason "length", no eos): it is scored as it 
 appended and scored, as CTranslate2's score_batch appends its end token and as a finished hypothesis ended; a
 longer one no translation can give, and is refused.
 
-`Scorer` runs a set of requests in chunks of at most max_rows: one encoder run, then the decoder over the
-targets, right-padded (causal self-attention keeps a row's padding unseen by its real tokens). Modes: "whole",
-every row's every position in ONE decoder run from an empty self-attention cache (new_len > 1:
-interface/names.py); "steps", one run per position for every row, the cache carried from run to run (as a
-translation decodes). Both give the same numbers. "auto" (the default) takes "whole" for a concatenated cache
-and "steps" for an in-place one: ONNX Runtime's GroupQueryAttention, the in-place decoder's attention, takes
-several new tokens only for a batch of one row, and, as its cross-attention treats the encoder's K/V as a
-cache the new tokens end, only up to the source's length (docs/performance.md compares the modes). The tensors
-live in the backend's memory, so both backends run it; a run never touches a DecodeBatch.
+`Scorer` runs a set of requests in chunks of similar target length (at most max_rows pairs, and a bounded
+number of source tokens): one encoder run, then the decoder over the targets, right-padded (causal
+self-attention keeps a row's padding unseen by its real tokens), in windows of positions with the
+self-attention cache carried from window to window, as a translation decodes. A decoder run covers at most
+`run_tokens` rows x positions, and keeps of its (rows, positions, vocabulary) log-probs only each position's
+log-prob of the token it predicts: a run's time and memory are bounded whatever the pairs, and a Score call is
+a series of such runs (`ScoreWork`, which the worker interleaves with its decode steps). Modes: "windows",
+as many positions per run as `run_tokens` allows (new_len > 1: interface/names.py); "steps", one position per
+run. Both give the same numbers. "auto" (the default) takes "windows" for a concatenated cache and "steps" for
+an in-place one: ONNX Runtime's GroupQueryAttention, the in-place decoder's attention, takes several new
+tokens only for a batch of one row (docs/performance.md compares the modes). The tensors live in the
+backend's memory, so both backends run it; a run never touches a DecodeBatch.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -53,7 +56,9 @@ from service.runtime.cache.backends import Backend
 from service.runtime.cache.devicemem import CacheTensor
 from service.runtime.decoding.spec import ModelSpec
 
-MODES = ("auto", "whole", "steps")
+MODES = ("auto", "windows", "steps")
+RUN_TOKENS = 128  # decoder positions x rows of one run (a run's time and memory bound)
+ENCODE_FACTOR = 8  # an encoder run takes up to ENCODE_FACTOR x RUN_TOKENS padded source tokens
 
 TextEncoder = Callable[[Sequence[str], Sequence[int]], list[list[int]]]  # Runner.encode_texts
 TargetEncoder = Callable[[Sequence[str]], list[list[int]]]  # Runner.encode_target
@@ -106,36 +111,60 @@ def end_target(index: int, target: list[int], most: int, eos: int) -> tuple[list
 
 
 class Scorer:
-    """Forced decoding of ScoreRequests with a model's graphs, max_rows pairs per run."""
+    """Forced decoding of ScoreRequests with a model's graphs, in runs of bounded size (module docstring)."""
 
-    def __init__(self, spec: ModelSpec, backend: Backend, max_rows: int = 64, mode: str = "auto") -> None:
+    def __init__(self, spec: ModelSpec, backend: Backend, max_rows: int = 64, mode: str = "auto",
+                 run_tokens: int = RUN_TOKENS) -> None:
         if max_rows < 1:
             raise ValueError(f"max_rows must be >= 1, got {max_rows}")
+        if run_tokens < 1:
+            raise ValueError(f"run_tokens must be >= 1, got {run_tokens}")
         if mode not in MODES:
             raise ValueError(f"unknown scoring mode {mode!r}; choose one of {', '.join(MODES)}")
         if mode == "auto":
-            mode = "whole" if spec.kv_cache == "concat" else "steps"
+            mode = "windows" if spec.kv_cache == "concat" else "steps"
+        if mode == "windows" and spec.kv_cache != "concat":
+            raise ValueError("the 'windows' scoring mode needs a decoder with a concatenated cache")
         self.spec, self.backend, self.max_rows, self.mode = spec, backend, max_rows, mode
+        self.run_tokens = run_tokens
         n = spec.n_decoder_layers
         self._self_names = list(self_cache_io(n))
         self._cross_names = [past_name(i, "encoder", kv) for i in range(n) for kv in ("key", "value")]
 
     def score(self, requests: Sequence[ScoreRequest]) -> list[ScoreResult]:
-        """Each request's ScoreResult, in order (timings: this call's compute time, no queue)."""
-        order = sorted(range(len(requests)), key=lambda i: len(requests[i].forced) + len(requests[i].target))
-        results: list[ScoreResult | None] = [None] * len(requests)
-        for first in range(0, len(order), self.max_rows):  # similar lengths together: less padding
-            chunk = order[first: first + self.max_rows]
-            t0 = time.perf_counter()
-            scored = self._run([requests[i] for i in chunk])
-            ms = (time.perf_counter() - t0) * 1e3
-            for i, r in zip(chunk, scored, strict=True):
-                r.timings = Timings(0.0, ms, ms)
-                results[i] = r
-        return [r for r in results if r is not None]
+        """Each request's ScoreResult, in order, every run at once (timings: its chunk's compute time)."""
+        work = self.work(requests)
+        while not work.done:
+            work.advance()
+        return work.results()
 
-    def _run(self, requests: list[ScoreRequest]) -> list[ScoreResult]:
-        """One chunk: an encoder run and the decoder over every row's whole decoder input."""
+    def work(self, requests: Sequence[ScoreRequest]) -> ScoreWork:
+        """These requests' scoring as a series of model runs, each started by `ScoreWork.advance`."""
+        return ScoreWork(self, requests)
+
+    def _chunks(self, requests: Sequence[ScoreRequest]) -> list[list[int]]:
+        """Indices of requests in chunks of similar length (less padding): at most max_rows, and at most
+        ENCODE_FACTOR x run_tokens padded source tokens per encoder run (one pair at least)."""
+        order = sorted(range(len(requests)), key=lambda i: len(requests[i].forced) + len(requests[i].target))
+        chunks: list[list[int]] = []
+        chunk: list[int] = []
+        longest = 0
+        for i in order:
+            n = len(requests[i].source)
+            if chunk and (len(chunk) == self.max_rows
+                          or (len(chunk) + 1) * max(longest, n) > ENCODE_FACTOR * self.run_tokens):
+                chunks.append(chunk)
+                chunk, longest = [], 0
+            chunk.append(i)
+            longest = max(longest, n)
+        return [*chunks, chunk] if chunk else chunks
+
+    def _runs(self, requests: list[ScoreRequest]) -> Iterator[list[ScoreResult]]:
+        """One chunk, one model run per item: the encoder, then the decoder over windows of positions
+        (rows x positions <= run_tokens; one position per run in "steps" mode), the cache carried from window
+        to window; each window keeps its rows' log-prob of the token each position predicts as it comes, so
+        memory holds (rows, t) numbers, never (rows, t, vocabulary). Yields [] after each run but the last,
+        and the chunk's results after it."""
         spec, rows = self.spec, len(requests)
         enc_feeds = spec.encoder_feeds([r.source for r in requests])
         cross = dict(zip(self._cross_names, self.backend.encode(enc_feeds), strict=True))
@@ -153,18 +182,38 @@ class Scorer:
                 ENCODER_TOTAL_LENGTH: np.array(src_mask.shape[1], np.int32)}
         else:
             source = {ENCODER_ATTENTION_MASK: src_mask}
-        run = self._whole if self.mode == "whole" else self._stepwise
-        logp, attn = run(ids, nexts, source, cross)  # (rows, t) predicted tokens' log-probs, (rows, t, S)
-        out = []
-        for b, r in enumerate(requests):
-            cols = np.arange(len(r.forced), len(r.forced) + len(r.target))  # positions predicting the target
-            lp = logp[b, cols].astype(np.float64)
-            wanted = r.options.return_alignment
-            align = attn[b, cols, : len(r.source)].astype(np.float64).tolist() if wanted else None
-            total = float(lp.sum())
-            out.append(ScoreResult(list(r.target), lp.tolist(), total, total / len(r.target),
-                                   r.end_token_scored, list(r.source), align, Timings(0.0, 0.0, 0.0)))
-        return out
+        yield []
+        width = max(1, self.run_tokens // rows) if self.mode == "windows" else 1
+        past = self._past(rows, t if spec.kv_cache == "inplace" else 0)
+        logp = np.zeros((rows, t), np.float32)  # each position's log-prob of its next token
+        wanted = any(r.options.return_alignment for r in requests)
+        attn = np.zeros((rows, t, src_mask.shape[1]), np.float32) if wanted else None
+        for start in range(0, t, width):
+            new = min(width, t - start)
+            feeds = {INPUT_IDS: ids[:, start: start + new],
+                     POSITION_IDS: np.tile(np.arange(start, start + new, dtype=np.int64), (rows, 1)),
+                     **self._lengths(rows, start, new), **source}
+            # log-probs, cross-attention, presents (and more a backend may add)
+            out = self.backend.decode(feeds, {**past, **cross})
+            past = dict(zip(self._self_names, out[2], strict=True))
+            window = nexts[:, start: start + new, None]
+            logp[:, start: start + new] = np.take_along_axis(np.asarray(out[0]), window, axis=2)[:, :, 0]
+            if attn is not None:
+                attn[:, start: start + new] = np.asarray(out[1])
+            if start + new < t:
+                yield []
+        yield [self._result(b, r, logp, attn) for b, r in enumerate(requests)]
+
+    @staticmethod
+    def _result(b: int, r: ScoreRequest, logp: np.ndarray, attn: np.ndarray | None) -> ScoreResult:
+        """Row b's ScoreResult: the log-probs of the positions that predict its target."""
+        cols = np.arange(len(r.forced), len(r.forced) + len(r.target))
+        lp = logp[b, cols].astype(np.float64)
+        align = (attn[b, cols, : len(r.source)].astype(np.float64).tolist()
+                 if attn is not None and r.options.return_alignment else None)
+        total = float(lp.sum())
+        return ScoreResult(list(r.target), lp.tolist(), total, total / len(r.target), r.end_token_scored,
+                           list(r.source), align, Timings(0.0, 0.0, 0.0))
 
     def _past(self, rows: int, cols: int) -> dict[str, CacheTensor]:
         """An empty self-attention cache of `cols` columns (zeros) in the backend's memory."""
@@ -178,33 +227,54 @@ class Scorer:
                     TOTAL_SEQUENCE_LENGTH: np.array(start + new, np.int32)}
         return {ATTENTION_MASK: np.ones((rows, start + new), np.int64)}
 
-    def _whole(self, ids: np.ndarray, nexts: np.ndarray, source: dict[str, np.ndarray],
-               cross: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
-        """Every position in one decoder run; of each position only its log-prob of `nexts` is kept."""
-        rows, t = ids.shape
-        feeds = {INPUT_IDS: ids, POSITION_IDS: np.tile(np.arange(t, dtype=np.int64), (rows, 1)),
-                 **self._lengths(rows, 0, t), **source}
-        cols = t if self.spec.kv_cache == "inplace" else 0  # an in-place buffer must hold them
-        out = self.backend.decode(feeds, {**self._past(rows, cols), **cross})
-        # log-probs, cross-attention (then presents, and more a backend may add)
-        gathered = np.take_along_axis(np.asarray(out[0]), nexts[:, :, None], axis=2)[:, :, 0]
-        return gathered, out[1]
 
-    def _stepwise(self, ids: np.ndarray, nexts: np.ndarray, source: dict[str, np.ndarray],
-                  cross: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
-        """One position per decoder run, the cache carried from run to run; each step keeps its rows' log-prob
-        of `nexts` as it comes, so memory holds (rows, t) numbers, never (rows, t, vocabulary)."""
-        rows, t = ids.shape
-        past = self._past(rows, t if self.spec.kv_cache == "inplace" else 0)
-        every = np.arange(rows)
-        gathered = np.zeros((rows, t), np.float32)
-        attns = []
-        for j in range(t):
-            feeds = {INPUT_IDS: ids[:, j: j + 1], POSITION_IDS: np.full((rows, 1), j, np.int64),
-                     **self._lengths(rows, j, 1), **source}
-            out = self.backend.decode(feeds, {**past, **cross})
-            logp, attn = out[0], out[1]
-            past = dict(zip(self._self_names, out[2], strict=True))  # the presents
-            gathered[:, j] = np.asarray(logp[:, 0])[every, nexts[:, j]]
-            attns.append(np.array(attn[:, 0], copy=True))
-        return gathered, np.stack(attns, axis=1)
+class ScoreWork:
+    """The scoring of a set of requests, one model run per `advance`: the worker interleaves these runs with
+    its decode steps, so no translation waits for a whole Score call. A chunk none of whose requests is
+    still wanted (`withdraw`) is not run."""
+
+    def __init__(self, scorer: Scorer, requests: Sequence[ScoreRequest]) -> None:
+        self.requests = list(requests)
+        self._scorer = scorer
+        self._pending = deque(scorer._chunks(self.requests))
+        self._chunk: list[int] = []
+        self._runs: Iterator[list[ScoreResult]] | None = None
+        self._spent = 0.0  # seconds of the current chunk's model runs
+        self._results: dict[int, ScoreResult] = {}
+        self._withdrawn: set[int] = set()
+
+    @property
+    def done(self) -> bool:
+        """No run left: every chunk was run, or is not wanted any more."""
+        return self._runs is None and all(self._withdrawn.issuperset(c) for c in self._pending)
+
+    def withdraw(self, index: int) -> None:
+        """Request `index` needs no result (its caller gave up)."""
+        self._withdrawn.add(index)
+
+    def advance(self) -> list[tuple[int, ScoreResult]]:
+        """Run the next model run; (index, result) of the requests it completed (at their chunk's last
+        run). Nothing when done."""
+        while self._runs is None:
+            if not self._pending:
+                return []
+            chunk = self._pending.popleft()
+            if not self._withdrawn.issuperset(chunk):
+                self._chunk, self._spent = chunk, 0.0
+                self._runs = self._scorer._runs([self.requests[i] for i in chunk])
+        t0 = time.perf_counter()
+        finished = next(self._runs)
+        self._spent += time.perf_counter() - t0
+        if not finished:
+            return []
+        self._runs = None
+        ms = self._spent * 1e3
+        for r in finished:
+            r.timings = Timings(0.0, ms, ms)
+        out = list(zip(self._chunk, finished, strict=True))
+        self._results.update(out)
+        return out
+
+    def results(self) -> list[ScoreResult]:
+        """Every request's result, in order (once done, nothing withdrawn)."""
+        return [self._results[i] for i in range(len(self.requests))]

@@ -13,9 +13,10 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
+from interface.names import INPUT_IDS
 from service.domain.errors import InvalidInput
 from service.domain.types import DecodeOptions, ScoreOptions
-from service.runtime.decoding.scoring import score_requests
+from service.runtime.decoding.scoring import ENCODE_FACTOR, score_requests
 from tests.support.scoring import cut_translation
 
 
@@ -86,7 +87,7 @@ def test_every_scoring_mode_gives_the_same_numbers(layout_runner, texts):
     targets[0] = targets[-1]  # a target that is not the greedy output scores too
     requests = layout_runner.score_requests(texts, targets, ScoreOptions(return_alignment=True))
     auto = layout_runner.new_scorer(4).score(requests)
-    for mode in ("steps", *(["whole"] if layout_runner.kv_cache == "concat" else [])):
+    for mode in ("steps", *(["windows"] if layout_runner.kv_cache == "concat" else [])):
         other = layout_runner.new_scorer(4, mode).score(requests)
         for a, b in zip(auto, other, strict=True):
             assert a.log_probs == pytest.approx(b.log_probs, abs=1e-5)
@@ -202,3 +203,55 @@ def test_a_many_to_many_model_needs_its_languages_and_does_not_count_the_forced_
     if (g.target_ids[:-1] if g.end_token_scored else g.target_ids) == hyp.tokens[1:]:  # it tokenizes back
         assert g.end_token_scored == (hyp.finish_reason == "eos")
         assert g.log_prob == pytest.approx(hyp.log_prob, abs=1e-5)
+
+
+@pytest.mark.parametrize("run_tokens", [1, 3, 7, 10_000])
+def test_windows_of_any_size_give_the_numbers_of_one_position_per_run(layout_runner, texts, run_tokens):
+    if layout_runner.kv_cache != "concat":
+        pytest.skip("windows of several positions need a concatenated cache")
+    targets = [h.text for h in greedy(layout_runner, texts)]
+    requests = layout_runner.score_requests(texts, targets, ScoreOptions(return_alignment=True))
+    steps = layout_runner.new_scorer(4, "steps").score(requests)
+    windows = layout_runner.new_scorer(4, "windows", run_tokens).score(requests)
+    for a, b in zip(steps, windows, strict=True):
+        assert a.log_probs == pytest.approx(b.log_probs, abs=1e-5)
+        for row_a, row_b in zip(a.alignment, b.alignment, strict=True):
+            assert row_a == pytest.approx(row_b, abs=1e-5)
+
+
+def test_every_run_stays_within_its_token_bounds(layout_runner, texts, monkeypatch):
+    runner = layout_runner
+    targets = [h.text for h in greedy(runner, texts)][::-1]
+    requests = runner.score_requests(texts, targets)
+    scorer = runner.new_scorer(8, run_tokens=6)
+    decoded, encoded = [], []
+    decode, encode = scorer.backend.decode, scorer.backend.encode
+    monkeypatch.setattr(scorer.backend, "decode", lambda feeds, past: decoded.append(feeds[INPUT_IDS].shape)
+                        or decode(feeds, past))
+    monkeypatch.setattr(scorer.backend, "encode", lambda feeds: encoded.append(feeds[INPUT_IDS].shape)
+                        or encode(feeds))
+    work = scorer.work(requests)
+    answered = []
+    while not work.done:
+        runs = len(decoded) + len(encoded)
+        answered += work.advance()
+        assert len(decoded) + len(encoded) == runs + 1  # one model run per advance
+    assert sorted(i for i, _ in answered) == list(range(len(requests)))
+    assert max(rows * new for rows, new in decoded) <= 6
+    assert all(rows == 1 or rows * src <= ENCODE_FACTOR * 6 for rows, src in encoded)
+    want = runner.new_scorer(64, "steps").score(requests)
+    for i, got in answered:
+        assert got.log_probs == pytest.approx(want[i].log_probs, abs=1e-5)
+
+
+def test_a_withdrawn_chunk_is_not_run(runner, texts):
+    requests = runner.score_requests(texts[:4], [h.text for h in greedy(runner, texts[:4])])
+    work = runner.new_scorer(2, "steps").work(requests)  # two chunks of two
+    first = sorted(range(4), key=lambda i: len(requests[i].target))[:2]
+    for i in range(4):
+        if i not in first:
+            work.withdraw(i)
+    answered = []
+    while not work.done:
+        answered += work.advance()
+    assert sorted(i for i, _ in answered) == sorted(first)

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from service.domain.errors import DeadlineExceeded, QueueFull
-from service.domain.types import DecodeOptions, Request
+from service.domain.types import DecodeOptions, Request, ScoreRequest
 from service.scheduling.jobqueue import JobQueue
 from service.scheduling.jobs import Job, RequestStatus
 
@@ -82,3 +82,28 @@ def test_clear_marks_every_queued_job_done() -> None:
     assert q.clear() == jobs and len(q) == 0 and q.rows == 0
     assert all(j.state == RequestStatus.DONE for j in jobs)
 
+
+
+def score_job(tokens: int, joins_previous: bool = False) -> Job:
+    """A queued score job (one pair) whose source has `tokens` ids."""
+    request = ScoreRequest(list(range(tokens)), [], [1, 2])
+    return Job(request, None, None, None, 0.0, joins_previous=joins_previous)  # type: ignore[arg-type]
+
+
+def test_while_a_score_runs_texts_pass_the_queued_score_jobs_which_keep_their_order() -> None:
+    q = JobQueue(8)
+    s1, s2, t1, t2 = score_job(3), score_job(3, joins_previous=True), job(3), job(3)
+    q.put([s1, s2, t1, t2], now=0.0)
+    out, expired = q.take(8, free_rows=8, now=1.0, hold_scores=True)
+    assert out == [t1, t2] and not expired and list(q) == [s1, s2] and q.rows == 2
+    out, _ = q.take(8, free_rows=8, now=1.0)
+    assert out == [s1, s2] and not len(q) and q.rows == 0
+
+
+def test_a_held_score_job_still_expires() -> None:
+    q = JobQueue(4)
+    late = score_job(3)
+    late.deadline = 0.5
+    q.put([late, job(3)], now=0.0)
+    out, expired = q.take(4, free_rows=4, now=1.0, hold_scores=True)
+    assert len(out) == 1 and [j for j, _ in expired] == [late] and isinstance(expired[0][1], DeadlineExceeded)

@@ -122,3 +122,49 @@ def test_drain_finishes_queued_scores(runner, sched_texts):
         return await asyncio.gather(*calls)
 
     assert all(r.log_prob < 0 for (r,) in run(main()))
+
+
+def test_a_long_score_does_not_hold_up_a_translation(runner, sched_texts):
+    """The Score's runs (one position of one pair each, about a hundred) go one per round beside the decode
+    steps: the translation (at most 8 steps) admitted after it finishes first; both have their numbers."""
+    targets = [h[0].text for h in runner.translate(sched_texts[:8], DecodeOptions(max_output_tokens=40))]
+    want_scores = runner.score(sched_texts[:8], targets)
+    (want,) = runner.translate(sched_texts[1:2], DecodeOptions(max_output_tokens=8))
+
+    async def main() -> None:
+        s = make_scheduler("continuous", runner, max_batch_size=4, queue_size=64)
+        s._worker.scorer = runner.new_scorer(4, run_tokens=1)  # one position of one pair per run
+        await s.start()
+        scoring = asyncio.ensure_future(s.score(sched_texts[:8], targets))
+        translating = asyncio.ensure_future(s.submit(sched_texts[1:2], DecodeOptions(max_output_tokens=8)))
+        done, _ = await asyncio.wait({scoring, translating}, return_when=asyncio.FIRST_COMPLETED)
+        assert done == {translating}
+        (result,) = translating.result()
+        assert result.hypotheses[0].tokens == want[0].tokens
+        for got, w in zip(await scoring, want_scores, strict=True):
+            assert got.log_probs == pytest.approx(w.log_probs, abs=1e-5)
+        await s.drain(5)
+
+    assert sum(len(t.target_ids) for t in want_scores) > 80  # the Score has that many runs
+    run(main())
+
+
+def test_a_score_cancelled_while_it_runs_leaves_the_worker_serving(hooked, sched_texts):
+    async def main() -> None:
+        s = make_scheduler("continuous", hooked, max_batch_size=4)
+        s._worker.scorer = hooked.new_scorer(4, run_tokens=1)
+        await s.start()
+        with gate_on(hooked, Gate("decoder", at=(2,))) as gate:
+            scoring = asyncio.ensure_future(s.score(sched_texts[:4], sched_texts[:4]))
+            await gate.wait()  # the worker is inside the Score's second decoder run
+            scoring.cancel()
+            gate.release()
+            with pytest.raises(asyncio.CancelledError):
+                await scoring
+        (r,) = await s.submit(sched_texts[:1], DecodeOptions())
+        (scored,) = await s.score(["we 5"], ["x"], ScoreOptions())
+        assert r.hypotheses and scored.log_prob < 0 and s.healthy
+        await s.drain(5)
+        assert s.queue_depth == 0 and s.active_sequences == 0
+
+    run(main())
