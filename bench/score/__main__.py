@@ -6,7 +6,8 @@ latency of one-sentence translations while it runs, measured side by side in one
 The bundle is the opus-mt-shaped one bench.marian imported when there is one (bench/repository/models.py
 `large_bundle`), else the default model. Every server runs with the default flags (continuous batching):
 
-1. Targets: the server's greedy translations of `--pairs` sources cut at `--target-tokens` tokens.
+1. Targets: the server's greedy translations of `--pairs` sources, at most `--target-tokens` tokens, their
+   texts cut to about that many tokens again (a text can tokenize to more tokens than it was decoded with).
 2. Memory: a fresh server translates the sources greedily (`--target-tokens` at most, one request), another
    fresh server scores the (source, target) pairs (one request); each one's peak resident set above what
    it held before the call (the peak is reset through /proc/<pid>/clear_refs, else sampled every 5 ms).
@@ -70,6 +71,16 @@ async def score(address: str, sources: Sequence[str], targets: Sequence[str]) ->
     async with open_channel(address) as channel:
         request = pb.ScoreRequest(sources=list(sources), targets=list(targets))
         return list((await pb_grpc.TranslatorStub(channel).Score(request, timeout=TIMEOUT_S)).results)
+
+
+def cut(texts: Sequence[str], tokens: Sequence[int], most: int) -> list[str]:
+    """Each text cut to about `most` tokens (a text of n tokens keeps the share most / n of its words): a
+    translation's text can tokenize again to more tokens than it was decoded with."""
+    out = []
+    for text, n in zip(texts, tokens, strict=True):
+        words = text.split()
+        out.append(" ".join(words[: max(1, len(words) * most // n)]) if n > most else text)
+    return out
 
 
 class PeakRss:
@@ -181,6 +192,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     with ServerProcess(bundle, "continuous") as server:
         made = asyncio.run(translate(server.address, pair_sources, a.target_tokens))
         targets = [r.hypotheses[0].text for r in made]
+        scored = asyncio.run(score(server.address, pair_sources, targets))
+        targets = cut(targets, [len(r.token_ids) for r in scored], a.target_tokens)
         scored = asyncio.run(score(server.address, pair_sources, targets))
         target_tokens = sum(len(r.token_ids) for r in scored) / len(scored)
         alone = asyncio.run(latency(server.address, sentences, a.users, a.requests, a.sentence_tokens, None))

@@ -184,7 +184,8 @@ class Scorer:
             source = {ENCODER_ATTENTION_MASK: src_mask}
         yield []
         width = max(1, self.run_tokens // rows) if self.mode == "windows" else 1
-        past = self._past(rows, t if spec.kv_cache == "inplace" else 0)
+        inplace = spec.kv_cache == "inplace"  # one cache of t columns, written in place: no copy per run
+        past = self._past(rows, t if inplace else 0)
         logp = np.zeros((rows, t), np.float32)  # each position's log-prob of its next token
         wanted = any(r.options.return_alignment for r in requests)
         attn = np.zeros((rows, t, src_mask.shape[1]), np.float32) if wanted else None
@@ -193,9 +194,10 @@ class Scorer:
             feeds = {INPUT_IDS: ids[:, start: start + new],
                      POSITION_IDS: np.tile(np.arange(start, start + new, dtype=np.int64), (rows, 1)),
                      **self._lengths(rows, start, new), **source}
-            # log-probs, cross-attention, presents (and more a backend may add)
-            out = self.backend.decode(feeds, {**past, **cross})
-            past = dict(zip(self._self_names, out[2], strict=True))
+            # log-probs, cross-attention, presents (none when updated in place; and more a backend may add)
+            out = self.backend.decode(feeds, {**past, **cross}, inplace=inplace)
+            if not inplace:
+                past = dict(zip(self._self_names, out[2], strict=True))
             window = nexts[:, start: start + new, None]
             logp[:, start: start + new] = np.take_along_axis(np.asarray(out[0]), window, axis=2)[:, :, 0]
             if attn is not None:

@@ -226,8 +226,8 @@ def test_every_run_stays_within_its_token_bounds(layout_runner, texts, monkeypat
     scorer = runner.new_scorer(8, run_tokens=6)
     decoded, encoded = [], []
     decode, encode = scorer.backend.decode, scorer.backend.encode
-    monkeypatch.setattr(scorer.backend, "decode", lambda feeds, past: decoded.append(feeds[INPUT_IDS].shape)
-                        or decode(feeds, past))
+    monkeypatch.setattr(scorer.backend, "decode", lambda feeds, past, **kw: decoded.append(
+        feeds[INPUT_IDS].shape) or decode(feeds, past, **kw))
     monkeypatch.setattr(scorer.backend, "encode", lambda feeds: encoded.append(feeds[INPUT_IDS].shape)
                         or encode(feeds))
     work = scorer.work(requests)
