@@ -12,12 +12,13 @@ from typing import Any
 
 from interface.names import MODEL_NAME
 from service.config import ServerConfig
-from service.domain.errors import BundleError, ProviderUnavailable
+from service.domain.errors import BundleError, ProviderUnavailable, error_id
 from service.domain.types import DecodeOptions
+from service.models.footprint import charge_at_limits
 from service.models.layout import Ceilings, ModelSettings, RepositoryLayout
 from service.models.repository import ControlMode, ModelRepository
 from service.models.served import Loader, ServedModel
-from service.ops import metrics
+from service.ops.malloc import release_freed_memory
 from service.ops.memory import resident_bytes
 from service.ops.model_metrics import ModelMetrics
 from service.runtime.runner import Runner
@@ -34,12 +35,15 @@ def build_runner(config: ServerConfig) -> Runner:
     try:
         runner = Runner(config.bundle, providers=config.providers, intra_op_threads=config.intra_op_threads,
                         provider_options=config.provider_options or None, max_beam=config.max_beam,
-                        variant=config.variant or None, require_provider=config.require_provider or None)
+                        variant=config.variant or None, require_provider=config.require_provider or None,
+                        cpu_arena=not config.memory_budget)  # under a budget, what a run frees goes back
     except (BundleError, ProviderUnavailable):
         raise
     except Exception as exc:  # ONNX Runtime or the tokenizer refused a file whose hash matched
-        what = f"{type(exc).__name__}: {exc}"
-        raise BundleError(f"cannot load the model of bundle {config.bundle}: {what}") from exc
+        eid = error_id()  # its text (paths, internals) goes to the log only: clients read this message
+        log.error("cannot load the model of bundle %s (error id %s)", config.bundle, eid, exc_info=exc)
+        raise BundleError(f"cannot load the model of bundle {config.bundle}: {type(exc).__name__} (error id "
+                          f"{eid}; details in the server log)") from exc
     log.info("model %s %s loaded from %s; execution providers in use: %s (primary: %s), variant %s",
              runner.bundle.name, runner.bundle.version, config.bundle, ", ".join(runner.providers),
              runner.provider, runner.variant_name)
@@ -67,30 +71,40 @@ def build_scheduler(config: ServerConfig, runner: Runner, model: ModelSettings |
 
 
 def model_loader(config: ServerConfig, shared: Runner | None = None) -> Loader:
-    """How the repository loads a model version: runner, scheduler, warm-up, and the memory it added.
-    `shared` (tests) serves as the runner of --bundle."""
+    """How the repository loads a model version: runner, scheduler, warm-up, and its charge: the memory
+    its load added, or under a memory budget what it holds serving at its limits. `shared` (tests) serves
+    as the runner of --bundle."""
 
     async def load(name: str, version: int, path: Path, settings: ModelSettings) -> ServedModel:
         """Open the bundle at `path`, start its scheduler, translate a warm-up text."""
+        if config.memory_budget:  # what earlier runs freed goes back first: the load is measured alone
+            await asyncio.to_thread(release_freed_memory)
         before = resident_bytes()
         if shared is not None and Path(path) == Path(config.bundle):
             runner = shared
         else:
             model_config = replace(config, bundle=Path(path), variant=settings.variant or config.variant)
             runner = await asyncio.to_thread(build_runner, model_config)
-        scheduler = build_scheduler(config, runner, settings, ModelMetrics(name, str(version)))
-        await scheduler.start()
+        recorder = ModelMetrics(name, str(version))
         try:
-            source, target = runner.languages.example()  # a many-to-many model needs a pair
-            warmup = DecodeOptions(max_output_tokens=min(8, runner.max_len - 1), source_language=source,
-                                   target_language=target)
-            await scheduler.submit([WARMUP_TEXT], warmup)  # a real translation before it serves
+            scheduler = build_scheduler(config, runner, settings, recorder)
+            await scheduler.start()
+            try:
+                source, target = runner.languages.example()  # a many-to-many model needs a pair
+                warmup = DecodeOptions(max_output_tokens=min(8, runner.max_len - 1), source_language=source,
+                                       target_language=target)
+                await scheduler.submit([WARMUP_TEXT], warmup)  # a real translation before it serves
+                charge = max(0, resident_bytes() - before)
+                if config.memory_budget:  # what it holds serving at its limits (service/models/footprint.py)
+                    charge = await charge_at_limits(runner, scheduler, before, warmup)
+            except BaseException:
+                await scheduler.drain(0.0)
+                raise
         except BaseException:
-            await scheduler.drain(0.0)
+            recorder.remove()  # a failed load leaves no series behind
             raise
-        metrics.set_model_info(model=name, version=str(version), provider=runner.provider,
-                               batching=scheduler.mode.value, variant=runner.variant_name)
-        return ServedModel(name, version, runner, scheduler, max(0, resident_bytes() - before))
+        info = {"provider": runner.provider, "batching": scheduler.mode.value, "variant": runner.variant_name}
+        return ServedModel(name, version, runner, scheduler, charge, info=info)
 
     return load
 

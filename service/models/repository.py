@@ -6,8 +6,10 @@ is the control mode (`ControlMode`, as Triton's `--model-control-mode`):
 - none: every model of the repository loads at start; loads and unloads through the API are refused;
 - explicit: the models named at start (`*`: all), then what the API loads and unloads;
 - on-demand: besides, a request for a model that is not loaded loads it. Concurrent first requests
-  wait for one load. Under a memory budget (bytes), a load that would exceed it first unloads the
-  least recently used models with no request in flight; a model in use is never evicted.
+  wait for one load, which leases each the version it brought (waiting.py); a failed load is tried
+  again for requests only after its backoff (failures.py). Under a memory budget (bytes), a load that
+  would exceed it first unloads the least recently used models with no request in flight (never one in
+  use); each model is charged what it holds serving, and the growth it causes (budget.py).
 
 A load of a loaded model loads the new version(s) beside the old and switches with no gap; a failed load keeps
 the old serving. An unload takes the model out at once (new requests: NotReady) and lets its in-flight
@@ -26,12 +28,10 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator
 from enum import StrEnum
-from typing import Any
 
 from service.domain.errors import (
-    DeadlineExceeded,
     InvalidInput,
     MemoryBudgetExceeded,
     NotReady,
@@ -39,13 +39,14 @@ from service.domain.errors import (
     ServiceError,
     ShuttingDown,
     UnknownModel,
-    error_id,
 )
 from service.domain.text import shown
-from service.models.budget import files_bytes, victims
+from service.models.budget import Growth, Sizes, make_room
+from service.models.failures import Clock, LoadBackoff, client_reason
 from service.models.layout import Ceilings, ModelSettings, RepositoryLayout
 from service.models.naming import check_name, check_version
 from service.models.served import IndexEntry, Loader, ModelState, Resolved, ServedModel, VersionState
+from service.models.waiting import Waiters
 from service.ops import metrics
 from service.ops.malloc import release_freed_memory
 
@@ -66,9 +67,9 @@ class ModelRepository:
 
     def __init__(self, layout: RepositoryLayout, loader: Loader, mode: ControlMode = ControlMode.NONE,
                  memory_budget: int | None = None, unload_grace_s: float = UNLOAD_GRACE_S,
-                 ceilings: Ceilings | None = None) -> None:
+                 ceilings: Ceilings | None = None, clock: Clock = time.monotonic) -> None:
         """Nothing loaded yet: `start` loads what the mode says; a model's settings stay within `ceilings`
-        (the server's limits; None: none)."""
+        (the server's limits; None: none); `clock` times the backoff of failed loads."""
         self.layout, self.loader, self.mode = layout, loader, mode
         self.ceilings = ceilings or Ceilings()
         self.memory_budget, self.unload_grace_s = memory_budget, unload_grace_s
@@ -76,15 +77,18 @@ class ModelRepository:
         # name -> version -> lifecycle record (a served version's: its `status`; none: UNAVAILABLE)
         self.states: dict[str, dict[str, VersionState]] = {}
         self._loading: dict[str, asyncio.Future[None]] = {}  # name -> the load in progress
+        self.failures = LoadBackoff(clock)  # failed loads: requests wait for their backoff
+        self._waiters = Waiters(self.failures)  # requests waiting for a load, leased what it brings
         self._lock = asyncio.Lock()  # one load or unload at a time: memory is measured per load
         self._closing: set[asyncio.Task] = set()
         self.closing = False  # the server is stopping: no new request gets a model
         self.aliases: dict[str, str] = {}  # another name a model answers to -> the model (ModelMesh's ids)
-        self.sizes: dict[tuple[str, int], int] = {}  # (name, version) -> resident bytes of its last load
+        self.sizes, self.growth = Sizes(), Growth()  # (name, version) -> last charge; uncharged growth
 
     async def start(self, names: list[str] | None = None) -> None:
         """Load every model (mode none), or `names` (`*`: every model) in the other modes."""
         wanted = self.layout.names() if self.mode is ControlMode.NONE or names == ["*"] else (names or [])
+        self.growth.restart()  # the process's base: before any model loads
         for name in wanted:
             await self._load(name, None)
 
@@ -173,27 +177,27 @@ class ModelRepository:
     async def use(self, name: str, version: str = "", deadline: float | None = None
                   ) -> AsyncIterator[ServedModel]:
         """A lease on the loaded version a request addresses, loading the model first in on-demand mode
-        (NotReady when it is not loaded, UnknownModel when that version is not)."""
+        (NotReady when it is not loaded, UnknownModel when that version is not). A request that waited for
+        a load gets the version that load brought: its lease is taken before anything can evict it."""
         if self.closing:
             raise ShuttingDown("the server is shutting down; retry on another replica")
         found = self.find(name, version, on_disk=False)
+        model = None
         if found.name not in self.models and self.mode is ControlMode.ON_DEMAND:
-            await self._wait(self._load(found.name, None), deadline)
-            found = self.find(name, version, on_disk=False)
-        model = found.model
+            load = self._load(found.name, None)
+            if (model := await self._waiters.wait(found.name, found.version, load, deadline)) is None:
+                found = self.find(name, version, on_disk=False)
+            else:
+                metrics.served_by(found.name, str(model.version))
         if model is None:
-            if versions := self.models.get(found.name):
-                raise UnknownModel(f"model {shown(found.name)} has no loaded version '{found.version}'; "
-                                   f"loaded: {sorted(versions)}")
-            reason = self._why(found.name)
-            hint = "" if self.mode is ControlMode.ON_DEMAND else "; load it through the repository API"
-            raise NotReady(f"model {shown(found.name)} is not loaded" + (f" ({reason})" if reason else "")
-                           + hint)
-        model.acquire()
+            if (model := found.model) is None:
+                raise self._refusal(found)
+            model.acquire()
         try:
             yield model
         finally:
             model.release()
+            self._charge_growth(model)
 
     async def load(self, name: str, settings: ModelSettings | None = None) -> None:
         """The repository API's load: (re)load the model, switching with no gap."""
@@ -226,12 +230,12 @@ class ModelRepository:
             await asyncio.gather(*self._closing, return_exceptions=True)
 
     def estimate(self, name: str) -> int:
-        """Bytes a load of `name` adds as the memory budget counts them (measured, else its files' size)."""
+        """Bytes a load of `name` will be charged under the memory budget (budget.py Sizes)."""
         entry = self.layout.entry(name)
-        return sum(self._estimate(name, v, entry.versions[v]) for v in entry.served())
+        return sum(self.sizes.expected((name, v), entry.versions[v]) for v in entry.served())
 
     def resident_bytes(self) -> int:
-        """Resident bytes of every loaded model, each as measured after its load."""
+        """The sum of every loaded model's charge: what it holds while it serves (budget.py)."""
         return sum(m.resident_bytes for m in self.loaded())
 
     # -- lifecycle ----------------------------------------------------------------------------------
@@ -239,6 +243,16 @@ class ModelRepository:
     def _why(self, name: str) -> str:
         """Why no version of `name` is served ("" when it is, or when nothing says why)."""
         return self.states.get(name, {}).get("", VersionState()).reason
+
+    def _refusal(self, found: Resolved) -> ServiceError:
+        """Why a request gets no model: UnknownModel for a version not loaded, else NotReady."""
+        if versions := self.models.get(found.name):
+            return UnknownModel(f"model {shown(found.name)} has no loaded version '{found.version}'; "
+                                f"loaded: {sorted(versions)}")
+        reason = self._why(found.name)
+        hint = "" if self.mode is ControlMode.ON_DEMAND else "; load it through the repository API"
+        why = f" ({reason})" if reason else ""
+        return NotReady(f"model {shown(found.name)} is not loaded{why}{hint}")
 
     def _unserved(self, name: str, state: ModelState, reason: str | None = None) -> None:
         """Record that no version of `name` is served, in `state` for `reason` (None: the one it had); a
@@ -251,21 +265,15 @@ class ModelRepository:
         else:
             self.states[name] = {"": VersionState(state, reason)}
 
-    async def _wait(self, job: Awaitable[None], deadline: float | None) -> None:
-        """Wait for a load within a request's deadline (the load goes on for the others)."""
-        task = asyncio.ensure_future(job)
-        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-        try:
-            await asyncio.wait_for(asyncio.shield(task), timeout)
-        except TimeoutError as exc:
-            raise DeadlineExceeded("the deadline passed while the model was loading") from exc
-
     async def _load(self, name: str, settings: ModelSettings | None, reload: bool = False) -> None:
-        """Load `name` once however many callers ask at the same time (reload: even when loaded)."""
+        """Load `name` once however many callers ask at the same time (reload: even when loaded, and
+        even within the backoff of a failed load, which refuses the others)."""
         if (running := self._loading.get(name)) is not None:
             return await asyncio.shield(running)
         if name in self.models and not reload:
             return None
+        if not reload and (refused := self.failures.refusal(name)) is not None:
+            raise refused
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._loading[name] = future
         self._unserved(name, ModelState.LOADING)
@@ -291,7 +299,10 @@ class ModelRepository:
             raise UnknownModel(f"model {shown(name)} has no version to serve (folders 1, 2, ... holding a "
                                f"bundle.json; its policy selects from {sorted(entry.versions)})")
         if self.memory_budget is not None:  # room for what the load is expected to add
-            self._make_room(name, sum(self._estimate(name, v, entry.versions[v]) for v in versions))
+            closing = set(self._closing)
+            self._make_room(name, sum(self.sizes.expected((name, v), entry.versions[v]) for v in versions))
+            if evicted := self._closing - closing:  # their memory goes before this load is measured
+                await asyncio.wait(evicted)
         new: dict[int, ServedModel] = {}
         started = time.perf_counter()
         try:
@@ -303,11 +314,14 @@ class ModelRepository:
         except BaseException as exc:
             for model in new.values():
                 self._schedule_close(model, 0.0)
-            self._unserved(name, ModelState.UNAVAILABLE, f"load failed: {client_reason(exc, name)}")
+            reason = f"load failed: {client_reason(exc, name)}"
+            self._unserved(name, ModelState.UNAVAILABLE, reason)
+            if isinstance(exc, Exception):  # not a cancelled load
+                self.failures.failed(name, reason)
             self._count(name, "load_failed")
             raise
         for version, model in new.items():
-            self.sizes[name, version] = model.resident_bytes
+            self.sizes.charged((name, version), model.resident_bytes, entry.versions[version])
         if self.memory_budget is not None:  # what it really added: others make room, or it goes
             try:
                 self._make_room(name, sum(m.resident_bytes for m in new.values()))
@@ -322,33 +336,30 @@ class ModelRepository:
         metrics.MODEL_LOAD_SECONDS.labels(model=name).observe(time.perf_counter() - started)
 
     def _switch(self, name: str, new: dict[int, ServedModel]) -> None:
-        """Serve `new` versions of `name` from now on; the old ones finish their requests and close."""
+        """Serve `new` versions of `name` from now on, leasing them to the requests that wait for them in
+        this same step; the old ones finish their requests and close."""
         old = self.models.get(name, {})
         self.models[name] = new
+        self._waiters.grant(name, new)
         self.states[name] = {str(v): m.status for v, m in sorted(new.items())}
+        self.failures.succeeded(name)
         self._count(name, "load")
         for version, model in new.items():
-            metrics.MODEL_RESIDENT_BYTES.labels(model=name, version=str(version)).set(model.resident_bytes)
+            metrics.set_model_series(name, str(version), model.resident_bytes, model.info)
         if old:
             self._count(name, "unload", "reload")
         for model in old.values():
             self._schedule_close(model, self.unload_grace_s)
 
-    def _estimate(self, name: str, version: int, path: Any) -> int:
-        """Bytes a load of that version will add: as measured at its last load, else its files' size."""
-        return self.sizes.get((name, version)) or files_bytes(path)
-
     def _make_room(self, name: str, needed: int) -> None:
-        """Unload least recently used idle models until `needed` more bytes fit the budget."""
+        """Unload least recently used idle models until `needed` more bytes fit the budget (budget.py)."""
         assert self.memory_budget is not None
-        chosen, used = victims(self.models, name, needed, self.memory_budget)
-        for other in chosen:
-            self._retire(other, f"evicted: least recently used under the memory budget, for {name}",
-                         "evicted")
-        if used + needed > self.memory_budget:
-            raise MemoryBudgetExceeded(
-                f"loading {shown(name)} needs about {needed / 2**20:.0f} MiB, and the models in use hold "
-                f"{used / 2**20:.0f} MiB of the {self.memory_budget / 2**20:.0f} MiB memory budget")
+        make_room(self.models, name, needed, self.memory_budget, self._retire)
+
+    def _charge_growth(self, model: ServedModel) -> None:
+        """After a request: charge `model` the growth no charge covers, evicting for it (budget.py Growth)."""
+        if self.memory_budget is not None and not (self.closing or self._loading or self._closing):
+            self.growth.charge(self.models, model, self.memory_budget, self.sizes, self._retire)
 
     def _count(self, name: str, event: str, cause: str = "") -> None:
         """Count a lifecycle event in the metrics: load, load_failed, unload (cause: why it unloaded)."""
@@ -372,10 +383,11 @@ class ModelRepository:
         model.state = ModelState.UNLOADING
 
         async def close() -> None:
-            """Close it, drop its series from the metrics and its memory from the process."""
+            """Close it, drop its series from the metrics (unless a served copy has them) and its memory
+            from the process."""
             await model.close(grace_s)
-            with contextlib.suppress(KeyError):
-                metrics.MODEL_RESIDENT_BYTES.remove(model.name, str(model.version))
+            if model.version not in self.models.get(model.name, {}):
+                metrics.remove_model_series(model.name, str(model.version))
             if (recorder := getattr(model.scheduler, "recorder", None)) is not None:
                 recorder.remove()
             model.runner = model.scheduler = None  # the sessions' last references
@@ -384,13 +396,3 @@ class ModelRepository:
         task = asyncio.get_running_loop().create_task(close())
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
-
-
-def client_reason(exc: BaseException, name: str) -> str:
-    """What a client may read of a failed load: our own errors' messages (written for clients); of any
-    other exception an error id, its text in the server log only."""
-    if isinstance(exc, ServiceError):
-        return str(exc)
-    eid = error_id()
-    log.error("model %s failed to load (error id %s)", name, eid, exc_info=exc)
-    return f"internal error (error id {eid}; details in the server log)"

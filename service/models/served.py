@@ -51,11 +51,12 @@ class ServedModel:
     version: int
     runner: Any  # service.runtime.runner.Runner
     scheduler: Any  # service.scheduling.scheduler.Scheduler
-    resident_bytes: int = 0  # the process's resident memory that its load added
+    resident_bytes: int = 0  # its charge: the resident memory it holds serving (service/models/budget.py)
     in_flight: int = 0
     last_used: float = field(default_factory=time.monotonic)
     status: VersionState = field(default_factory=lambda: VersionState(ModelState.READY))
     idle: asyncio.Event = field(default_factory=asyncio.Event)  # set whenever no lease is held
+    info: dict[str, str] = field(default_factory=dict)  # its `translator_model_info` (provider, ...)
 
     @property
     def state(self) -> ModelState:

@@ -21,14 +21,18 @@ Names (all prefixed `translator_`):
   (service/ops/model_metrics.py).
 - The repository: `models_loaded`, `model_resident_bytes{model, version}`,
   `model_loads_total{model, result}`, `model_unloads_total{model, reason}`,
-  `model_load_seconds{model}`.
+  `model_load_seconds{model}`. A model version's `model_info`, `model_resident_bytes` and per-model
+  series above exist while the repository serves it: set as it starts serving (a reload of the same
+  version keeps them, with the new copy's values), removed once its unloaded or evicted copy has
+  closed and no copy of that version is served.
 Time histograms use millisecond-suited buckets from 0.5 ms to 10 s.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 
@@ -72,7 +76,7 @@ MODEL = Info("translator_model", "A loaded model version: provider, batching mod
 # the model repository (service/models/repository.py)
 MODELS_LOADED = Gauge("translator_models_loaded", "Model versions loaded.")
 MODEL_RESIDENT_BYTES = Gauge("translator_model_resident_bytes",
-                             "Resident memory a model version's load added, measured after the load.",
+                             "Memory charged to a model version: what it holds serving (docs/service.md).",
                              MODEL_LABELS)
 MODEL_LOADS = Counter("translator_model_loads_total", "Model loads, by model and result (ok, failed).",
                       ["model", "result"])
@@ -163,10 +167,19 @@ def _init_model_series(protocol: str, methods: tuple[str, ...], model: str, vers
             REQUESTS.labels(method=method, code=code, protocol=protocol, model=model, version=version)
 
 
-def set_model_info(model: str, version: str, provider: str, batching: str, variant: str) -> None:
-    """Set the `translator_model_info` series of a loaded model version."""
-    MODEL.labels(model=model, version=version).info({"provider": provider, "batching": batching,
-                                                     "variant": variant})
+def set_model_series(model: str, version: str, resident_bytes: int, info: Mapping[str, str]) -> None:
+    """Set the repository's series of a model version it starts serving: `model_resident_bytes`, and
+    `model_info` when `info` (provider, batching, variant) is given."""
+    MODEL_RESIDENT_BYTES.labels(model=model, version=version).set(resident_bytes)
+    if info:
+        MODEL.labels(model=model, version=version).info(dict(info))
+
+
+def remove_model_series(model: str, version: str) -> None:
+    """Remove the series `set_model_series` set (the repository serves that model version no more)."""
+    for metric in (MODEL_RESIDENT_BYTES, MODEL):
+        with contextlib.suppress(KeyError):
+            metric.remove(model, version)
 
 
 def start_metrics_server(port: int, host: str = "0.0.0.0") -> int:

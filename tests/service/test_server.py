@@ -261,6 +261,6 @@ def test_metrics_endpoint_counts_requests(tiny_bundle, runner):
                  model="", version="") == 1  # no model: model ""
     assert delta("translator_requests_total", method="inference.GRPCInferenceService/ModelStatistics",
                  code="NOT_FOUND", model=metrics.UNKNOWN_MODEL, version="") == 1  # never the name asked
-    info = [k for k in after if k[0] == "translator_model_info"]
+    info = [k for k in after if k[0] == "translator_model_info" and ("model", "translator") in k[1]]
     assert info and {("batching", "continuous"), ("provider", "CPUExecutionProvider"),
                      ("variant", "base")} <= set(info[0][1])

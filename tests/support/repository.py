@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from service.models.budget import Growth
 from service.models.layout import Ceilings, ModelSettings, RepositoryLayout
 from service.models.repository import ControlMode, ModelRepository
 from service.models.served import ServedModel
 
 MIB = 2**20
+STUB_INFO = {"provider": "CPUExecutionProvider", "batching": "continuous", "variant": "default"}
 
 
 def link_repository(root: Path, bundle: Path, versions: Iterable[tuple[str, int]],
@@ -61,7 +64,7 @@ class StubLoader:
         if name in self.fail:
             raise RuntimeError(f"{name}: broken bundle")
         return ServedModel(name, version, runner=None, scheduler=StubScheduler(),
-                           resident_bytes=self.sizes.get(name, 10 * MIB))
+                           resident_bytes=self.sizes.get(name, 10 * MIB), info=dict(STUB_INFO))
 
 
 def repository_dir(tmp_path: Path, models: dict[str, list[int]]) -> Path:
@@ -76,9 +79,14 @@ def repository_dir(tmp_path: Path, models: dict[str, list[int]]) -> Path:
 
 
 def make(tmp_path: Path, models: dict[str, list[int]], mode: ControlMode, budget: int | None = None,
-         sizes: dict[str, int] | None = None, ceilings: Ceilings | None = None
+         sizes: dict[str, int] | None = None, ceilings: Ceilings | None = None,
+         clock: Callable[[], float] = time.monotonic, rss: Callable[[], int] = lambda: 0
          ) -> tuple[ModelRepository, StubLoader]:
-    """A repository of stub models (within `ceilings`, the server's limits, when given)."""
+    """A repository of stub models (within `ceilings`, the server's limits, when given; `clock` times the
+    backoff of failed loads; its memory budget reads the process's resident bytes from `rss`, by default
+    a process that never grows)."""
     loader = StubLoader(sizes)
     layout = RepositoryLayout(root=repository_dir(tmp_path, models))
-    return ModelRepository(layout, loader, mode, budget, unload_grace_s=5.0, ceilings=ceilings), loader
+    repo = ModelRepository(layout, loader, mode, budget, unload_grace_s=5.0, ceilings=ceilings, clock=clock)
+    repo.growth = Growth(rss)
+    return repo, loader

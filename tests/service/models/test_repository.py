@@ -8,6 +8,7 @@ import asyncio
 import re
 
 import pytest
+from prometheus_client import REGISTRY
 
 from service.domain.errors import (
     InvalidInput,
@@ -21,7 +22,8 @@ from service.models.layout import ModelSettings
 from service.models.repository import ControlMode, IndexEntry, ModelRepository, Resolved
 from service.models.served import ModelState
 from service.ops import metrics
-from tests.support.repository import MIB, make
+from tests.support.polling import until
+from tests.support.repository import MIB, STUB_INFO, make
 
 
 def reasons(repo: ModelRepository) -> dict[str, str]:
@@ -233,4 +235,144 @@ def test_each_model_version_has_one_lifecycle_record(tmp_path):
         assert [m.status for m in repo.loaded("a")] == list(repo.states["a"].values())
         await repo.unload("a")
         assert repo.index() == [IndexEntry("a", "", ModelState.UNAVAILABLE, "unloaded through the API")]
+    asyncio.run(main())
+
+
+def test_a_request_that_waited_for_a_load_gets_the_model_before_another_load_can_evict_it(tmp_path):
+    """Under a budget of one model: a's load ends while b's load waits for the repository; b's load runs
+    before a's first request resumes, and would evict a (idle without a lease). The load leased a to its
+    waiting request, so b is refused instead, and b loads once a's request is done."""
+    async def main():
+        repo, loader = make(tmp_path, {"a": [1], "b": [1]}, ControlMode.ON_DEMAND, budget=15 * MIB)
+        loader.gate = gate = asyncio.Event()
+        done = asyncio.Event()
+        served: list[tuple[str, int]] = []
+
+        async def request_a() -> None:
+            async with repo.use("a") as model:
+                served.append((model.name, model.in_flight))
+                await done.wait()
+
+        first = asyncio.create_task(request_a())
+        await asyncio.wait_for(loader.started.wait(), 10)  # a's load waits for the gate
+        second = asyncio.create_task(repo.use("b").__aenter__())
+        await until(lambda: "b" in repo._loading, "b's load to wait for a's")
+        loader.gate = None  # b's load runs at once: no await between its start and the eviction
+        gate.set()
+        with pytest.raises(MemoryBudgetExceeded, match="models in use hold 10 MiB"):
+            await second
+        await until(lambda: bool(served), "a's request to get its model")
+        assert served == [("a", 1)] and sorted(repo.models) == ["a"]
+        done.set()
+        await first
+        async with repo.use("b") as model:  # a is idle now: it makes room
+            assert model.name == "b" and sorted(repo.models) == ["b"]
+        assert loader.loads.count(("a", 1)) == 1 and loader.loads[-1] == ("b", 1)
+        assert not repo._waiters.waiting
+    asyncio.run(main())
+
+
+class FakeClock:
+    """A monotonic clock the test moves."""
+
+    def __init__(self) -> None:
+        """At 1000 s."""
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        """The time now."""
+        return self.now
+
+
+async def refused(repo: ModelRepository, name: str) -> str:
+    """The message of the NotReady a request for `name` gets (fails the test if it gets a model)."""
+    with pytest.raises(NotReady) as err:
+        async with repo.use(name):
+            pass
+    return str(err.value)
+
+
+def test_a_failed_load_is_retried_only_after_its_backoff_or_an_explicit_load(tmp_path):
+    """A failing model is loaded once, then requests are refused at once with the reason and when it is
+    tried again, until the backoff (1 s, doubling, at most 60 s) passes or a load through the API; a
+    success forgets the failures. The loader's exception text reaches no client."""
+    async def main():
+        clock = FakeClock()
+        repo, loader = make(tmp_path, {"a": [1]}, ControlMode.ON_DEMAND, clock=clock)
+        loader.fail.add("a")
+        loader.gate = asyncio.Event()
+        waiting = [asyncio.create_task(refused(repo, "a")) for _ in range(3)]
+        await asyncio.wait_for(loader.started.wait(), 10)
+        loader.gate.set()
+        messages = await asyncio.gather(*waiting)  # every request that waited for the failed load
+        assert loader.loads == [("a", 1)] and len(set(messages)) == 1
+        (reason,) = [e.reason for e in repo.index()]
+        assert re.fullmatch(r"load failed: internal error \(error id \w+; details in the server log\)",
+                            reason)
+        expected = (f"model 'a' is not loaded ({reason}); its load failed once: a request loads it again in "
+                    "{} s, a load through the repository API at once")
+        assert messages[0] == expected.format("1.0") and "broken bundle" not in messages[0]
+        for _ in range(5):
+            assert await refused(repo, "a") == expected.format("1.0")
+        clock.now += 0.5
+        assert await refused(repo, "a") == expected.format("0.5")
+        assert loader.loads == [("a", 1)]
+        clock.now += 0.5  # the backoff has passed: the next request loads again
+        message = await refused(repo, "a")
+        assert loader.loads == [("a", 1)] * 2
+        assert "its load failed 2 times in a row: a request loads it again in 2.0 s" in message
+        assert "in 2.0 s" in await refused(repo, "a") and len(loader.loads) == 2
+        for attempt in range(3, 10):  # explicit loads try at once; the wait doubles up to 60 s
+            with pytest.raises(RuntimeError):
+                await repo.load("a")
+            assert len(loader.loads) == attempt
+            wait = min(60.0, 2.0 ** (attempt - 1))
+            assert f"failed {attempt} times in a row" in (message := await refused(repo, "a"))
+            assert f"in {wait:.1f} s" in message and len(loader.loads) == attempt
+        loader.fail.clear()
+        await repo.load("a")
+        assert repo.failures.failures == {}
+        await repo.unload("a")
+        loader.fail.add("a")
+        assert "its load failed once: a request loads it again in 1.0 s" in await refused(repo, "a")
+        assert len(loader.loads) == 11
+    asyncio.run(main())
+
+
+def series(name: str, model: str) -> dict[str, float]:
+    """The samples of metric `name` of `model`, by version label."""
+    return {s.labels["version"]: s.value for family in REGISTRY.collect() for s in family.samples
+            if s.name == name and s.labels.get("model") == model}
+
+
+def test_a_model_versions_series_follow_it_through_reload_unload_and_eviction(tmp_path):
+    """A reload of the same version keeps its series with the new copy's value (the old copy closing
+    after it removes nothing); an unload and an eviction remove them once the copy has closed."""
+    async def main():
+        repo, loader = make(tmp_path, {"series-a": [1], "series-b": [1]}, ControlMode.EXPLICIT,
+                            budget=25 * MIB, sizes={"series-a": 10 * MIB, "series-b": 20 * MIB})
+        await repo.load("series-a")
+        assert series("translator_model_resident_bytes", "series-a") == {"1": 10 * MIB}
+        assert series("translator_model_info", "series-a") == {"1": 1.0}
+        loader.sizes["series-a"] = 12 * MIB
+        await repo.load("series-a")
+        await asyncio.gather(*repo._closing)  # the old copy has closed
+        assert series("translator_model_resident_bytes", "series-a") == {"1": 12 * MIB}
+        assert series("translator_model_info", "series-a") == {"1": 1.0}
+        ((info),) = [s.labels for f in REGISTRY.collect() for s in f.samples
+                     if s.name == "translator_model_info" and s.labels["model"] == "series-a"]
+        assert {k: info[k] for k in STUB_INFO} == STUB_INFO
+        await repo.unload("series-a")
+        await asyncio.gather(*repo._closing)
+        assert series("translator_model_resident_bytes", "series-a") == {}
+        assert series("translator_model_info", "series-a") == {}
+        await repo.load("series-a")
+        await repo.load("series-b")  # 12 + 20 MiB exceed 25: series-a is evicted
+        assert reasons(repo)["series-a"].startswith("evicted")
+        await asyncio.gather(*repo._closing)
+        assert series("translator_model_resident_bytes", "series-a") == {}
+        assert series("translator_model_info", "series-a") == {}
+        assert series("translator_model_resident_bytes", "series-b") == {"1": 20 * MIB}
+        await repo.close()
+        assert series("translator_model_info", "series-b") == {}
     asyncio.run(main())

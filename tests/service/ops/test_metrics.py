@@ -53,7 +53,8 @@ def test_bucket_layouts():
 
 
 def test_endpoint_serves_every_metric_and_model_info(metrics_port):
-    metrics.set_model_info("tiny", "v9", "CPUExecutionProvider", "continuous", "fp16")
+    values = {"provider": "CPUExecutionProvider", "batching": "continuous", "variant": "fp16"}
+    metrics.set_model_series("tiny", "v9", 1024, values)
     metrics.observe_request("test.Endpoint", "OK", 0.01)
     with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as response:
         assert response.status == 200
@@ -72,6 +73,9 @@ def test_endpoint_serves_every_metric_and_model_info(metrics_port):
                  'variant="fp16"'):
         assert part in info
     assert info.endswith(" 1.0")
+    assert 'translator_model_resident_bytes{model="tiny",version="v9"} 1024.0' in body
+    metrics.remove_model_series("tiny", "v9")
+    assert [s for f in metrics.MODEL.collect() for s in f.samples if s.labels["model"] == "tiny"] == []
 
 
 def test_each_model_version_records_its_own_series():
