@@ -15,6 +15,8 @@
    against the model's size (goal <= 5%), and every request accounted for.
 4. perf_analyzer against one named model of several (perf.py), when installed (make perf-analyzer-tools).
 
+Separately, `python -m bench.repository.budget` (budget.py): three models taking turns under a memory budget.
+
 Writes `<out>/repository.json` (every figure) and `<out>/repository-cycles-rss.json` with its chart; the
 last line printed is one JSON object of the headline ratios and counts.
 """

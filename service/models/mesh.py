@@ -7,8 +7,9 @@ version policy apply, as for any other load. The id becomes an alias of that mod
 (`ModelRepository.aliases`), so inference that names the id (ModelMesh writes it into the request's model
 name) reaches the model. An id must be a valid model name and never the name of another model of the
 repository (it would shadow it): such a load is refused, InvalidInput, before anything changes. Several ids
-may share one model: it is loaded once and unloaded with its last id. Sizes are the repository's: resident
-bytes measured after the load, and before it the estimate the memory budget uses (the bundle files' bytes).
+may share one model: it is loaded once and unloaded with its last id. Sizes are the memory budget's charges
+(service/models/budget.py): what the model holds serving, growth charged since included; before a load, what
+the budget expects it to be charged.
 Under control mode none ModelMesh cannot load or unload: every model is loaded at start. In the request
 metrics these calls, as the inference ModelMesh forwards, carry the repository model's name, never ModelMesh's
 ids.
@@ -110,8 +111,8 @@ class MeshModels:
         return self.size(model_id)
 
     def size(self, model_id: str) -> int:
-        """Bytes the model of model_id holds: resident bytes measured after its load (ModelMesh's default
-        size where that measured nothing); NotReady when it is not loaded."""
+        """Bytes the model of model_id holds: the memory budget's charge of its loaded versions (ModelMesh's
+        default size where that measured nothing); NotReady when it is not loaded."""
         name = self.model_of(model_id)
         versions = self.repository.models.get(name)
         if not versions:
@@ -119,7 +120,7 @@ class MeshModels:
         return sum(m.resident_bytes for m in versions.values()) or DEFAULT_MODEL_SIZE_BYTES
 
     def predict(self, model_path: str) -> int:
-        """Bytes a load of the model at model_path will add, as the memory budget estimates them."""
+        """Bytes a load of the model at model_path will be charged, as the memory budget expects."""
         return self.repository.estimate(self.target(model_path))
 
     async def unload(self, model_id: str) -> None:

@@ -9,7 +9,9 @@ session, the sessions are made again with the options of the provider in use. Th
 - CPU: ORT's process-wide intra-op pool shared by both sessions (two pools spinning on the same
   cores starve each other, docs/performance.md), created once with
   `onnxruntime.set_global_thread_pool_sizes`; the SkipLayerNormalization fusion off (ORT's CPU
-  kernel is several times slower than Add + LayerNormalization beyond a few rows).
+  kernel is several times slower than Add + LayerNormalization beyond a few rows); ORT's CPU arena
+  unless `cpu_arena` is False (a memory budget: what a run frees then goes back to malloc, and from
+  there to the system, instead of staying in the arena).
 - CUDA: per-session pools that do not spin (the CPU only runs shape computations; ORT's global
   pool once the process has one, since ORT then refuses per-session pools), one device arena per
   device shared by every session of every model (registered once with ORT's environment,
@@ -115,11 +117,13 @@ def plan_providers(requested: Sequence[str] | None, device_id: int = 0) -> tuple
 
 
 def session_options(provider: str, intra_op_threads: int, shared_pool: bool,
-                    profile_prefix: str | None = None, spinning: bool = True) -> ort.SessionOptions:
+                    profile_prefix: str | None = None, spinning: bool = True, cpu_arena: bool = True
+                    ) -> ort.SessionOptions:
     """Options of one session whose graph runs on `provider` (see the module docstring); ORT's
     profiler writes `<profile_prefix>_<date>.json` when a prefix is given (bench/engines/profile.py)."""
     so = ort.SessionOptions()
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.enable_cpu_mem_arena = cpu_arena
     if profile_prefix:
         so.enable_profiling, so.profile_file_prefix = True, profile_prefix
     if shared_pool:
@@ -169,9 +173,10 @@ class Sessions:
 
 
 def _open(path: Path, providers: list[str], options: dict[str, dict[str, str]], intra_op_threads: int,
-          shared: bool, profile_prefix: str | None, spinning: bool = True) -> ort.InferenceSession:
+          shared: bool, profile_prefix: str | None, spinning: bool = True, cpu_arena: bool = True
+          ) -> ort.InferenceSession:
     """One session on `providers` with the options of the first; no run-time fallback."""
-    so = session_options(providers[0], intra_op_threads, shared, profile_prefix, spinning)
+    so = session_options(providers[0], intra_op_threads, shared, profile_prefix, spinning, cpu_arena)
     if providers[0] == CUDA:  # every model's sessions on a device share one arena
         cuda = options.get(CUDA, {})
         if ensure_shared_cuda_allocator(int(cuda.get("device_id", 0)), cuda):
@@ -203,12 +208,13 @@ def open_sessions(
     shared_pool: bool = True,
     profile_prefix: str | None = None,
     why_not_cuda: str | None = None,
+    cpu_arena: bool = True,
 ) -> Sessions:
     """Create both sessions on `providers` (already planned by plan_providers; CPU added last if
     missing), each from the files `graph_files` gives for the provider really in use and with
     that provider's options; then the pages that creating the sessions read through the bundle's
     mappings are dropped (`drop_file_pages`). On the CPU, the weights the kernels packed are backed by
-    huge pages (`huge_pages_for`)."""
+    huge pages (`huge_pages_for`); `cpu_arena` False opens them without ORT's CPU arena."""
     planned = [p for p in (providers or [CPU]) if p != CPU] + [CPU]
     options = {p: {str(k): str(v) for k, v in (provider_options or {}).get(p, {}).items()} for p in planned}
     prefix = {g: profile_prefix and f"{profile_prefix}_{g}" for g in ("encoder", "decoder")}
@@ -218,7 +224,7 @@ def open_sessions(
         shared_ = _use_global_pool(providers_[0], shared_pool, intra_op_threads)
         # without the shared pool, an idle spinning encoder pool would starve the decoder
         return _open(graph_files(providers_[0])["encoder"], providers_, options, intra_op_threads, shared_,
-                     prefix["encoder"], spinning=shared_ or not shared_pool), shared_
+                     prefix["encoder"], spinning=shared_ or not shared_pool, cpu_arena=cpu_arena), shared_
 
     with huge_pages_for(planned[0] == CPU) as collapsed:  # the packed weights (service/ops/hugepages.py)
         enc, shared = encoder_on(planned)
@@ -228,7 +234,8 @@ def open_sessions(
             planned = in_use
             enc, shared = encoder_on(planned)
         files = dict(graph_files(planned[0]))
-        dec = _open(files["decoder"], planned, options, intra_op_threads, shared, prefix["decoder"])
+        dec = _open(files["decoder"], planned, options, intra_op_threads, shared, prefix["decoder"],
+                    cpu_arena=cpu_arena)
         in_use = list(dec.get_providers())
         # what prepacking read stays mapped where a gather reads it (service/ops/mapped.py)
         folders = {Path(f).parent for f in files.values()}
