@@ -3,7 +3,8 @@
 Every failure is the client's and says why: a body larger than the limit is 413 before it is read (its
 Content-Length) or as soon as it passes the limit; a body that does not arrive in full within `timeout_s`
 (slow, or shorter than its Content-Length on an open connection) is 408 and its connection is closed; a body
-the client cut short, malformed JSON and JSON of the wrong shape are InvalidInput (400).
+the client cut short, malformed JSON and JSON of the wrong shape are InvalidInput (400). A large body is
+decoded off the event loop (service/api/offload.py: `read_object`, and `offload.decoded` for other decoders).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
+from service.api import offload
 from service.api.http.errors import RequestRejected
 from service.domain.errors import InvalidInput
 
@@ -62,3 +64,11 @@ def json_object(raw: bytes, what: str = "request body", empty_ok: bool = False) 
     if not isinstance(value, dict):
         raise InvalidInput(f"the {what} must be a JSON object, got {type(value).__name__}")
     return value
+
+
+async def read_object(request: web.Request, what: str = "request body",
+                      empty_ok: bool = False) -> dict[str, Any]:
+    """The body read within the limits, as a JSON object (`json_object`), decoded where offload's rule
+    says (a large body in a decoding thread)."""
+    raw = await read_body(request)
+    return await offload.decoded(len(raw), json_object, raw, what, empty_ok)

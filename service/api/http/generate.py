@@ -26,7 +26,7 @@ from typing import Any
 
 from aiohttp import web
 
-from service.api.http.body import json_object, read_body
+from service.api.http.body import read_object
 from service.api.http.context import model_of, plane_of
 from service.api.http.errors import CODE_KEY, json_response
 from service.api.status import http_status_of
@@ -81,7 +81,7 @@ def result_fields(t: Translation, asked: parameters.Asked) -> dict[str, Any]:
 
 async def generate(request: web.Request) -> web.Response:
     """One request, one JSON answer."""
-    body = json_object(await read_body(request), "generate request")
+    body = await read_object(request, "generate request")
     asked = parameters.read(generate_parameters(body, stream=False), results=parameters.RESULTS)
     want = Want(tokens=asked.return_tokens, scores=asked.return_scores, alignment=asked.return_alignment)
     answer = await plane_of(request).translate(*model_of(request), [body[TEXT_KEY]], asked.decoding, want,
@@ -113,7 +113,7 @@ async def _events(items: Any) -> Any:
 
 async def generate_stream(request: web.Request) -> web.StreamResponse:
     """Server-sent events, one per decoded piece; errors before the first as JSON, after it inside."""
-    body = json_object(await read_body(request), "generate request")
+    body = await read_object(request, "generate request")
     asked = parameters.read(generate_parameters(body, stream=True))
     items = plane_of(request).stream(*model_of(request), body[TEXT_KEY], asked.options, Want(),
                                      asked.deadline)

@@ -9,15 +9,16 @@
 - Triton's repository extension: `POST /v2/repository/index` (`{"ready": bool}`),
   `POST /v2/repository/models/{m}/load` (`{"parameters": {"config": "<JSON>"}}`), `.../unload`.
 Each handler converts JSON to a call of the data plane (service/dataplane/calls.py) and its answer back,
-nothing more.
+nothing more; a large body is decoded off the event loop (service/api/offload.py), as in every handler.
 """
 
 from __future__ import annotations
 
 from aiohttp import web
 
+from service.api import offload
 from service.api.http import tensors
-from service.api.http.body import json_object, read_body
+from service.api.http.body import json_object, read_body, read_object
 from service.api.http.context import model_of, plane_of
 from service.api.http.errors import json_response
 from service.domain.errors import InvalidInput
@@ -67,8 +68,8 @@ async def infer(request: web.Request) -> web.Response:
     """KServe v2 inference: JSON tensors, or Triton's binary tensor data."""
     name, version = model_of(request)
     body = await read_body(request)
-    decoded = tensors.infer_request(body, request.headers.get(tensors.HEADER_LENGTH), name, version,
-                                    json_object)
+    decoded = await offload.decoded(len(body), tensors.infer_request, body,
+                                    request.headers.get(tensors.HEADER_LENGTH), name, version, json_object)
     response = await plane_of(request).infer(decoded.request, None)
     payload, binary = tensors.infer_response(response, decoded.binary_output)
     if not decoded.binary_output:
@@ -80,7 +81,7 @@ async def infer(request: web.Request) -> web.Response:
 
 async def repository_index(request: web.Request) -> web.Response:
     """Every model of the repository with its state (`{"ready": true}`: the ready ones only)."""
-    body = json_object(await read_body(request), "repository index request", empty_ok=True)
+    body = await read_object(request, "repository index request", empty_ok=True)
     ready = body.get("ready", False)
     if not isinstance(ready, bool):
         raise InvalidInput(f"ready must be a boolean, got {shown(ready)}")
@@ -90,7 +91,7 @@ async def repository_index(request: web.Request) -> web.Response:
 
 async def _parameters(request: web.Request) -> dict:
     """The `parameters` object of a repository request's body."""
-    body = json_object(await read_body(request), "repository request", empty_ok=True)
+    body = await read_object(request, "repository request", empty_ok=True)
     given = body.get("parameters", {})
     if not isinstance(given, dict):
         raise InvalidInput(f"repository request parameters must be a JSON object, got {shown(given)}")

@@ -14,7 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
-from service.api.http.body import json_object, read_body
+from service.api.http.body import read_object
 from service.api.http.context import model_of, plane_of
 from service.api.http.errors import json_response
 from service.dataplane import parameters
@@ -40,7 +40,7 @@ def _texts(body: dict[str, Any], one: str, many: str) -> list[str]:
 
 async def score(request: web.Request) -> web.Response:
     """Score the pairs of one request; one JSON answer."""
-    body = json_object(await read_body(request), "score request")
+    body = await read_object(request, "score request")
     sources, targets = _texts(body, "source", "sources"), _texts(body, "target", "targets")
     given = body.get("parameters", {})
     if not isinstance(given, dict):
