@@ -100,14 +100,18 @@ def byte_tensors(draw: st.DrawFn) -> tuple[bytes, int]:
     return raw, count
 
 
+ECHO_PREFIX = 8  # the shortest start of a quoted value taken as its (cut) echo
+
+
 def check_message(message: str, echoed: Sequence[str] = ()) -> None:
     """A refusal's message: non-empty, no internals outside the client's own values it quotes (`echoed`,
     possibly cut short: a client may send a value that reads like a path)."""
     assert message.strip(), "empty error message"
     own = message
-    for value in echoed:
+    for value in sorted(echoed, key=len, reverse=True):  # a short value must not cut a longer one's quote
         quoted = repr(value)
-        shown = next((quoted[:k] for k in range(len(quoted), 0, -1) if quoted[:k] in own), "")
+        least = min(len(quoted), ECHO_PREFIX)
+        shown = next((quoted[:k] for k in range(len(quoted), least - 1, -1) if quoted[:k] in own), "")
         own = own.replace(shown, "") if shown else own
     assert internals_in(own) is None, f"message shows internals ({internals_in(own)!r}): {message!r}"
 
