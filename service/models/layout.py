@@ -21,6 +21,7 @@ model, `MODEL_NAME`, version 1. The server's flags are ceilings (`Ceilings`): a 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -123,16 +124,26 @@ class ModelSettings:
                     raise InvalidInput(f"{origin}: variant must be a variant name")
                 values[key] = value
             else:
-                least = 0 if "delay" in key else 1
-                if isinstance(value, bool) or not isinstance(value, int | float) or value < least:
-                    raise InvalidInput(f"{origin}: {key} must be a positive number, got {shown(str(value))}")
-                values[key] = value if "delay" in key else int(value)
+                values[key] = setting_number(key, value, origin)
         return cls(**values)
 
     def over(self, base: ModelSettings) -> ModelSettings:
         """These settings where set, base's elsewhere (a load's `config` over the settings file)."""
         return replace(base, **{f.name: getattr(self, f.name) for f in fields(self)
                                 if getattr(self, f.name) is not None})
+
+
+def setting_number(key: str, value: Any, origin: str) -> int | float:
+    """A numeric setting's value: a delay any finite number >= 0, a count a whole number >= 1 (InvalidInput
+    naming `origin` and the key otherwise: a bool, a string, NaN, an infinity, a fraction)."""
+    delay = "delay" in key
+    number = not isinstance(value, bool) and isinstance(value, int | float)
+    if number and isinstance(value, float):
+        number = math.isfinite(value) and (delay or value.is_integer())
+    if not number or value < (0 if delay else 1):
+        want = "a finite number >= 0" if delay else "a whole number >= 1"
+        raise InvalidInput(f"{origin}: {key} must be {want}, got {shown(value)}")
+    return value if delay else int(value)
 
 
 def depth(value: Any) -> int:

@@ -4,6 +4,7 @@ Triton states them, the settings file's checks and the names that may reach the 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -71,14 +72,28 @@ def test_settings_file_and_load_config_override(tmp_path):
 @pytest.mark.parametrize(("settings", "message"), [
     ({"max_batch_sise": 4}, "unknown settings"),
     ({"batching": "fast"}, "batching must be one of"),
-    ({"max_batch_size": 0}, "must be a positive number"),
-    ({"queue_size": "8"}, "must be a positive number"),
+    ({"max_batch_size": 0}, "max_batch_size must be a whole number >= 1, got 0"),
+    ({"queue_size": "8"}, "queue_size must be a whole number >= 1, got '8'"),
+    ({"max_batch_size": float("inf")}, "max_batch_size must be a whole number >= 1, got inf"),
+    ({"max_batch_tokens": 2.5}, "max_batch_tokens must be a whole number >= 1, got 2.5"),
+    ({"queue_size": True}, "queue_size must be a whole number >= 1"),
+    ({"max_queue_delay_ms": float("nan")}, "max_queue_delay_ms must be a finite number >= 0, got nan"),
+    ({"max_queue_delay_ms": -1}, "max_queue_delay_ms must be a finite number >= 0, got -1"),
     ({"variant": "../int8"}, "variant must be a variant name"),
     ([1, 2], "must be a JSON object"),
 ])
 def test_bad_settings_are_refused_with_the_reason(settings, message):
-    with pytest.raises(InvalidInput, match=message):
+    with pytest.raises(InvalidInput, match=re.escape(message)):
         ModelSettings.from_json(settings)
+
+
+def test_settings_as_json_text_with_non_finite_numbers_are_refused(tmp_path):
+    for text in ('{"max_batch_size": 1e400}', '{"max_batch_size": Infinity}', '{"max_queue_delay_ms": NaN}'):
+        (tmp_path / "m" / "1").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "m" / "model.json").write_text(text)
+        with pytest.raises(InvalidInput, match="must be a"):
+            RepositoryLayout(root=tmp_path).entry("m")
+    assert ModelSettings.from_json({"max_batch_size": 8.0, "max_queue_delay_ms": 0}).max_batch_size == 8
 
 
 def test_an_unreadable_settings_file_is_refused(tmp_path):
