@@ -217,7 +217,7 @@ class DataPlane:
         """A KServe v2 inference: translate TEXT, or score TARGET given TEXT."""
         if request.scores:
             return await self._score_tensors(request, deadline)
-        texts, asked = kserve_translation(request)
+        texts, asked = kserve_translation(request, self.models.ceilings.max_batch_size)
         if asked.stream:
             raise InvalidInput(f"parameter {parameters.STREAM} needs the ModelStreamInfer RPC (a unary call "
                                "has a single response)")
@@ -233,7 +233,7 @@ class DataPlane:
         if request.scores:
             yield dataclasses.replace(await self._score_tensors(request, deadline), final=True)
             return
-        texts, asked = kserve_translation(request)
+        texts, asked = kserve_translation(request, self.models.ceilings.max_batch_size)
         deadline = earliest(deadline, asked.deadline)
         if not asked.stream:
             answer = await self.translate(request.model, request.version, texts, asked.options, Want(),
@@ -264,7 +264,7 @@ class DataPlane:
     async def _score_tensors(self, request: kserve.InferRequest,
                              deadline: float | None) -> kserve.InferResponse:
         """The score outputs of a request with a TARGET input."""
-        sources, targets = kserve.score_pairs(request)
+        sources, targets = kserve.score_pairs(request, self.models.ceilings.max_batch_size)
         options = score_options(request.parameters, where=f"scoring (a {kserve.TARGET} input)")
         timeout = request.parameters.get(parameters.TIMEOUT)
         deadline = earliest(deadline, None if timeout is None else parameters.deadline_of(timeout))
@@ -300,9 +300,11 @@ class DataPlane:
         await self.models.unload(name)
 
 
-def kserve_translation(request: kserve.InferRequest) -> tuple[list[str], parameters.Asked]:
-    """The texts and options of a KServe v2 translation request."""
-    texts = kserve.translation_texts(request)
+def kserve_translation(request: kserve.InferRequest, most: int | None = None
+                       ) -> tuple[list[str], parameters.Asked]:
+    """The texts (at most `most`: the server's max_batch_size, checked before the data is split) and options
+    of a KServe v2 translation request."""
+    texts = kserve.translation_texts(request, most)
     for name in ("n_best", "return_alternatives"):
         if name in request.parameters:
             raise InvalidTensor(f"parameter {name} is not offered here: the {kserve.OUTPUT} output holds "

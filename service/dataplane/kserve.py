@@ -157,8 +157,9 @@ def check_input_names(request: InferRequest, expected: Sequence[str]) -> None:
         raise InvalidTensor(f"expected exactly {wanted}, got {listed}")
 
 
-def _check_bytes_tensor(tensor: Tensor) -> int:
-    """The element count of a BYTES input of shape [N >= 1]."""
+def _check_bytes_tensor(tensor: Tensor, most: int | None = None) -> int:
+    """The element count of a BYTES input of shape [N >= 1], N at most `most` (None: any): checked before
+    its data is split, so an oversized request costs nothing."""
     name = tensor.name
     if tensor.datatype != BYTES:
         got = tensor.datatype[:SHOWN_CHARS] or "(empty)"
@@ -169,6 +170,9 @@ def _check_bytes_tensor(tensor: Tensor) -> int:
         raise InvalidTensor(f"input {name} has invalid shape {tensor.shape}: N must be the element count")
     if tensor.shape[0] == 0:
         raise InvalidTensor(f"input {name} is empty (shape [0]): send at least one text")
+    if most is not None and tensor.shape[0] > most:
+        raise InvalidTensor(f"input {name} declares {tensor.shape[0]} texts; this server accepts at most "
+                            f"{most} in one request (max_batch_size)")
     return int(tensor.shape[0])
 
 
@@ -184,10 +188,11 @@ def _decode_utf8(elements: Sequence[bytes], name: str) -> list[str]:
     return texts
 
 
-def texts_of(request: InferRequest, index: int) -> list[str]:
-    """The N texts of the request's index-th input (BYTES, shape [N]) from raw or typed contents."""
+def texts_of(request: InferRequest, index: int, most: int | None = None) -> list[str]:
+    """The N texts of the request's index-th input (BYTES, shape [N] with N <= most) from raw or typed
+    contents."""
     tensor = request.inputs[index]
-    count = _check_bytes_tensor(tensor)
+    count = _check_bytes_tensor(tensor, most)
     name = tensor.name
     if request.raw_entries and tensor.typed:
         raise InvalidTensor(f"input {name} has both raw_input_contents and contents.{tensor.typed[0]}: send "
@@ -209,20 +214,21 @@ def texts_of(request: InferRequest, index: int) -> list[str]:
     return _decode_utf8(elements, name)
 
 
-def translation_texts(request: InferRequest) -> list[str]:
-    """The texts of a translation request's TEXT input; only TRANSLATION may be asked for."""
+def translation_texts(request: InferRequest, most: int | None = None) -> list[str]:
+    """The texts (at most `most`) of a translation request's TEXT input; only TRANSLATION may be asked for."""
     check_input_names(request, [INPUT])
-    texts = texts_of(request, 0)
+    texts = texts_of(request, 0, most)
     for name in request.outputs:
         if name != OUTPUT:
             raise InvalidTensor(f"unknown output {shown(name)}: this model's only output is {OUTPUT}")
     return texts
 
 
-def score_pairs(request: InferRequest) -> tuple[list[str], list[str]]:
-    """Sources and targets of a score request (TEXT and TARGET); only the score outputs may be asked for."""
+def score_pairs(request: InferRequest, most: int | None = None) -> tuple[list[str], list[str]]:
+    """Sources and targets (at most `most` pairs) of a score request (TEXT and TARGET); only the score
+    outputs may be asked for."""
     check_input_names(request, [INPUT, TARGET])
-    sources, targets = texts_of(request, 0), texts_of(request, 1)
+    sources, targets = texts_of(request, 0, most), texts_of(request, 1, most)
     if len(sources) != len(targets):
         raise InvalidTensor(f"input {TARGET} holds {len(targets)} texts for {len(sources)} in {INPUT}: send "
                             "one target per source")

@@ -231,3 +231,17 @@ def test_final_flag_reads_back_with_tritonclient() -> None:
     assert decoded(False).parameters["triton_final_response"].bool_param is False
     assert decoded(True).parameters["triton_final_response"].bool_param is True
     assert "triton_final_response" not in decoded(None).parameters
+
+
+def test_a_tensor_declaring_more_texts_than_the_server_takes_is_refused_before_its_data_is_split(monkeypatch):
+    raw = serialize_bytes([b""] * 100_000)  # 400 KB of empty texts
+    splits = []
+    monkeypatch.setattr(kserve, "deserialize_bytes", lambda *a, **k: splits.append(a) or [])
+    request = infer_request(_raw_request(raw, [100_000]))
+    with pytest.raises(InvalidTensor, match="input TEXT declares 100000 texts; this server accepts at most 32 "
+                                            r"in one request \(max_batch_size\)"):
+        kserve_translation(request, most=32)
+    assert not splits
+    monkeypatch.undo()
+    assert kserve_translation(infer_request(_raw_request(serialize_bytes([b"a"] * 32), [32])), most=32)[0] \
+        == ["a"] * 32
