@@ -12,7 +12,19 @@ from collections import defaultdict
 from grpc import aio
 
 from bench.common.loadgen import Record
-from bench.soak.case import HTTP_METHODS, INFER, STREAM, STREAM_INFER, TRANSLATE, Case
+from bench.soak.case import (
+    HTTP_METHODS,
+    INFER,
+    REPOSITORY_INDEX,
+    REPOSITORY_LOAD,
+    REPOSITORY_UNLOAD,
+    SCORE,
+    STREAM,
+    STREAM_INFER,
+    TRANSLATE,
+    Case,
+    score_problems,
+)
 from bench.soak.http_calls import HttpClient, send_http
 from protos.inference import grpc_service_pb2_grpc as v2_grpc
 from protos.translator.v1 import translator_pb2_grpc as pb_grpc
@@ -20,6 +32,7 @@ from service.dataplane import kserve
 from tests.support.clean_messages import internals_in
 
 LATE_SLACK_S = 3.0  # an answer this long after the client's deadline counts as hanging
+RETIRED = "retired:"  # a problem's mark: failed as its model version was retired (report.excuse_retired)
 
 
 class Stubs:
@@ -118,7 +131,9 @@ async def _stream_infer(case: Case, stubs: Stubs, record: Record, injected: bool
         record.problems.append(f"final answers per request {dict(finals)}, expected one each")
     for rid, ref in zip(ids[:2], case.references, strict=True):
         if rid in errors:
-            if "queue is full" not in errors[rid] and not (injected and "error id" in errors[rid]):
+            if "shut down" in errors[rid]:  # its version was retired: the report judges it
+                record.problems.append(f"{RETIRED} {errors[rid]!r}")
+            elif "queue is full" not in errors[rid] and not (injected and "error id" in errors[rid]):
                 record.problems.append(f"request {rid} failed: {errors[rid]}")
         elif texts.get(rid) != [ref.text]:
             record.problems.append(f"request {rid}: {texts.get(rid)} differs from decoding alone")
@@ -129,7 +144,23 @@ async def _stream_infer(case: Case, stubs: Stubs, record: Record, injected: bool
     record.details = "; ".join(errors.values())
 
 
-SENDERS = {TRANSLATE: _translate, STREAM: _stream, INFER: _infer, STREAM_INFER: _stream_infer}
+async def _score(case: Case, stubs: Stubs, record: Record, injected: bool) -> None:
+    """translator.v1 Score."""
+    response = await stubs.translator.Score(case.request, timeout=case.deadline_s)
+    record.code, record.answers = "OK", 1
+    got = [(list(r.token_ids), r.log_prob, r.end_token_scored) for r in response.results]
+    record.problems += score_problems(got, case.scores)
+
+
+async def _repository(case: Case, stubs: Stubs, record: Record, injected: bool) -> None:
+    """A call of Triton's repository API, with the case's metadata (the restriction's header)."""
+    method = getattr(stubs.v2, case.method.rsplit("/", 1)[1])
+    await method(case.request, metadata=case.metadata, timeout=case.deadline_s)
+    record.code, record.answers = "OK", 1
+
+
+SENDERS = {TRANSLATE: _translate, STREAM: _stream, INFER: _infer, STREAM_INFER: _stream_infer, SCORE: _score,
+           REPOSITORY_INDEX: _repository, REPOSITORY_LOAD: _repository, REPOSITORY_UNLOAD: _repository}
 
 
 async def send(index: int, case: Case, stubs: Stubs, injected_faults: bool = False) -> Record:
@@ -154,16 +185,23 @@ async def send(index: int, case: Case, stubs: Stubs, injected_faults: bool = Fal
 
 
 def check(case: Case, record: Record, injected_faults: bool) -> None:
-    """Status, message and timing checks common to every case."""
-    allowed = set(case.allowed)
-    if case.references:  # an accepted request may meet a full queue or (when injected) a failed batch
+    """Status, message and timing checks common to every case. A request the model's retirement failed
+    (UNAVAILABLE "... shut down ...") is marked RETIRED, for the report to judge against the reloads."""
+    retired = bool(case.references or case.scores) and record.code == "UNAVAILABLE" and "shut down" in (
+        record.details)
+    if retired:
+        record.problems.append(f"{RETIRED} {record.details!r}")
+    allowed = set(case.allowed) | ({"UNAVAILABLE"} if retired else set())
+    if case.references or case.scores:  # an accepted request may meet a full queue or a failed batch
         allowed |= {"RESOURCE_EXHAUSTED"} | ({"INTERNAL"} if injected_faults else set())
+    if case.loads and injected_faults:  # a load's warm-up translation may meet an injected failure
+        allowed |= {"INTERNAL"}
     if record.answers != 1:
         record.problems.append(f"{record.answers} terminal answers")
     if record.code not in allowed:
         record.problems.append(f"status {record.code} ({record.details!r}) not in {sorted(allowed)}")
-    elif record.code not in ("OK", "CANCELLED") and case.method != STREAM_INFER:
-        hint = {"RESOURCE_EXHAUSTED": "queue is full" if case.references else case.hint,
+    elif record.code not in ("OK", "CANCELLED") and case.method != STREAM_INFER and not retired:
+        hint = {"RESOURCE_EXHAUSTED": "queue is full" if case.references or case.scores else case.hint,
                 "INTERNAL": "error id"}.get(record.code, case.hint)
         if hint.lower() not in record.details.lower():
             record.problems.append(f"{record.code} message {record.details!r} lacks {hint!r}")

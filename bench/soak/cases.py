@@ -1,4 +1,5 @@
-"""The soak's request mix: valid requests with their in-process references, and hostile ones.
+"""The soak's request mix: valid requests with their in-process references, and hostile ones (HTTP's:
+bench/soak/http_cases.py; Score and the restricted repository API: bench/soak/admin_cases.py).
 
 `build_cases(...)` returns a deterministic list of `Case`s: what to send, over which RPC, with
 which deadline, and what may come back. Valid cases carry the tokens (or texts) that
@@ -12,6 +13,7 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
+from bench.soak.admin_cases import ADMIN_MIX, ADMIN_VALID_KINDS, AdminCases
 from bench.soak.case import INFER, STREAM, STREAM_INFER, TRANSLATE, VALID_DEADLINE_S, Case, Reference
 from bench.soak.http_cases import HTTP_MIX, HTTP_VALID_KINDS, HttpCases
 from protos.inference import grpc_service_pb2 as v2
@@ -27,16 +29,20 @@ MIX: dict[str, float] = {
     "v2_wrong_datatype": 0.03, "v2_wrong_shape": 0.03, "v2_truncated_bytes": 0.03, "v2_bad_utf8": 0.03,
     "unknown_model": 0.03, "beam_out_of_range": 0.04, "v2_beam_out_of_range": 0.02,
     "too_many_texts": 0.02, "bad_option": 0.02, "v2_bad_parameter": 0.02,
-} | HTTP_MIX
-VALID_KINDS = frozenset({"translate", "v2_infer", "stream", "v2_stream", "burst"}) | HTTP_VALID_KINDS
+} | HTTP_MIX | ADMIN_MIX
+VALID_KINDS = (frozenset({"translate", "v2_infer", "stream", "v2_stream", "burst"}) | HTTP_VALID_KINDS
+               | ADMIN_VALID_KINDS)
+RESTRICTION = ("soak-key", "soak-secret")  # the model-repository group's header (key, value) by default
 
 
-class Mix(HttpCases):
-    """Builds cases from a pool of texts and the runner that provides the references."""
+class Mix(HttpCases, AdminCases):
+    """Builds cases from a pool of texts and the runner that provides the references; `restriction` is
+    the server's model-repository key and value."""
 
     def __init__(self, runner: Runner, sources: Sequence[str], max_batch: int, max_message_bytes: int,
-                 seed: int = 0, pool: int = 64, max_output_tokens: int | None = None) -> None:
-        self.runner, self.rng = runner, random.Random(seed)
+                 seed: int = 0, pool: int = 64, max_output_tokens: int | None = None,
+                 restriction: tuple[str, str] = RESTRICTION) -> None:
+        self.runner, self.rng, self.restriction = runner, random.Random(seed), restriction
         self.max_output_tokens = max_output_tokens  # the server's --max-output-tokens (None: the model's)
         self.max_len, self.max_beam, self.max_batch = runner.max_len, runner.max_beam, max_batch
         self.max_message_bytes = max_message_bytes

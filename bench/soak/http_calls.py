@@ -13,12 +13,13 @@ import aiohttp
 import tritonclient.http as triton_http
 
 from bench.common.loadgen import Record
-from bench.soak.case import HTTP_GENERATE, HTTP_GENERATE_STREAM, Case
+from bench.soak.case import HTTP_GENERATE, HTTP_GENERATE_STREAM, Case, score_problems
 from bench.soak.http_cases import HEADER_LENGTH, HttpRequest
 
 # HTTP status -> the status table's gRPC name (service/api/status.py; 503 is told apart by its message)
-CODES = {200: "OK", 400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 408: "DEADLINE_EXCEEDED",
-         413: "INVALID_ARGUMENT", 499: "CANCELLED", 500: "INTERNAL", 504: "DEADLINE_EXCEEDED"}
+CODES = {200: "OK", 400: "INVALID_ARGUMENT", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
+         408: "DEADLINE_EXCEEDED", 413: "INVALID_ARGUMENT", 499: "CANCELLED", 500: "INTERNAL",
+         504: "DEADLINE_EXCEEDED"}
 
 
 @dataclass
@@ -115,6 +116,10 @@ async def send_http(case: Case, client: HttpClient, record: Record) -> None:
             record.code, record.details, record.answers = code_of(answer.status, message), message, 1
             return
         record.code, record.answers = "OK", 1
-        texts = _texts(case, answer, raw)
-        if texts != [r.text for r in case.references]:
-            record.problems.append(f"{case.kind} texts {texts} differ from decoding alone")
+        if case.scores:
+            got = [(r["token_ids"], r["log_prob"], r["end_token_scored"]) for r in json.loads(raw)["results"]]
+            record.problems += score_problems(got, case.scores)
+        elif case.references:
+            texts = _texts(case, answer, raw)
+            if texts != [r.text for r in case.references]:
+                record.problems.append(f"{case.kind} texts {texts} differ from decoding alone")

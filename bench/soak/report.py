@@ -12,8 +12,10 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 from bench.common.loadgen import Record
-from bench.soak.case import HTTP_METHODS
+from bench.soak.calls import RETIRED
+from bench.soak.case import HTTP_METHODS, HTTP_REPOSITORY_LOAD, REPOSITORY_LOAD
 from bench.soak.cases import VALID_KINDS
+from service.models.repository import UNLOAD_GRACE_S
 
 # A leak is growth after the plateau: the median RSS of the soak's second half against its first half's
 # (the warm-up's RSS, taken before every shape has been seen once, is reported but not judged)
@@ -23,6 +25,7 @@ RACING = {"cancel_stream": ("CANCELLED",), "http_cancel_stream": ("CANCELLED",),
           "short_deadline": ("DEADLINE_EXCEEDED",)}
 RACE_CODES = ("OK", "CANCELLED", "DEADLINE_EXCEEDED", "INTERNAL", "RESOURCE_EXHAUSTED")
 STATUS_PROBLEMS = ("status", "INVALID", "RESOURCE", "INTERNAL", "NOT_FOUND", "DEADLINE", "UNAVAILABLE")
+GRACE_SLACK_S = 1.0  # the client sees a reload end and a drain begin this much off the server's clock
 
 
 @dataclass
@@ -40,6 +43,7 @@ class Report:
     valid_ok: int = 0
     valid_ok_http: int = 0  # of valid_ok, sent over HTTP
     faults: dict[str, int] = field(default_factory=dict)  # requests per fault kind
+    valid: dict[str, int] = field(default_factory=dict)  # requests per valid kind
     codes: dict[str, int] = field(default_factory=dict)  # terminal status codes
     problems: list[str] = field(default_factory=list)  # the first ones, with their request
     serving_at_end: bool = False
@@ -51,6 +55,7 @@ class Report:
     metrics_mismatch: dict[str, list[float]] = field(default_factory=dict)  # "method code": [server, driver]
     not_counted: int = 0  # refused by gRPC before a handler: not in translator_requests_total
     raced: int = 0  # cancels / short deadlines the server counted under another code, or not at all
+    retired: int = 0  # accepted requests still in flight a grace after a reload replaced their version
     elapsed_s: float = 0.0
     requests_per_s: float = 0.0
 
@@ -70,8 +75,29 @@ def rss_growth(curve: Sequence[float]) -> float:
     return statistics.median(curve[-half:]) / statistics.median(curve[:half]) - 1
 
 
+def excuse_retired(records: Sequence[Record]) -> int:
+    """Judge the requests marked RETIRED (failed as their model version was retired): one is excused when
+    a reload that answered OK while it was in flight had been over for the repository's unload grace when
+    it failed (docs/service.md: a replaced version's requests get that grace); any other becomes a status
+    problem. The number excused."""
+    reloads = [r.end for r in records if r.kind == "repo_keyed" and r.code == "OK"
+               and r.method in (REPOSITORY_LOAD, HTTP_REPOSITORY_LOAD)]
+    excused = 0
+    for record in records:
+        marks = [p for p in record.problems if p.startswith(RETIRED)]
+        if not marks:
+            continue
+        record.problems = [p for p in record.problems if not p.startswith(RETIRED)]
+        if any(record.start < t and record.end >= t + UNLOAD_GRACE_S - GRACE_SLACK_S for t in reloads):
+            excused += 1
+        else:
+            record.problems.append(f"status UNAVAILABLE ({record.details!r}) explained by no reload")
+    return excused
+
+
 def summarize(report: Report, records: Sequence[Record], sent: int) -> None:
-    """Fill the report's request counts and problems from the records."""
+    """Fill the report's request counts and problems from the records (RETIRED ones judged first)."""
+    report.retired += excuse_retired(records)
     indexed = Counter(r.index for r in records if r.index >= 0)
     report.requests = sent
     report.answered = len(records)
@@ -87,6 +113,7 @@ def summarize(report: Report, records: Sequence[Record], sent: int) -> None:
     report.valid_ok_http = sum(1 for r in records if r.kind in VALID_KINDS and r.code == "OK"
                                and not r.problems and r.method in HTTP_METHODS)
     report.faults = dict(sorted(Counter(r.kind for r in records if r.kind not in VALID_KINDS).items()))
+    report.valid = dict(sorted(Counter(r.kind for r in records if r.kind in VALID_KINDS).items()))
     report.codes = dict(sorted(Counter(r.code for r in records).items()))
     report.problems = [f"#{r.index} {r.kind}: {p}" for r in records for p in r.problems][:50]
 
@@ -126,7 +153,8 @@ def print_report(report: Report, out=sys.stdout) -> None:
               f"bad statuses {report.bad_status}\n")
     out.write(f"valid requests answered OK and token-identical: {report.valid_ok} "
               f"({report.valid_ok_http} over HTTP)\n")
-    out.write(f"faults by kind: {report.faults}\nstatus codes: {report.codes}\n")
+    out.write(f"valid by kind: {report.valid}\nfaults by kind: {report.faults}\n")
+    out.write(f"status codes: {report.codes}\n")
     out.write(f"SERVING at the end: {report.serving_at_end}; "
               f"RSS {report.rss_warm_kib / 1024:.1f} MiB after warm-up, "
               f"{report.rss_end_kib / 1024:.1f} MiB at the end ({100 * report.rss_drift:+.1f}%); "
@@ -134,7 +162,8 @@ def print_report(report: Report, out=sys.stdout) -> None:
               f"(limit {100 * RSS_GROWTH_LIMIT:.0f}%); at each twentieth: {report.rss_curve_mib} MiB\n")
     out.write(f"metrics vs driver: {'equal' if not report.metrics_mismatch else report.metrics_mismatch} "
               f"({report.not_counted} oversized calls refused by gRPC before any handler; "
-              f"{report.raced} cancels or deadlines raced the server's answer)\n")
+              f"{report.raced} cancels or deadlines raced the server's answer; {report.retired} accepted "
+              f"requests outlived a reload's grace of {UNLOAD_GRACE_S:g} s)\n")
     out.write(f"{report.elapsed_s:.0f} s, {report.requests_per_s:.1f} requests/s\n")
     for problem in report.problems[:20]:
         out.write(f"PROBLEM {problem}\n")

@@ -1,8 +1,9 @@
 """Soak with faults: a real server under a long mix of valid, hostile and abandoned requests (the command
 and its checks: bench/soak/__main__.py).
 
-`run(settings)` starts the server (bench/soak/faulty_server.py's when faults are injected), computes every
-valid text's reference in process, drives a warm-up and the soak through the closed loop of
+`run(settings)` starts the server (bench/soak/faulty_server.py's when faults are injected) on a repository of
+the bundle twice (control mode explicit, the model-repository group restricted by a key made for the run),
+computes every valid text's reference in process, drives a warm-up and the soak through the closed loop of
 bench/common/loadgen.py (bench/soak/calls.py sends and checks each case), samples the server's RSS and
 counters, and returns the `Report` (bench/soak/report.py).
 """
@@ -10,10 +11,13 @@ counters, and returns the `Report` (bench/soak/report.py).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import secrets
+import tempfile
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -26,10 +30,11 @@ from bench.common.loadgen import Record, closed_loop
 from bench.common.progress import Progress
 from bench.common.serverproc import ServerProcess, free_port
 from bench.common.workload import DEFAULT_BUNDLE, HELD_OUT, held_out_sources
+from bench.soak.admin_cases import SERVED, SPARE
 from bench.soak.calls import Stubs, send
-from bench.soak.cases import Case, Mix
+from bench.soak.cases import RESTRICTION, Case, Mix
 from bench.soak.http_calls import HttpClient
-from bench.soak.report import Report, compare_metrics, rss_growth, summarize
+from bench.soak.report import Report, compare_metrics, excuse_retired, rss_growth, summarize
 from service.runtime.runner import Runner
 
 RSS_SAMPLES = 20  # RSS read at each twentieth of the soak
@@ -63,6 +68,25 @@ class Settings:
     def warmup_requests(self) -> int:
         """The warm-up's requests (`warmup`, or 20% of the requests, at least 100)."""
         return self.warmup or max(100, self.requests // 5)
+
+
+@contextlib.contextmanager
+def repository(bundle: Path) -> Iterator[Path]:
+    """A temporary model repository of the bundle twice: the served model and a spare one (never loaded)."""
+    with tempfile.TemporaryDirectory(prefix="soak-repository-") as folder:
+        root = Path(folder)
+        for name in (SERVED, SPARE):
+            (root / name).mkdir()
+            (root / name / "1").symlink_to(bundle.resolve(), target_is_directory=True)
+        yield root
+
+
+def repository_flags(root: Path, key: str, value: str) -> list[str]:
+    """The server's flags for the soak's repository: control mode explicit, the served model loaded at
+    start, the model-repository group restricted by (key, value) over both protocols."""
+    return ["--model-repository", str(root), "--model-control-mode", "explicit", "--load-model", SERVED,
+            "--grpc-restricted-protocol", f"model-repository:{key}={value}",
+            "--http-restricted-api", f"model-repository:{key}={value}"]
 
 
 class FaultyServer(ServerProcess):
@@ -155,8 +179,10 @@ def run(settings: Settings, log=print) -> Report:
     """Run a soak; returns its report."""
     report = Report(settings={k: str(v) for k, v in asdict(settings).items()})
     runner = Runner(settings.bundle, intra_op_threads=1)
+    restriction = (RESTRICTION[0], secrets.token_hex(8))
     mix = Mix(runner, held_out_sources(settings.sources), settings.max_batch_size, settings.max_message_bytes,
-              seed=settings.seed, max_output_tokens=settings.max_output_tokens or None)
+              seed=settings.seed, max_output_tokens=settings.max_output_tokens or None,
+              restriction=restriction)
     # The server's RSS reaches its plateau after ~2,000 requests of the mix (ORT's arena and the
     # allocator grow to the largest shapes first): the baseline is taken after that.
     warmup = settings.warmup_requests
@@ -176,10 +202,13 @@ def run(settings: Settings, log=print) -> Report:
     kind = FaultyServer if settings.inject_every else ServerProcess
     extra = {"inject_every": settings.inject_every} if settings.inject_every else {}
     injected = bool(settings.inject_every)
-    with kind(settings.bundle, settings.batching, args, **extra) as server:
+    with repository(settings.bundle) as root, \
+            kind(settings.bundle, settings.batching, [*args, *repository_flags(root, *restriction)],
+                 **extra) as server:
         log(f"server {server.address} (pid {server.pid}); warm-up: {warmup} requests of the mix, 2 bursts")
         warm = asyncio.run(drive(server.address, http_address, warm_cases, settings.concurrency, burst,
                                  max(1, warmup // 2), injected, 600))
+        report.retired = excuse_retired(warm)
         warm_problems = [f"warm-up #{r.index} {r.kind}: {p}" for r in warm for p in r.problems]
         time.sleep(1.0)
         report.rss_warm_kib = server.rss_kib()
