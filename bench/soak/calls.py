@@ -131,7 +131,7 @@ async def _stream_infer(case: Case, stubs: Stubs, record: Record, injected: bool
         record.problems.append(f"final answers per request {dict(finals)}, expected one each")
     for rid, ref in zip(ids[:2], case.references, strict=True):
         if rid in errors:
-            if "shut down" in errors[rid]:  # its version was retired: the report judges it
+            if retired_text(errors[rid]):  # its version was retired: the report judges it
                 record.problems.append(f"{RETIRED} {errors[rid]!r}")
             elif "queue is full" not in errors[rid] and not (injected and "error id" in errors[rid]):
                 record.problems.append(f"request {rid} failed: {errors[rid]}")
@@ -184,10 +184,16 @@ async def send(index: int, case: Case, stubs: Stubs, injected_faults: bool = Fal
     return record
 
 
+def retired_text(message: str) -> bool:
+    """Whether an error says its model version stopped serving (a reload or unload retired it, or the
+    server shut down) before the request was done."""
+    return "stopped serving" in message or "shut down" in message
+
+
 def check(case: Case, record: Record, injected_faults: bool) -> None:
     """Status, message and timing checks common to every case. A request the model's retirement failed
     (UNAVAILABLE "... shut down ...") is marked RETIRED, for the report to judge against the reloads."""
-    retired = bool(case.references or case.scores) and record.code == "UNAVAILABLE" and "shut down" in (
+    retired = bool(case.references or case.scores) and record.code == "UNAVAILABLE" and retired_text(
         record.details)
     if retired:
         record.problems.append(f"{RETIRED} {record.details!r}")

@@ -349,7 +349,7 @@ class ModelRepository:
         if old:
             self._count(name, "unload", "reload")
         for model in old.values():
-            self._schedule_close(model, self.unload_grace_s)
+            self._schedule_close(model, self.unload_grace_s, "replaced by a reload")
 
     def _make_room(self, name: str, needed: int) -> None:
         """Unload least recently used idle models until `needed` more bytes fit the budget (budget.py)."""
@@ -376,16 +376,18 @@ class ModelRepository:
         self._count(name, "unload", cause)
         log.info("model %s: %s", name, reason)
         for model in versions.values():
-            self._schedule_close(model, self.unload_grace_s if grace_s is None else grace_s)
+            grace_s = self.unload_grace_s if grace_s is None else grace_s
+            self._schedule_close(model, grace_s, None if cause == "shutdown" else reason)
 
-    def _schedule_close(self, model: ServedModel, grace_s: float) -> None:
-        """Close a retired model version in the background once its requests are done."""
+    def _schedule_close(self, model: ServedModel, grace_s: float, reason: str | None = None) -> None:
+        """Close a retired model version in the background once its requests are done; those it fails
+        then hear that it stopped serving for `reason` (None: the server shut down)."""
         model.state = ModelState.UNLOADING
 
         async def close() -> None:
             """Close it, drop its series from the metrics (unless a served copy has them) and its memory
             from the process."""
-            await model.close(grace_s)
+            await model.close(grace_s, reason)
             if model.version not in self.models.get(model.name, {}):
                 metrics.remove_model_series(model.name, str(model.version))
             if (recorder := getattr(model.scheduler, "recorder", None)) is not None:

@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from service.domain.text import shown
 from service.models.layout import ModelSettings
+from service.scheduling.control import SHUT_DOWN
 
 
 class ModelState(StrEnum):
@@ -86,14 +88,17 @@ class ServedModel:
         if self.in_flight == 0:
             self.idle.set()
 
-    async def close(self, grace_s: float) -> None:
-        """Wait up to grace_s for its leases, then drain and stop its worker; its memory goes with the
+    async def close(self, grace_s: float, reason: str | None = None) -> None:
+        """Wait up to grace_s for its leases, then drain and stop its worker (what is left fails, hearing
+        that it stopped serving for `reason`; None: that the server shut down); its memory goes with the
         last reference."""
+        why = (SHUT_DOWN if reason is None
+               else f"model {shown(self.name)} version {self.version} stopped serving ({reason})")
         end = time.monotonic() + grace_s
         if self.in_flight:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.idle.wait(), grace_s)
-        await self.scheduler.drain(max(0.0, end - time.monotonic()))
+        await self.scheduler.drain(max(0.0, end - time.monotonic()), why)
         self.state = ModelState.UNAVAILABLE
 
 

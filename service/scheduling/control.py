@@ -23,6 +23,7 @@ from service.scheduling.jobs import Delivery, Job, Mailbox, Outbox, RequestStatu
 from service.scheduling.policies import AdmissionPolicy, SchedulerSettings
 
 log = logging.getLogger(__name__)
+SHUT_DOWN = "the server shut down"  # why a stop fails what is left, unless the stop says otherwise
 
 
 class WorkerControl:
@@ -50,6 +51,7 @@ class WorkerControl:
         self._score_s = self._decode_s = 0.0  # seconds of Score runs, and of decoding, since it began
         self._score_total = 0.0  # seconds of the ScoreWork's runs
         self._stuck_failed = False  # fail_if_stuck() already answered the callers of this stuck run
+        self.stop_why = SHUT_DOWN  # what the callers failed by a stop hear first
         self._busy_since: float | None = None
         self._steps = 0
         self._gauges = (-1, -1)
@@ -130,11 +132,13 @@ class WorkerControl:
                 self._cond.notify()
         return fut
 
-    def stop(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future:
-        """Ask the thread to fail what is left with ShuttingDown and exit; resolved when it did."""
+    def stop(self, loop: asyncio.AbstractEventLoop, why: str = SHUT_DOWN) -> asyncio.Future:
+        """Ask the thread to fail what is left with ShuttingDown (its message starting with `why`) and exit;
+        resolved when it did."""
         fut = loop.create_future()
         with self._cond:
             self.draining = self.stopping = True
+            self.stop_why = why
             if self._thread is None or self.stopped:
                 fut.set_result(None)
             else:

@@ -54,6 +54,7 @@ from service.domain.types import (
 )
 from service.ops.model_metrics import ModelMetrics
 from service.runtime.runner import Runner
+from service.scheduling.control import SHUT_DOWN
 from service.scheduling.jobs import Job, RequestStatus
 from service.scheduling.policies import AdmissionPolicy, SchedulerSettings, make_policy
 from service.scheduling.timer import RequestTimer
@@ -135,13 +136,14 @@ class Scheduler:
                  "queue_size=%d", self.mode, s.max_batch_size, s.max_batch_tokens or "no limit",
                  s.max_queue_delay_ms, s.queue_size)
 
-    async def drain(self, grace_s: float) -> None:
-        """Refuse new work, let in-flight and queued work finish within grace_s, fail the rest, stop."""
+    async def drain(self, grace_s: float, why: str = SHUT_DOWN) -> None:
+        """Refuse new work, let in-flight and queued work finish within grace_s, fail the rest (ShuttingDown,
+        its message starting with `why`), stop."""
         if self._drain_task is None:
-            self._drain_task = asyncio.ensure_future(self._drain(grace_s))
+            self._drain_task = asyncio.ensure_future(self._drain(grace_s, why))
         await asyncio.shield(self._drain_task)
 
-    async def _drain(self, grace_s: float) -> None:
+    async def _drain(self, grace_s: float, why: str) -> None:
         """The body of drain(), run once."""
         loop, w = asyncio.get_running_loop(), self._worker
         w.begin_drain()
@@ -150,7 +152,7 @@ class Scheduler:
         except TimeoutError:
             log.warning("drain: work still in flight after %gs; failing it with ShuttingDown", grace_s)
         try:
-            await asyncio.wait_for(w.stop(loop), w.watchdog_s)
+            await asyncio.wait_for(w.stop(loop, why), w.watchdog_s)
         except TimeoutError:
             log.error("drain: the inference worker did not stop within %gs", w.watchdog_s)
             w.abort()

@@ -300,7 +300,7 @@ class Worker(WorkerControl):
             if self.crashed:
                 return NotReady("the inference worker stopped unexpectedly (error in the server log); "
                                 "this server cannot translate")
-            return ShuttingDown(f"the server shut down {when}")
+            return ShuttingDown(f"{self.stop_why} {when}")
 
         for j in queued:
             j.state = RequestStatus.DONE

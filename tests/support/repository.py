@@ -33,15 +33,15 @@ def link_repository(root: Path, bundle: Path, versions: Iterable[tuple[str, int]
 
 # ----- stub models ----------------------------------------------------------------------------------
 class StubScheduler:
-    """What the repository asks of a scheduler: health, and a drain that records its grace."""
+    """What the repository asks of a scheduler: health, and a drain that records its grace and message."""
 
     def __init__(self) -> None:
         """Healthy, not drained."""
-        self.healthy, self.drained = True, None
+        self.healthy, self.drained, self.why = True, None, None
 
-    async def drain(self, grace_s: float) -> None:
-        """Record that the worker was stopped."""
-        self.drained = grace_s
+    async def drain(self, grace_s: float, why: str = "") -> None:
+        """Record that the worker was stopped, and what the requests it failed would hear."""
+        self.drained, self.why = grace_s, why
 
 
 class StubLoader:

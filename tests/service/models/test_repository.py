@@ -110,6 +110,19 @@ def test_a_failed_reload_keeps_the_old_model_serving(tmp_path):
         await asyncio.gather(*repo._closing)
         assert old.state is ModelState.UNAVAILABLE and old_scheduler.drained is not None
         assert old.runner is None and old.scheduler is None  # its memory goes with these references
+        assert old_scheduler.why == "model 'a' version 1 stopped serving (replaced by a reload)"
+    asyncio.run(main())
+
+
+def test_what_the_requests_a_retired_version_fails_hear(tmp_path):
+    async def main():
+        repo, _ = make(tmp_path, {"a": [1], "b": [1]}, ControlMode.EXPLICIT)
+        await repo.start(["a", "b"])
+        schedulers = {name: repo.models[name][1].scheduler for name in ("a", "b")}
+        await repo.unload("a")
+        await repo.close()
+        assert schedulers["a"].why == "model 'a' version 1 stopped serving (unloaded through the API)"
+        assert schedulers["b"].why == "the server shut down"
     asyncio.run(main())
 
 

@@ -14,7 +14,7 @@ from service.scheduling.scheduler import SchedulerState, make_scheduler
 from tests.support.decoding import MAX_NEW, assert_same_hypotheses, reference
 from tests.support.metrics import sample
 from tests.support.polling import until, wait_until
-from tests.support.scheduling import LIMIT_S, Gate, run
+from tests.support.scheduling import LIMIT_S, Gate, gate_on, run
 
 
 # ----- back-pressure, deadlines, cancellation -------------------------------------------------
@@ -279,3 +279,27 @@ def test_drain_fails_what_is_left_after_the_grace_period(hooked, sched_texts):
     assert isinstance(ea, ShuttingDown) and "while this text was decoding" in str(ea)
     assert isinstance(eb, ShuttingDown) and "before this text was decoded" in str(eb)
     assert sample("translator_active_sequences") == 0
+
+
+def test_the_texts_a_drain_fails_hear_why_it_stopped(hooked, sched_texts):
+    why = "model 'm' version 1 stopped serving (replaced by a reload)"
+
+    async def main() -> None:
+        s = make_scheduler("continuous", hooked, max_batch_size=1, queue_size=4)
+        await s.start()
+        with gate_on(hooked, Gate("decoder", at=(1,))) as gate:
+            active = asyncio.ensure_future(s.submit(sched_texts[:1], DecodeOptions()))
+            await gate.wait()
+            queued = asyncio.ensure_future(s.submit(sched_texts[1:2], DecodeOptions()))
+            await until(lambda: s.queue_depth == 1, "the second text queued")
+            draining = asyncio.ensure_future(s.drain(0.0, why))
+            await until(lambda: s._worker.stopping, "the worker asked to stop")
+            gate.release()  # the held step ends; the worker then stops and fails both texts
+            await draining
+        for call, when in ((queued, "before this text was decoded"),
+                           (active, "while this text was decoding")):
+            with pytest.raises(ShuttingDown) as caught:
+                await call
+            assert str(caught.value) == f"{why} {when}"
+
+    run(main())
