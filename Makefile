@@ -119,9 +119,10 @@ SOAK_ARGS ?= --requests 10000 --concurrency 32 --inject-every 2000
 soak: $(STAMP) protos
 	$(PY) -m bench.soak $(SOAK_ARGS)
 
-# Fuzz the KServe v2 BYTES decoder and request decoding with hypothesis (bench/soak/fuzz.py,
-# docs/reliability.md); the last line printed is a JSON summary, exit code 1 on a failure.
-FUZZ_ARGS ?= --seconds 600
+# Fuzz the KServe v2 BYTES decoder and request decoding with hypothesis, and a real server's management
+# surfaces (bench/soak/fuzz.py, docs/reliability.md); the last line printed is a JSON summary, exit
+# code 1 on a failure.
+FUZZ_ARGS ?= --seconds 600 --management
 fuzz: $(STAMP) protos
 	$(PY) -m bench.soak.fuzz $(FUZZ_ARGS)
 
