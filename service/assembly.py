@@ -41,7 +41,8 @@ def build_runner(config: ServerConfig) -> Runner:
         raise
     except Exception as exc:  # ONNX Runtime or the tokenizer refused a file whose hash matched
         eid = error_id()  # its text (paths, internals) goes to the log only: clients read this message
-        log.error("cannot load the model of bundle %s (error id %s)", config.bundle, eid, exc_info=exc)
+        log.error("cannot load the model of bundle %s (error id %s): %s: %s", config.bundle, eid,
+                  type(exc).__name__, exc)  # one line, no traceback: the file, not our code, is at fault
         raise BundleError(f"cannot load the model of bundle {config.bundle}: {type(exc).__name__} (error id "
                           f"{eid}; details in the server log)") from exc
     log.info("model %s %s loaded from %s; execution providers in use: %s (primary: %s), variant %s",
