@@ -11,7 +11,8 @@ session, the sessions are made again with the options of the provider in use. Th
   `onnxruntime.set_global_thread_pool_sizes`; the SkipLayerNormalization fusion off (ORT's CPU
   kernel is several times slower than Add + LayerNormalization beyond a few rows); ORT's CPU arena
   unless `cpu_arena` is False (a memory budget: what a run frees then goes back to malloc, and from
-  there to the system, instead of staying in the arena).
+  there to the system, instead of staying in the arena); int8 products that cannot saturate on a CPU
+  without VNNI (interface/sessions.py, as the exporter verifies them).
 - CUDA: per-session pools that do not spin (the CPU only runs shape computations; ORT's global
   pool once the process has one, since ORT then refuses per-session pools), one device arena per
   device shared by every session of every model (registered once with ORT's environment,
@@ -39,6 +40,7 @@ import numpy as np
 import onnxruntime as ort
 
 from interface.names import SEQLENS_K, past_name
+from interface.sessions import CPU_SESSION_CONFIG
 from service.domain.errors import ProviderUnavailable
 from service.ops.hugepages import huge_pages_for
 from service.ops.mapped import drop_file_pages
@@ -134,6 +136,9 @@ def session_options(provider: str, intra_op_threads: int, shared_pool: bool,
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if provider != CPU:
         so.add_session_config_entry(RECORD_PLACEMENT, "1")
+    else:  # int8 products that cannot saturate on CPUs without VNNI (interface/sessions.py)
+        for key, value in CPU_SESSION_CONFIG.items():
+            so.add_session_config_entry(key, value)
     return so
 
 

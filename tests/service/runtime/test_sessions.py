@@ -10,7 +10,9 @@ import pytest
 
 from export.verify.base import cpu_session
 from interface import names
+from interface.sessions import CPU_SESSION_CONFIG
 from service.runtime.cache.backends import DecoderBinding
+from service.runtime.model.sessions import CPU, session_options
 from service.runtime.runner import Runner
 
 
@@ -120,3 +122,10 @@ def test_cpu_sessions_leave_residual_add_and_layer_norm_unfused(tiny_bundle, tmp
         ops |= {e["args"]["op_name"] for e in events if e.get("cat") == "Node" and "op_name" in e["args"]}
     assert "LayerNormalization" in ops and "GroupQueryAttention" in ops  # the profile saw the kernels
     assert "SkipLayerNormalization" not in ops  # slower than Add + LayerNormalization on the CPU
+
+
+def test_cpu_sessions_ask_for_int8_products_that_cannot_saturate():
+    so = session_options(CPU, 1, shared_pool=False)
+    assert CPU_SESSION_CONFIG == {"session.x64quantprecision": "1"}
+    for key, value in CPU_SESSION_CONFIG.items():
+        assert so.get_session_config_entry(key) == value
