@@ -56,6 +56,7 @@ def test_the_server_serves_and_reports_the_variant(tiny_int8_bundle, variant, re
         got = [list(stub.Translate(pb.TranslateRequest(texts=[t], options=options), timeout=30)
                     .results[0].hypotheses[0].token_ids) for t in TEXTS]
         metrics = scrape(srv.running.metrics_port)
-    info = [labels for (name, labels) in metrics if name == "translator_model_info"]
+    info = [labels for (name, labels) in metrics  # this server's model (other tests' may share the registry)
+            if name == "translator_model_info" and ("model", "translator") in labels]
     assert got == tokens(reference, TEXTS)
     assert info and ("variant", reported) in info[0]
