@@ -181,18 +181,21 @@ def test_the_cpu_default_needs_the_variant(tiny_checkpoint, tmp_path):
         build_bundle(tiny_checkpoint, tmp_path / "b", BuildOptions(cpu_variant="int8"))
 
 
-def test_the_pretrained_cli_quantizes_separate_embeddings(hf_dirs, tmp_path, capsys):
-    """`python -m export.pretrained --quantize int8 --cpu-variant int8` on a Marian model whose encoder has an
-    embedding of its own: that one gets int8 rows of its own, the decoder's reads the projection's rows."""
-    from export.pretrained import main
+def test_a_pretrained_import_quantizes_separate_embeddings(hf_dirs, tmp_path):
+    """A Marian model whose encoder has an embedding of its own, imported with an int8 CPU variant: that
+    one gets int8 rows of its own, the decoder's reads the projection's rows. The model's weights are
+    random, so its greedy picks are near-ties that int8 flips on some CPUs (55 of 64 sources agree on
+    one): the agreement gate is waived here and tested on a trained model above."""
+    from export.build import BuildOptions
+    from export.pretrained import import_pretrained
 
     out = tmp_path / "bundle"
-    argv = ["--model", str(hf_dirs["marian-separate"]), "--out", str(out), "--attention", "fused",
-            "--quantize", "int8", "--cpu-variant", "int8", "--verify-sources", "2"]
-    assert main(argv) == 0, capsys.readouterr().err
+    opts = BuildOptions(quantize="int8", cpu_variant="int8", attention="fused", verify_sources=8,
+                        int8_limits=Int8Limits(agreement=0.0))
+    import_pretrained(hf_dirs["marian-separate"], out, opts)
     m = manifest(out)
     assert m["provider_variants"] == {"CPUExecutionProvider": "int8"}
-    assert m["verification"]["int8"]["greedy_identical"] >= 1
+    assert m["verification"]["int8"]["greedy_sources"] == 8 and m["verification"]["int8"]["logprob_steps"] > 0
     rows = output_projection(graph(out, BASE["decoder"]), m["model"]["d_model"]) + "_quantized_rows"
     tables = {part: int8_tables(graph(out, INT8_FILES[part])) for part in ("encoder", "decoder")}
     assert tables["decoder"] == {rows}
