@@ -8,7 +8,10 @@ otherwise. Their fixtures are rebuilt in that run, so the tiny model is trained 
 EXPECT_ENV names the family the run must have; tests/conftest.py stops the run if PyTorch reports
 another one, so that the run cannot pass without having switched.
 
-`python -m tests.support.kernels [PYTEST ARGS]` runs `pytest -m kernels` so.
+The tests marked `slow` (minutes each, no model of PyTorch's kernels) run in this session too, once:
+`make test` runs the suite without them beside this one, so that the two sessions take about as long.
+
+`python -m tests.support.kernels [PYTEST ARGS]` runs `pytest -m "kernels or slow"` so.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import sys
 
 ATEN_ENV = "ATEN_CPU_CAPABILITY"  # PyTorch's own switch: default, avx2, avx512
 EXPECT_ENV = "TRANSLATOR_CPU_CAPABILITY"  # the family PyTorch must report in this run
+SELECTION = "kernels or slow"  # this session's tests; the suite beside it runs "not slow"
 
 
 def capability() -> str:
@@ -33,11 +37,11 @@ def other_family(current: str) -> str:
 
 
 def main(argv: list[str]) -> None:
-    """Become `pytest -m kernels` (plus argv) under another kernel family than this process's."""
+    """Become `pytest -m "kernels or slow"` (plus argv) under another kernel family than this process's."""
     family = other_family(capability())
     print(f"PyTorch CPU kernels: {capability()} in the first run, {family} in this one", flush=True)
     env = {**os.environ, ATEN_ENV: family, EXPECT_ENV: family}
-    os.execve(sys.executable, [sys.executable, "-m", "pytest", "-m", "kernels", *argv], env)
+    os.execve(sys.executable, [sys.executable, "-m", "pytest", "-m", SELECTION, *argv], env)
 
 
 if __name__ == "__main__":
