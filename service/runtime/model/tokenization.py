@@ -50,6 +50,10 @@ class TextTokenizer(Protocol):
         generates for it (a target prefix, a scored translation, a suppressed word)."""
         ...
 
+    def spans(self, text: str) -> list[tuple[int, int]]:
+        """Where each id of encode([text])[0] stands in `text`: (start, end) str indices, one per id."""
+        ...
+
     def decode(self, ids: Sequence[int]) -> str:
         """Text of generated ids, special tokens skipped."""
         ...
@@ -83,6 +87,10 @@ class JsonTokenizer:
     def encode_target(self, texts: Sequence[str]) -> list[list[int]]:
         """One tokenizer for both sides: as encode."""
         return self.encode(texts)
+
+    def spans(self, text: str) -> list[tuple[int, int]]:
+        """The tokenizers library's character offsets of the text's ids."""
+        return [tuple(o) for o in self._tok.encode(text, add_special_tokens=False).offsets]
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of generated ids, special tokens skipped (byte-level: invalid UTF-8 dropped)."""
@@ -130,17 +138,30 @@ class SentencePieceTokenizer:
 
     def _encode(self, text: str, model: sentencepiece.SentencePieceProcessor | None = None) -> list[int]:
         """Ids of one text: special-token strings as their ids, the rest through `model` (the source's)."""
-        ids: list[int] = []
+        return [i for i, _ in self._pieces_of(text, model or self._source)]
+
+    def spans(self, text: str) -> list[tuple[int, int]]:
+        """Where the source model's pieces (and the special-token strings) stand in the text."""
+        return [span for _, span in self._pieces_of(text, self._source)]
+
+    def _pieces_of(self, text: str, model: sentencepiece.SentencePieceProcessor
+                   ) -> list[tuple[int, tuple[int, int]]]:
+        """(id, (start, end)) of each piece of the text, as _encode splits it."""
+        out: list[tuple[int, tuple[int, int]]] = []
+        at = 0
         for part in self._split.split(text) if self._split else [text]:
+            base, at = at, at + len(part)
             if part in self._special:
-                ids.append(self._special[part])
+                out.append((self._special[part], (base, at)))
                 continue
-            pieces = []
-            if self._codes and part.startswith(">>") and (end := part.find("<<")) != -1:
-                pieces, part = [part[: end + 2]], part[end + 2 :]  # MarianTokenizer.remove_language_code
-            pieces += (model or self._source).encode(part, out_type=str) if part else []
-            ids += [self._ids.get(p, self._unk) for p in pieces]
-        return ids
+            if self._codes and part.startswith(">>") and (end := part.find("<<")) != -1:  # a language code
+                out.append((self._ids.get(part[: end + 2], self._unk), (base, base + end + 2)))
+                base, part = base + end + 2, part[end + 2 :]
+            if part:
+                chars = _char_index(part)
+                out += [(self._ids.get(p.piece, self._unk), (base + chars[p.begin], base + chars[p.end]))
+                        for p in model.encode(part, out_type="proto").pieces]
+        return out
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of generated ids, special tokens (and ids without a piece) skipped."""
@@ -172,6 +193,18 @@ class SentencePieceTokenizer:
             return new
 
         return step
+
+
+def _char_index(text: str) -> list[int]:
+    """For each UTF-8 byte offset of text (and its end), the index of the character it falls in."""
+    index = [0] * (len(text.encode("utf-8", errors="surrogatepass")) + 1)
+    at = 0
+    for i, c in enumerate(text):
+        width = len(c.encode("utf-8", errors="surrogatepass"))
+        index[at : at + width] = [i] * width
+        at += width
+    index[at:] = [len(text)] * (len(index) - at)
+    return index
 
 
 def _read_vocab(path: Path) -> dict[str, int]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+import unicodedata
 import warnings
 
 import pytest
@@ -148,3 +149,47 @@ def test_nllb_tokenizers_file_with_languages_gives_nllb_tokenizer_ids(tmp_path, 
         assert runner.decode_tokens(out) == want
         assert streamed(runner, out) == want or "\ufffd" in want
     assert runner.decode_tokens([ids["deu_Latn"], *runner.encode_texts(["the cat"])[0]]) == "the cat"
+
+
+# ----- spans: where each source id stands in the text ----------------------------------------------
+def check_spans(tok, texts: list[str], surface) -> None:
+    """Every text's spans: one per id of encode, in order within the text, each covering the id's surface
+    (`surface(id)`: its piece as the text spells it, None where that cannot be said: unk, a bare ▁), where
+    the tokenizer's normalization leaves the text as it is."""
+    checked = 0
+    for text, ids in zip(texts, tok.encode(texts), strict=True):
+        spans = tok.spans(text)
+        assert len(spans) == len(ids), text
+        assert all(0 <= s <= e <= len(text) for s, e in spans)
+        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False)), (text, spans)
+        for i, (s, e) in zip(ids, spans, strict=True):
+            want = surface(i)
+            if want is not None and unicodedata.normalize("NFKC", text) == text:  # "№" reads "No", "ﬁ" "fi"
+                assert text[s:e].replace("\u2581", " ").strip() == want, (text, i, text[s:e], want)
+                checked += 1
+    assert checked > 3 * len(texts)
+
+
+def test_sentencepiece_spans_cover_each_piece(marian_runner, marian):
+    """Texts of accented, CJK and unknown characters: the ids' spans cover the pieces MarianTokenizer gives
+    (byte offsets turned into characters)."""
+    texts = [t for t in hard_texts(40, 5, MARIAN_SPECIAL) if t.strip()]
+    texts += ["Héllo wörld — 5,20 € ok", "¿Qué? 日本語"]
+    pieces = {i: p for p, i in marian.get_vocab().items()}
+    unk = marian.convert_tokens_to_ids("<unk>")
+
+    def surface(i: int) -> str | None:
+        piece = pieces[i].replace("\u2581", " ").strip()
+        return None if i == unk or not piece else piece
+
+    check_spans(marian_runner.tokenizer, texts, surface)
+
+
+def test_tokenizers_file_spans_cover_each_token(runner, texts):
+    """Our own bundles' tokenizers file: each id's span holds that token's text."""
+    tok = runner.tokenizer
+
+    def surface(i: int) -> str | None:
+        return tok.decode([i]).strip() or None
+
+    check_spans(tok, [*texts, "Pay 5 apples, 20 red."], surface)
