@@ -5,7 +5,8 @@
 # Settings are the TRANSLATOR_* environment variables below (`docker run -e TRANSLATOR_BATCHING=dynamic`,
 # every flag of `python -m service.server --help` has one); arguments after the image name are flags.
 # Another bundle: `-v /path/to/bundle:/models/bundle:ro -e TRANSLATOR_BUNDLE=/models/bundle`.
-# See README.md, "Container and deployment".
+# podman builds it too (`podman build --format docker ...`, the format that keeps HEALTHCHECK): `make
+# image-check` builds the CPU image on a Debian base and checks it. See docs/deployment.md.
 
 ARG RUNTIME=cuda
 # onnxruntime-gpu 1.31 is built for CUDA 13 and cuDNN 9.
@@ -33,6 +34,13 @@ RUN apt-get update \
 # generated from protos/ by a throwaway tools environment, and /app assembled read-only.
 FROM base AS builder
 ARG RUNTIME
+# The building machine's pip settings (indexes, trusted hosts, timeout, retries), passed as build
+# arguments (`make image-check` passes its own): unset unless given, and not part of the runtime image.
+ARG PIP_INDEX_URL
+ARG PIP_EXTRA_INDEX_URL
+ARG PIP_TRUSTED_HOST
+ARG PIP_DEFAULT_TIMEOUT
+ARG PIP_RETRIES
 # hadolint ignore=DL3008
 RUN apt-get update \
     && apt-get install -y --no-install-recommends python3-venv \
@@ -40,12 +48,23 @@ RUN apt-get update \
 WORKDIR /src
 COPY pyproject.toml ./
 COPY deploy/docker/requirements.py deploy/docker/
-RUN python3 deploy/docker/requirements.py --runtime "${RUNTIME}" > requirements.txt \
+# pip verifies TLS with the CA bundle of the build secret pip-cert when one is passed (read from a mount,
+# kept out of every layer), else with its own. Then what serving never runs leaves the venv: the
+# distributions the requirements do not need (pip, setuptools, tokenizers' Hugging Face Hub client and what
+# only it pulls in: requirements.py --unused) and the packages' own test suites.
+RUN --mount=type=secret,id=pip-cert \
+    if [ -s /run/secrets/pip-cert ]; then export PIP_CERT=/run/secrets/pip-cert; fi \
+    && python3 deploy/docker/requirements.py --runtime "${RUNTIME}" > requirements.txt \
     && python3 deploy/docker/requirements.py --tools > tools.txt \
     && python3 -m venv /opt/venv \
-    && /opt/venv/bin/pip install --no-cache-dir --disable-pip-version-check -r requirements.txt
+    && /opt/venv/bin/pip install --no-cache-dir --disable-pip-version-check -r requirements.txt \
+    && /opt/venv/bin/python deploy/docker/requirements.py --runtime "${RUNTIME}" --unused > unused.txt \
+    && /opt/venv/bin/python -m pip uninstall -y -q --disable-pip-version-check -r unused.txt \
+    && find /opt/venv -depth -type d -name tests -exec rm -rf {} +
 COPY protos/ protos/
-RUN python3 -m venv /opt/tools \
+RUN --mount=type=secret,id=pip-cert \
+    if [ -s /run/secrets/pip-cert ]; then export PIP_CERT=/run/secrets/pip-cert; fi \
+    && python3 -m venv /opt/tools \
     && /opt/tools/bin/pip install --no-cache-dir --disable-pip-version-check -r tools.txt -c requirements.txt \
     && /opt/tools/bin/python -m protos.generate
 WORKDIR /app
@@ -60,7 +79,8 @@ RUN cp -a /src/protos protos \
 
 # Runtime: the virtual environment and /app, run by an unprivileged user.
 FROM base AS runtime
-RUN useradd --system --uid 10001 --user-group --no-create-home --home-dir /nonexistent \
+RUN groupadd --system --gid 10001 translator \
+    && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
         --shell /usr/sbin/nologin translator
 COPY --from=builder /opt/venv /opt/venv
 COPY --from=builder /app /app
@@ -70,6 +90,7 @@ ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     TRANSLATOR_BUNDLE=/app/artifacts/default/bundle \
     TRANSLATOR_HOST=0.0.0.0 \
+    TRANSLATOR_METRICS_HOST=0.0.0.0 \
     TRANSLATOR_HTTP_PORT=8000 \
     TRANSLATOR_PORT=8001 \
     TRANSLATOR_METRICS_PORT=8002 \

@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 TRAIN_MINUTES ?= 300  # training budget of `make train-default` (a resume counts what was already spent)
 
-.PHONY: setup serve test test-kernels prometheus-tools perf-analyzer-tools lint protos bench bench-quick charts gpu-check gpu-kit soak fuzz corpus train-default evaluate-default default-bundle clean
+.PHONY: setup serve test test-kernels prometheus-tools perf-analyzer-tools image-tools image-check lint protos bench bench-quick charts gpu-check gpu-kit soak fuzz corpus train-default evaluate-default default-bundle clean
 
 setup: $(STAMP)
 
@@ -32,16 +32,35 @@ prometheus-tools:
 	  $$sudo apt-get update -q && \
 	  $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus; }
 
-# `make test` also installs perf_analyzer (below) and Debian's prometheus, so that no test is skipped.
+# The image tests (tests/deploy/test_image*.py) and `make image-check` build and run the CPU image with
+# podman on the runc runtime, on a Debian bookworm base that debootstrap makes (Debian's packages; installed
+# once). Where podman cannot run containers the image tests skip, saying why in one line.
+image-tools:
+	@command -v podman >/dev/null && command -v runc >/dev/null && command -v debootstrap >/dev/null || { \
+	  sudo=""; [ "$$(id -u)" -eq 0 ] || sudo="sudo"; \
+	  $$sudo apt-get update -q && \
+	  $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends podman runc \
+	    debootstrap; }
+
+# The CPU image built and checked (deploy/image, docs/deployment.md): the base (cached in runs/image), the
+# build (layers reused), the seconds from `podman run` to SERVING over 3 starts, then the image tests against
+# it; the last line printed is a JSON object of figures (image size total and per layer, build and ready
+# seconds, checks passed). Exit code 0 when every check passed.
+IMAGE_TESTS := tests/deploy/test_image.py tests/deploy/test_image_manifests.py
+image-check: $(STAMP) protos image-tools
+	$(PY) -m deploy.image $(IMAGE_TESTS)
+
+# `make test` also installs perf_analyzer (below), Debian's prometheus and the image tools (above), so that
+# no test is skipped.
 # Beside the suite (its output in KERNELS_LOG, whose summary is printed at the end) it runs
 # test-kernels: the tests whose models PyTorch trains or builds, again under other CPU kernels. It
 # fails if either run fails.
 KERNELS_LOG := runs/test-kernels.log
-test: $(STAMP) protos prometheus-tools perf-analyzer-tools
+test: $(STAMP) protos prometheus-tools perf-analyzer-tools image-tools
 	@mkdir -p $(dir $(KERNELS_LOG)); \
 	$(PY) -m tests.support.kernels > $(KERNELS_LOG) 2>&1 & kernels=$$!; \
 	trap 'kill $$kernels 2>/dev/null' INT TERM; \
-	$(PY) -m pytest; suite=$$?; \
+	$(PY) -m pytest -m "not slow"; suite=$$?; \
 	wait $$kernels; again=$$?; \
 	echo "--- test-kernels (beside the suite; its whole output: $(KERNELS_LOG))"; \
 	grep -m1 "^PyTorch CPU kernels" $(KERNELS_LOG); \
@@ -50,7 +69,8 @@ test: $(STAMP) protos prometheus-tools perf-analyzer-tools
 
 # The tests marked `kernels` (they train or read a model PyTorch made) again, their fixtures rebuilt,
 # with PyTorch held to another family of CPU kernels: AVX2 where it picks AVX-512, the default kernels
-# otherwise (tests/support/kernels.py, docs/testing.md). The suite must not depend on which ran.
+# otherwise (tests/support/kernels.py, docs/testing.md), and the tests marked `slow`. The suite must not
+# depend on which kernels ran.
 test-kernels: $(STAMP) protos
 	$(PY) -m tests.support.kernels
 

@@ -69,7 +69,7 @@ def test_a_breach_is_reported(tmp_path, module, line, contract):
 
 
 def test_no_module_is_over_the_line_budget():
-    files = [p for package in PACKAGES for p in (REPO_ROOT / package).rglob("*.py")]
+    files = [p for package in (*PACKAGES, "deploy") for p in (REPO_ROOT / package).rglob("*.py")]
     long = {str(p.relative_to(REPO_ROOT)): n for p in files
             if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
     assert not long, f"modules over {MAX_LINES} lines: {long}"

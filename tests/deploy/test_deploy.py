@@ -185,7 +185,7 @@ def test_stages_runtime_choice_and_defaults(stages):
                 "port", "metrics_port", "http_port"):
         value = env[env_name("--" + key.replace("_", "-"))]
         assert type(getattr(defaults, key))(value) == getattr(defaults, key), key
-    assert env["TRANSLATOR_HOST"] == "0.0.0.0"
+    assert env["TRANSLATOR_HOST"] == env["TRANSLATOR_METRICS_HOST"] == "0.0.0.0"  # reachable from outside
     exposed = {int(p.split("/")[0]) for p in final.last("EXPOSE").split()}
     assert exposed == {int(env["TRANSLATOR_PORT"]), int(env["TRANSLATOR_METRICS_PORT"]),
                        int(env["TRANSLATOR_HTTP_PORT"])}
@@ -211,6 +211,27 @@ def test_requirements_follow_pyproject():
     assert all("==" in line for line in cuda + tools)
     assert not any(line.startswith(("torch", "onnx==", "onnxscript")) for line in cuda + cpu)
     assert tools == [d for d in project["optional-dependencies"]["dev"] if d.startswith("grpcio-tools==")]
+
+
+def test_unused_lists_what_the_serving_requirements_never_reach():
+    """requirements.py --unused: the installed distributions no serving requirement reaches, following the
+    requirements that apply here (no extras, markers evaluated) and never into the Hub client, whose own
+    requirements go unless something served needs them too; on this environment, for the CUDA runtime."""
+    from deploy.docker.requirements import unused
+
+    installed = {"tokenizers": ["huggingface-hub<3.0,>=0.16.4"],
+                 "huggingface-hub": ["httpx2<3,>=2.0.0", "packaging>=20.9", "pyyaml>=5.1"],
+                 "httpx2": ["anyio>=4.10"], "anyio": [], "pyyaml": [], "packaging": [], "numpy": [],
+                 "onnxruntime": ["numpy>=1.21.6", "packaging"], "yarl": [], "async-timeout": [],
+                 "aiohttp": ["yarl<2.0", 'async-timeout<6.0,>=4.0; python_version < "3.11"',
+                             'brotli; extra == "speedups"'], "brotli": [], "pip": [], "setuptools": []}
+    wanted = ["tokenizers==0.23.3", "onnxruntime==1.31.1", "aiohttp==3.14.5"]
+    assert unused(wanted, installed) == ["anyio", "async-timeout", "brotli", "httpx2", "huggingface-hub",
+                                         "pip", "pyyaml", "setuptools"]
+    here = subprocess.run([sys.executable, str(REQUIREMENTS), "--runtime", "cuda", "--unused"],
+                          capture_output=True, text=True, check=True, timeout=60).stdout.split()
+    assert {"pip", "huggingface-hub", "torch"} <= set(here)
+    assert not {"numpy", "grpcio", "onnxruntime-gpu", "tokenizers", "protobuf", "aiohttp"} & set(here)
 
 
 def assemble_image(stages: dict[str, Stage], context: set[str], root: Path) -> Path:
@@ -261,8 +282,8 @@ def test_entrypoint_serves_and_healthcheck_answers_serving(stages, context, tmp_
     bundle = env["TRANSLATOR_BUNDLE"]
     assert bundle.startswith("/app/")
     env |= {"TRANSLATOR_BUNDLE": str(app / bundle.removeprefix("/app/")), "TRANSLATOR_HOST": "127.0.0.1",
-            "TRANSLATOR_PORT": str(free_port()), "TRANSLATOR_METRICS_PORT": str(free_port()),
-            "TRANSLATOR_HTTP_PORT": str(free_port())}
+            "TRANSLATOR_METRICS_HOST": "127.0.0.1", "TRANSLATOR_PORT": str(free_port()),
+            "TRANSLATOR_METRICS_PORT": str(free_port()), "TRANSLATOR_HTTP_PORT": str(free_port())}
     code = "import sys, service.server; print(service.server.__file__); print('torch' in sys.modules)"
     probe = subprocess.run([sys.executable, "-c", code], cwd=app, env=env, capture_output=True, text=True,
                            timeout=60)

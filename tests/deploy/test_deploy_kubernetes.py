@@ -26,7 +26,13 @@ FLAG_ENV = {env_name(flag) for flag, _, _ in _FLAGS}
 # the oldest release with GA gRPC probes and autoscaling/v2, and the newest the package knows
 VERSIONS = ("1.27.0", kubernetes_validate.latest_version())
 CUSTOM_KINDS = {("serving.kserve.io/v1beta1", "InferenceService"),
-                ("monitoring.coreos.com/v1", "ServiceMonitor")}
+                ("monitoring.coreos.com/v1", "ServiceMonitor"), ("keda.sh/v1alpha1", "ScaledObject")}
+# fields of KEDA's ScaledObject (keda.sh/v1alpha1) and of its prometheus trigger, as KEDA documents them
+KEDA_SPEC = {"scaleTargetRef", "pollingInterval", "cooldownPeriod", "initialCooldownPeriod",
+             "idleReplicaCount", "minReplicaCount", "maxReplicaCount", "fallback", "advanced", "triggers"}
+KEDA_TRIGGER = {"type", "name", "metadata", "metricType", "useCachedMetrics", "authenticationRef"}
+KEDA_PROMETHEUS = {"serverAddress", "query", "threshold", "activationThreshold", "namespace", "customHeaders",
+                   "ignoreNullValues", "unsafeSsl", "queryParameters"}
 
 
 def manifests() -> list[tuple[str, dict[str, Any]]]:
@@ -102,7 +108,7 @@ def test_deployment_ports_probes_env_gpu_and_termination(deployment):
     assert ports == {"grpc": int(env["TRANSLATOR_PORT"]), "metrics": int(env["TRANSLATOR_METRICS_PORT"]),
                      "http": int(env["TRANSLATOR_HTTP_PORT"])}
     assert ports == {"grpc": defaults.port, "metrics": defaults.metrics_port, "http": defaults.http_port}
-    assert env["TRANSLATOR_HOST"] == "0.0.0.0"
+    assert env["TRANSLATOR_HOST"] == env["TRANSLATOR_METRICS_HOST"] == "0.0.0.0"  # probes, scrapes
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert c[probe]["grpc"]["port"] == ports["grpc"], probe
     # liveness must not kill a pod that is still loading: the startup probe covers loading
@@ -169,6 +175,48 @@ def test_hpa_metrics_come_from_adapter_rules_over_real_series(deployment):
                                                   "pod": {"resource": "pod"}}
         query = render_adapter_query(rule, 'namespace="default",pod=~"a|b"', "pod")
         assert promql_selectors(query) == {series}
+
+
+def test_keda_scaled_object_scales_the_deployment_on_exported_gauges(deployment):
+    """The ScaledObject (KEDA's alternative to the HPA) targets the Deployment with the HPA's bounds and
+    behavior (the behavior valid as an autoscaling/v2 one), uses only fields KEDA knows, and each prometheus
+    trigger asks the adapter's Prometheus a query that parses, reads only gauges the service exports
+    (queue depth and texts in flight) of this Deployment's pods, and has a positive threshold."""
+    scaled = one("ScaledObject", "translator")
+    spec = scaled["spec"]
+    hpa = one("HorizontalPodAutoscaler", "translator")["spec"]
+    assert set(spec) <= KEDA_SPEC, set(spec) - KEDA_SPEC
+    target = spec["scaleTargetRef"]
+    assert (target["apiVersion"], target["kind"], target["name"]) == ("apps/v1", "Deployment",
+                                                                      deployment["metadata"]["name"])
+    assert (spec["minReplicaCount"], spec["maxReplicaCount"]) == (hpa["minReplicas"], hpa["maxReplicas"])
+    behavior = spec["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
+    assert behavior == hpa["behavior"]
+    as_hpa = {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": {"name": "t"},
+              "spec": {"scaleTargetRef": target, "maxReplicas": 8, "behavior": behavior}}
+    kubernetes_validate.validate(as_hpa, VERSIONS[-1], strict=True)
+    values = load("prometheus-adapter-values.yaml")[0]["prometheus"]
+    gauges = {name for name in metric_sample_names()
+              if name in ("translator_queue_depth", "translator_active_sequences")}
+    read = set()
+    for trigger in spec["triggers"]:
+        assert set(trigger) <= KEDA_TRIGGER and trigger["type"] == "prometheus", trigger
+        assert trigger.get("metricType", "AverageValue") == "AverageValue"  # per pod, as the HPA's targets
+        meta = trigger["metadata"]
+        assert set(meta) <= KEDA_PROMETHEUS and float(meta["threshold"]) > 0, meta
+        assert meta["serverAddress"] == f"{values['url']}:{values['port']}"
+        selected = promql_selectors(meta["query"])
+        assert selected and selected <= gauges, selected
+        read |= selected
+        for name in selected:
+            matchers = re.search(name + r"\{([^}]*)\}", meta["query"]).group(1)
+            assert 'namespace="' in matchers and 'pod=~"' in matchers, meta["query"]
+            pods = re.search(r'pod=~"([^"]+)"', matchers).group(1)
+            assert re.fullmatch(pods, "translator-6d5f8b7c9-x2x4q")  # a Deployment pod's name
+            assert not re.fullmatch(pods, "translator-predictor-6d5f8b7c9-x2x4q")  # KServe's
+    assert read == gauges == {"translator_queue_depth", "translator_active_sequences"}
+    kustomization = load("kustomization.yaml")[0]
+    assert "keda-scaledobject.yaml" not in kustomization["resources"]  # KEDA and hpa.yaml never both
 
 
 def test_kserve_predictor_uses_the_image_contract(deployment):

@@ -35,6 +35,7 @@ from tests.support import REPO_ROOT
 from tests.support.deploy import (
     DEPLOY,
     adapter_rules,
+    load,
     metric_sample_names,
     promql_selectors,
     render_adapter_query,
@@ -49,7 +50,7 @@ CONFIG = DEPLOY / "prometheus" / "prometheus.yml"
 DASHBOARD = DEPLOY / "grafana" / "translator-dashboard.json"
 STREAM = "translator.v1.Translator/TranslateStream"
 TRANSLATE = "translator.v1.Translator/Translate"
-POD = {"namespace": "serving", "pod": "translator-0"}
+POD = {"namespace": "serving", "pod": "translator-6d5f8b7c9-x2x4q"}  # a Deployment pod's name
 N_STREAMS, N_UNARY, N_BAD = 40, 6, 5
 
 
@@ -163,6 +164,14 @@ def test_request_panels_filter_by_the_model_variable():
         assert all("model" in by for by in re.findall(r"by \(([^)]*)\)", rule["expr"])), rule["record"]
     (alert,) = [r for r in rules() if r.get("alert") == "TranslatorHighErrorRatio"]
     assert alert["expr"].startswith("job_model:") and "$labels.model" in alert["annotations"]["summary"]
+
+
+def keda_queries() -> dict[str, str]:
+    """Trigger name -> PromQL of the KEDA ScaledObject's prometheus triggers (tests/deploy/test_keda.py
+    evaluates them on fixture series)."""
+    (scaled,) = load("keda-scaledobject.yaml")
+    triggers = scaled["spec"]["triggers"]
+    return {t["name"]: t["metadata"]["query"] for t in triggers if t["type"] == "prometheus"}
 
 
 def derived_config(tmp: Path, targets: list[dict[str, Any]]) -> Path:
@@ -333,6 +342,10 @@ def test_prometheus_scrapes_the_service_and_every_query_returns_data(tiny_bundle
                 labels = f'namespace="{POD["namespace"]}",pod="{POD["pod"]}"'
                 result = api.query(render_adapter_query(rule, labels, "pod"))
                 assert [r["metric"] for r in result] == [{"pod": POD["pod"]}], rule["name"]["as"]
+            for name, query in keda_queries().items():  # the pod's namespace for the ScaledObject's
+                (metric,) = promql_selectors(query)
+                here = re.sub(r'namespace="[^"]+"', f'namespace="{POD["namespace"]}"', query)
+                assert api.value(here) == api.value(f'sum({metric}{{pod="{POD["pod"]}"}})'), name
 
 
 def check_targets(api: Prometheus, metrics_port: int) -> None:

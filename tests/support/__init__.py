@@ -11,6 +11,7 @@ metrics      samples of the Prometheus registry and of a /metrics endpoint
 server       in-process server configs and health; server processes, free ports
 kserve       TEXT inputs and clients of Triton's own tritonclient
 deploy       exported metric names, PromQL, Kubernetes files
+image        the CPU image under test (built once by podman), why it cannot run here, the host's answers
 docs         what README.md and docs/ state (the example translation, the exact match)
 properties   settings of the property-based tests
 tools        tools `make test` installs: skip without them, fail under CI
