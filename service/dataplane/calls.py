@@ -9,6 +9,7 @@ Errors are domain exceptions; service/api/status.py maps them to gRPC and HTTP s
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import importlib.metadata
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -16,11 +17,12 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from service.dataplane import kserve, parameters, triton
+from service.dataplane.documents import DocumentAnswer, check_document, read_document, translate_segments
 from service.dataplane.rendering import Piece, Score, Translation, Want, score, translation
 from service.domain.errors import InvalidInput, InvalidTensor, UnknownModel
 from service.domain.options import ResolvedOptions
 from service.domain.text import shown
-from service.domain.types import BatchingMode, DecodeOptions, ModelDefaults, ScoreOptions, TokenEvent
+from service.domain.types import BatchingMode, DecodeOptions, ModelDefaults, Result, ScoreOptions, TokenEvent
 from service.models.layout import LOAD_ORIGIN, ModelSettings
 from service.models.repository import IndexEntry, ModelRepository
 
@@ -182,6 +184,26 @@ class DataPlane:
             tokenizer = model.runner.tokenizer
             return Answer(name or model.name, str(model.version),
                           [translation(r, want, tokenizer) for r in results])
+
+    async def document(self, name: str, version: str, text: str, fmt: str, options: DecodeOptions,
+                       protect: Sequence[str], deadline: float | None) -> DocumentAnswer:
+        """A whole document (fmt: text, html, markdown) translated sentence by sentence, its markup, spacing
+        and placeholders in place (service/dataplane/documents.py)."""
+        check_document(fmt, options)
+        async with self.models.use(name, version, deadline) as model:
+            scheduler = model.scheduler
+            document = await asyncio.to_thread(read_document, text, fmt, options.source_language, protect)
+
+            async def submit(one: str, asked: DecodeOptions) -> Result:
+                (result,) = await scheduler.submit([one], asked, deadline)
+                return result
+
+            outputs, split = await translate_segments(
+                submit, document.segments, model.runner.tokenizer, options,
+                scheduler.limits.max_source_tokens, scheduler.settings.max_batch_size)
+            rendered = await asyncio.to_thread(document.render, outputs)
+            return DocumentAnswer(name or model.name, str(model.version), rendered, len(document.segments),
+                                  split)
 
     async def stream(self, name: str, version: str, text: str, options: DecodeOptions, want: Want,
                      deadline: float | None) -> AsyncIterator[Opened | Piece | Final]:

@@ -1,0 +1,137 @@
+"""A whole document in one call: its sentences translated through the model's scheduler and put back in place.
+
+Roles: service/documents/ reads the document (plain text, HTML, Markdown) into segments and renders it back;
+this module sends each segment's text to the scheduler, cuts a sentence over the model's source limit at a
+clause or word boundary (segmentation.split_long) and joins its pieces' outputs, and turns each result's
+cross-attention into the token links that place the segment's marks (tags, placeholders) in its output.
+
+Fairness: a document keeps at most `window` of its texts queued or decoding at once (the model's
+max_batch_size), each submitted as its own one-text request as an earlier one finishes; so the requests of
+other clients queue behind at most that many of the document's texts, never behind the whole document.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from service.documents.formats import FORMATS, parse
+from service.documents.segmentation import split_long
+from service.documents.segments import Document, Link, Segment, Translated
+from service.domain.errors import InvalidInput
+from service.domain.types import DecodeOptions, Result
+from service.runtime.model.tokenization import TextTokenizer
+
+MAX_SEGMENTS = 20_000  # sentences of one document (a 1 MB page of short sentences has about 10,000)
+SOURCE_SLACK = 2  # ids a source takes besides the text's own: a language prefix and eos
+
+
+@dataclass(frozen=True)
+class DocumentAnswer:
+    """A translated document: the model that answered it, the text, the segments sent and those cut at the
+    model's source limit (their indexes among the segments)."""
+
+    model_name: str
+    model_version: str
+    text: str
+    segments: int
+    split: list[int]
+
+
+def check_document(fmt: str, options: DecodeOptions) -> None:
+    """InvalidInput for an unknown format or options that ask for more than one output per sentence."""
+    if fmt not in FORMATS:
+        raise InvalidInput(f"unknown document format {fmt!r}; this server reads {', '.join(FORMATS)}")
+    if options.n_best != 1 or options.return_alternatives:
+        raise InvalidInput("n_best and return_alternatives are refused for documents: a document comes back "
+                           "as one text, one translation per sentence")
+
+
+def read_document(text: str, fmt: str, language: str | None, protect: Sequence[str]) -> Document:
+    """The parsed document (InvalidInput for a bad protect pattern or more than MAX_SEGMENTS sentences)."""
+    try:
+        document = parse(text, fmt, language, protect)
+    except ValueError as e:
+        raise InvalidInput(str(e)) from None
+    if len(document.segments) > MAX_SEGMENTS:
+        raise InvalidInput(f"the document has {len(document.segments)} sentences; this server translates at "
+                           f"most {MAX_SEGMENTS} in one call")
+    return document
+
+
+def pieces(segment: Segment, tokenizer: TextTokenizer, max_source_tokens: int) -> list[tuple[int, int]]:
+    """The spans of the segment's text sent to the model: the whole text when it fits, else split_long's."""
+    text = segment.text
+    start = len(text) - len(text.lstrip())
+    end = len(text.rstrip())
+    if start >= end:
+        return []
+
+    def fits(piece: str) -> bool:
+        return len(tokenizer.encode([piece])[0]) + SOURCE_SLACK <= max_source_tokens
+
+    try:
+        return split_long(text, (start, end), fits)
+    except ValueError as e:
+        raise InvalidInput(f"a sentence cannot be cut to fit {max_source_tokens} tokens: {e}") from None
+
+
+def links(text: str, result: Result, tokenizer: TextTokenizer, offset: int = 0, shift: int = 0
+          ) -> tuple[str, tuple[Link, ...]]:
+    """The best hypothesis's text and its links: each output token's characters (shifted by `shift`) to the
+    characters (shifted by `offset`) of the source token it attends to most. No links when the hypothesis
+    has no alignment or its pieces do not spell its text."""
+    if not result.hypotheses:
+        return "", ()
+    best = result.hypotheses[0]
+    if best.alignment is None:
+        return best.text, ()
+    ids, spans = tokenizer.encode([text])[0], tokenizer.spans(text)
+    source = list(result.source_ids)
+    prefix = next((i for i in range(len(source) - len(ids) + 1) if source[i:i + len(ids)] == ids), None)
+    step, at, out = tokenizer.stream(), 0, []
+    for token, row in zip(best.tokens, best.alignment, strict=False):
+        piece = step(token)
+        if piece and prefix is not None and row:
+            j = max(range(len(row)), key=row.__getitem__) - prefix
+            if 0 <= j < len(spans):
+                (s, e), lead = spans[j], len(piece) - len(piece.lstrip())
+                out.append(((s + offset, e + offset), (at + lead + shift, at + len(piece) + shift)))
+        at += len(piece)
+    return best.text, tuple(out) if at == len(best.text) else ()
+
+
+Submit = Callable[[str, DecodeOptions], Awaitable[Result]]
+
+
+async def translate_segments(submit: Submit, segments: Sequence[Segment], tokenizer: TextTokenizer,
+                             options: DecodeOptions, max_source_tokens: int, window: int
+                             ) -> tuple[list[Translated], list[int]]:
+    """Every segment translated through `submit(text, options) -> Result` (at most `window` at once), long
+    ones in pieces joined by a space; the outputs in order, and the indexes of the segments that were cut."""
+    options = dataclasses.replace(options, return_alignment=True, stream=False)
+    gate = asyncio.Semaphore(max(1, window))
+    plans = [pieces(s, tokenizer, max_source_tokens) for s in segments]
+
+    async def one(text: str) -> Result:
+        async with gate:
+            return await submit(text, options)
+
+    tasks = [[asyncio.ensure_future(one(seg.text[a:b])) for a, b in plan]
+             for seg, plan in zip(segments, plans, strict=True)]
+    try:
+        outputs = []
+        for seg, plan, jobs in zip(segments, plans, tasks, strict=True):
+            text, joined = "", []
+            for (a, b), job in zip(plan, jobs, strict=True):
+                result = await job
+                sep = " " if text else ""
+                piece, found = links(seg.text[a:b], result, tokenizer, offset=a, shift=len(text) + len(sep))
+                text, joined = text + sep + piece, joined + list(found)
+            outputs.append(Translated(text, tuple(joined)))
+        return outputs, [i for i, plan in enumerate(plans) if len(plan) > 1]
+    finally:
+        for job in (j for jobs in tasks for j in jobs):
+            job.cancel()
