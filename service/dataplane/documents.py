@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from service.documents.formats import FORMATS, parse
@@ -38,6 +38,17 @@ class DocumentAnswer:
     text: str
     segments: int
     split: list[int]
+
+
+ONE_OUTPUT = ("n_best", "return_alternatives")  # parameters a document refuses: one translation per sentence
+
+
+def refuse_many(given: Mapping[str, object]) -> None:
+    """InvalidInput when a document's parameters ask for more than one output per sentence."""
+    for key in ONE_OUTPUT:
+        if key in given:
+            raise InvalidInput(f"{key} is refused for documents: a document comes back as one text, one "
+                               "translation per sentence")
 
 
 def check_document(fmt: str, options: DecodeOptions) -> None:

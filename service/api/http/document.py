@@ -19,6 +19,7 @@ from aiohttp import web
 from service.api.http.body import read_body
 from service.api.http.context import model_of, plane_of
 from service.dataplane import parameters
+from service.dataplane.documents import refuse_many
 from service.domain.errors import InvalidInput
 from service.domain.text import shown
 
@@ -54,10 +55,7 @@ async def document(request: web.Request) -> web.Response:
     except UnicodeDecodeError as exc:
         raise InvalidInput(f"the document is not UTF-8 ({exc.reason} at byte {exc.start})") from None
     given = {k: _value(v) for k, v in request.query.items() if k not in (FORMAT, PROTECT)}
-    for key in ("n_best", "return_alternatives"):
-        if key in given:
-            raise InvalidInput(f"{key} is refused for documents: a document comes back as one text, one "
-                               "translation per sentence")
+    refuse_many(given)
     asked = parameters.read(given)
     answer = await plane_of(request).document(*model_of(request), text, fmt, asked.decoding,
                                               request.query.getall(PROTECT, []), asked.deadline)

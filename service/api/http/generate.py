@@ -15,7 +15,9 @@ refused. generate also takes `n_best`, `return_alternatives`, `return_scores`, `
 `return_tokens`: with any of them the answer gains `"hypotheses"` (each with `"text"`, `"token_ids"`,
 `"finish_reason"`, and `"score"` / `"log_prob"`, `"alignment"`, `"tokens"` as asked), `"source_token_ids"`
 (with alignment or tokens), `"source_tokens"` (with tokens), and with several hypotheses `"text_outputs"`.
-generate_stream refuses them.
+generate_stream refuses them. With `"format"` (`text`, `html` or `markdown`; and `"protect"`, a list of
+regular expressions) generate translates text_input as a whole document (service/dataplane/documents.py) and
+adds `"segments"` and `"split"` to the answer, as the document route's headers say them (docs/documents.md).
 """
 
 from __future__ import annotations
@@ -32,11 +34,13 @@ from service.api.http.errors import CODE_KEY, json_response
 from service.api.status import http_status_of
 from service.dataplane import parameters
 from service.dataplane.calls import Final, Opened
+from service.dataplane.documents import refuse_many
 from service.dataplane.rendering import Piece, Translation, Want
 from service.domain.errors import InvalidInput
 from service.domain.text import shown
 
 TEXT_KEY = "text_input"
+FORMAT, PROTECT = "format", "protect"  # a document's format and protected patterns (generate only)
 SSE_TYPE = "text/event-stream"
 
 
@@ -80,9 +84,12 @@ def result_fields(t: Translation, asked: parameters.Asked) -> dict[str, Any]:
 
 
 async def generate(request: web.Request) -> web.Response:
-    """One request, one JSON answer."""
+    """One request, one JSON answer; with `format` (text, html, markdown) the text is a whole document."""
     body = await read_object(request, "generate request")
-    asked = parameters.read(generate_parameters(body, stream=False), results=parameters.RESULTS)
+    given = generate_parameters(body, stream=False)
+    if FORMAT in given:
+        return await _document(request, body[TEXT_KEY], given)
+    asked = parameters.read(given, results=parameters.RESULTS)
     want = Want(tokens=asked.return_tokens, scores=asked.return_scores, alignment=asked.return_alignment)
     answer = await plane_of(request).translate(*model_of(request), [body[TEXT_KEY]], asked.decoding, want,
                                                asked.deadline)
@@ -90,6 +97,21 @@ async def generate(request: web.Request) -> web.Response:
     payload = {"model_name": answer.model_name, "model_version": answer.model_version,
                "text_output": result.text}
     return json_response(payload | result_fields(result, asked))
+
+
+async def _document(request: web.Request, text: str, given: dict[str, Any]) -> web.Response:
+    """generate of a document: `format` says how to read text_input, `protect` lists protected patterns."""
+    fmt, protect = given.pop(FORMAT), given.pop(PROTECT, [])
+    if not isinstance(fmt, str):
+        raise InvalidInput(f"parameter {FORMAT} must be a string (text, html or markdown), got {shown(fmt)}")
+    if not isinstance(protect, list) or not all(isinstance(p, str) for p in protect):
+        raise InvalidInput(f"parameter {PROTECT} must be a list of regular expressions, got {shown(protect)}")
+    refuse_many(given)
+    asked = parameters.read(given)
+    answer = await plane_of(request).document(*model_of(request), text, fmt, asked.decoding, protect,
+                                              asked.deadline)
+    return json_response({"model_name": answer.model_name, "model_version": answer.model_version,
+                          "text_output": answer.text, "segments": answer.segments, "split": answer.split})
 
 
 def sse_event(payload: dict[str, Any]) -> bytes:

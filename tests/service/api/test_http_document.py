@@ -6,6 +6,7 @@ a sentence over the source limit is cut and said to be; bad requests get 400 nam
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -121,3 +122,19 @@ def test_a_document_that_is_not_utf8_or_of_an_unknown_model_is_refused(http_serv
     assert status == 400 and "not UTF-8" in text
     status, _, _, text = send(http_server, b"hello.", "text/plain", model="nope")
     assert status == 404 and "nope" in text
+
+
+def test_generate_with_a_format_translates_a_document(http_server, clauses):
+    (s1, t1), (s2, t2) = clauses[:2]
+    url = f"http://{http_server.http_address}/v2/models/translator/generate"
+    status, _, body = post_json(url, {"text_input": f"<p>{s1}</p>\n\n<p>{s2}</p>",
+                                      "parameters": {"format": "html"}})
+    assert status == 200, body
+    answer = json.loads(body)
+    assert answer["text_output"] == f"<p>{t1}</p>\n\n<p>{t2}</p>"
+    assert (answer["segments"], answer["split"]) == (2, [])
+    for parameters, says in [({"format": "html", "n_best": 2}, "n_best is refused for documents"),
+                             ({"format": 3}, "parameter format must be a string"),
+                             ({"format": "text", "protect": "x"}, "parameter protect must be a list")]:
+        status, _, body = post_json(url, {"text_input": s1, "parameters": parameters})
+        assert status == 400 and says in body.decode(), body
