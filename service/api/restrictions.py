@@ -47,7 +47,7 @@ GRPC_METHOD_GROUPS: dict[str, str] = {  # "package.Service/Method" -> group
 }
 _MODEL_ROUTES = {"": "metadata", "/ready": "health", "/config": "model-config", "/stats": "statistics",
                  "/infer": "inference", "/generate": "inference", "/generate_stream": "inference",
-                 "/score": SCORE}
+                 "/score": SCORE, "/document": "inference"}
 HTTP_ROUTE_GROUPS: dict[str, str] = {  # the route's path pattern (aiohttp's canonical) -> group
     "/v2": "metadata", "/v2/health/live": "health", "/v2/health/ready": "health",
     "/v2/models/stats": "statistics", "/v2/repository/index": MODEL_REPOSITORY,

@@ -323,7 +323,9 @@ def test_prometheus_scrapes_the_service_and_every_query_returns_data(tiny_bundle
             wait_until(lambda: api.value(count) == 1, "the first calls to be scraped", 20)
             more_firsts, more_totals = send_traffic(stub, N_STREAMS - 1, N_UNARY - 1, N_BAD - 1)
             firsts, totals = firsts + more_firsts, totals + more_totals
-            wait_until(lambda: api.value(count) == N_STREAMS, "every call to be scraped", 20)
+            unary = f'sum(translator_requests_total{{job="translator",method="{TRANSLATE}"}})'
+            every = (N_STREAMS, N_UNARY + N_BAD)  # the unary and refused calls came after the streams
+            wait_until(lambda: (api.value(count), api.value(unary)) == every, "every call to be scraped", 20)
             done = time.time()
 
             check_latency_against_client(api, firsts, totals)
