@@ -17,7 +17,13 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from service.dataplane import kserve, parameters, triton
-from service.dataplane.documents import DocumentAnswer, check_document, read_document, translate_segments
+from service.dataplane.documents import (
+    DocumentAnswer,
+    check_document,
+    document_parameters,
+    read_document,
+    translate_segments,
+)
 from service.dataplane.rendering import Piece, Score, Translation, Want, score, translation
 from service.domain.errors import InvalidInput, InvalidTensor, UnknownModel
 from service.domain.options import ResolvedOptions
@@ -239,6 +245,8 @@ class DataPlane:
         """A KServe v2 inference: translate TEXT, or score TARGET given TEXT."""
         if request.scores:
             return await self._score_tensors(request, deadline)
+        if (document := document_parameters(request.parameters)) is not None:
+            return await self._documents(request, *document, deadline)
         texts, asked = kserve_translation(request, self.models.ceilings.max_batch_size)
         if asked.stream:
             raise InvalidInput(f"parameter {parameters.STREAM} needs the ModelStreamInfer RPC (a unary call "
@@ -248,12 +256,30 @@ class DataPlane:
         return kserve.InferResponse(answer.model_name, answer.model_version, request.id,
                                     [kserve.translation_output([r.text for r in answer.results])])
 
+    async def _documents(self, request: kserve.InferRequest, fmt: str, protect: list[str],
+                         given: dict[str, Any], deadline: float | None) -> kserve.InferResponse:
+        """A KServe v2 request whose TEXT elements are documents (parameter `format`): one output each."""
+        texts = kserve.translation_texts(request, self.models.ceilings.max_batch_size)
+        asked = parameters.read(given, stream=True)
+        if asked.stream:
+            raise InvalidInput(f"parameter {parameters.STREAM} with a document format: a document comes back "
+                               "whole")
+        deadline = earliest(deadline, asked.deadline)
+        answers = await asyncio.gather(*(
+            self.document(request.model, request.version, text, fmt, asked.options, protect, deadline)
+            for text in texts))
+        return kserve.InferResponse(answers[0].model_name, answers[0].model_version, request.id,
+                                    [kserve.translation_output([a.text for a in answers])])
+
     async def infer_stream(self, request: kserve.InferRequest,
                            deadline: float | None) -> AsyncIterator[kserve.InferResponse]:
         """The responses of one request of a KServe v2 stream; the last one (the only one unless it streams
         pieces) is final."""
         if request.scores:
             yield dataclasses.replace(await self._score_tensors(request, deadline), final=True)
+            return
+        if (document := document_parameters(request.parameters)) is not None:
+            yield dataclasses.replace(await self._documents(request, *document, deadline), final=True)
             return
         texts, asked = kserve_translation(request, self.models.ceilings.max_batch_size)
         deadline = earliest(deadline, asked.deadline)

@@ -16,11 +16,13 @@ import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from service.documents.formats import FORMATS, parse
 from service.documents.segmentation import split_long
 from service.documents.segments import Document, Link, Segment, Translated
 from service.domain.errors import InvalidInput
+from service.domain.text import shown
 from service.domain.types import DecodeOptions, Result
 from service.runtime.model.tokenization import TextTokenizer
 
@@ -41,6 +43,25 @@ class DocumentAnswer:
 
 
 ONE_OUTPUT = ("n_best", "return_alternatives")  # parameters a document refuses: one translation per sentence
+FORMAT, PROTECT = "format", "protect"  # a call's parameters that make its text a document (generate, KServe)
+
+
+def document_parameters(given: Mapping[str, Any]) -> tuple[str, list[str], dict[str, Any]] | None:
+    """(format, protected patterns, the other parameters) when `given` names a document format, else None;
+    InvalidInput for a format that is not a string, patterns that are not a string or a list of strings, and
+    the parameters a document refuses."""
+    if FORMAT not in given:
+        return None
+    rest = dict(given)
+    fmt, protect = rest.pop(FORMAT), rest.pop(PROTECT, [])
+    if not isinstance(fmt, str):
+        raise InvalidInput(f"parameter {FORMAT} must be a string ({', '.join(FORMATS)}), got {shown(fmt)}")
+    protect = [protect] if isinstance(protect, str) else protect
+    if not isinstance(protect, list) or not all(isinstance(p, str) for p in protect):
+        raise InvalidInput(f"parameter {PROTECT} must be a regular expression or a list of them, got "
+                           f"{shown(protect)}")
+    refuse_many(rest)
+    return fmt, protect, rest
 
 
 def refuse_many(given: Mapping[str, object]) -> None:

@@ -34,13 +34,12 @@ from service.api.http.errors import CODE_KEY, json_response
 from service.api.status import http_status_of
 from service.dataplane import parameters
 from service.dataplane.calls import Final, Opened
-from service.dataplane.documents import refuse_many
+from service.dataplane.documents import document_parameters
 from service.dataplane.rendering import Piece, Translation, Want
 from service.domain.errors import InvalidInput
 from service.domain.text import shown
 
 TEXT_KEY = "text_input"
-FORMAT, PROTECT = "format", "protect"  # a document's format and protected patterns (generate only)
 SSE_TYPE = "text/event-stream"
 
 
@@ -87,8 +86,8 @@ async def generate(request: web.Request) -> web.Response:
     """One request, one JSON answer; with `format` (text, html, markdown) the text is a whole document."""
     body = await read_object(request, "generate request")
     given = generate_parameters(body, stream=False)
-    if FORMAT in given:
-        return await _document(request, body[TEXT_KEY], given)
+    if (document := document_parameters(given)) is not None:
+        return await _document(request, body[TEXT_KEY], *document)
     asked = parameters.read(given, results=parameters.RESULTS)
     want = Want(tokens=asked.return_tokens, scores=asked.return_scores, alignment=asked.return_alignment)
     answer = await plane_of(request).translate(*model_of(request), [body[TEXT_KEY]], asked.decoding, want,
@@ -99,14 +98,9 @@ async def generate(request: web.Request) -> web.Response:
     return json_response(payload | result_fields(result, asked))
 
 
-async def _document(request: web.Request, text: str, given: dict[str, Any]) -> web.Response:
+async def _document(request: web.Request, text: str, fmt: str, protect: list[str], given: dict[str, Any]
+                    ) -> web.Response:
     """generate of a document: `format` says how to read text_input, `protect` lists protected patterns."""
-    fmt, protect = given.pop(FORMAT), given.pop(PROTECT, [])
-    if not isinstance(fmt, str):
-        raise InvalidInput(f"parameter {FORMAT} must be a string (text, html or markdown), got {shown(fmt)}")
-    if not isinstance(protect, list) or not all(isinstance(p, str) for p in protect):
-        raise InvalidInput(f"parameter {PROTECT} must be a list of regular expressions, got {shown(protect)}")
-    refuse_many(given)
     asked = parameters.read(given)
     answer = await plane_of(request).document(*model_of(request), text, fmt, asked.decoding, protect,
                                               asked.deadline)

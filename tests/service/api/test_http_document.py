@@ -135,6 +135,21 @@ def test_generate_with_a_format_translates_a_document(http_server, clauses):
     assert (answer["segments"], answer["split"]) == (2, [])
     for parameters, says in [({"format": "html", "n_best": 2}, "n_best is refused for documents"),
                              ({"format": 3}, "parameter format must be a string"),
-                             ({"format": "text", "protect": "x"}, "parameter protect must be a list")]:
+                             ({"format": "text", "protect": 5}, "parameter protect must be a regular")]:
         status, _, body = post_json(url, {"text_input": s1, "parameters": parameters})
         assert status == 400 and says in body.decode(), body
+
+
+def test_kserve_infer_with_a_format_translates_each_text_as_a_document(http_server, clauses):
+    (s1, t1), (s2, t2), (s3, t3) = clauses[:3]
+    url = f"http://{http_server.http_address}/v2/models/translator/infer"
+    docs = [f"# {s1}\n\n{s2}\n", f"- {s3}\n"]
+    request = {"inputs": [{"name": "TEXT", "shape": [2], "datatype": "BYTES", "data": docs}],
+               "parameters": {"format": "markdown"}}
+    status, _, body = post_json(url, request)
+    assert status == 200, body
+    (output,) = json.loads(body)["outputs"]
+    assert output["data"] == [f"# {t1}\n\n{t2}\n", f"- {t3}\n"]
+    request["parameters"] = {"format": "markdown", "stream": True}
+    status, _, body = post_json(url, request)
+    assert status == 400 and b"a document comes back whole" in body
