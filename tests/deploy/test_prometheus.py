@@ -1,12 +1,12 @@
 """Monitoring files against a real Prometheus (Debian package `prometheus`, installed by .ci/run).
 
-Offline: every PromQL expression of the rules and the dashboard parses and selects only metrics the
-service exports or rules record. With the binary: promtool checks the rules, runs their unit tests
-and checks the scrape config; then a real `python -m service.server` (tiny bundle) is scraped every
-second through the shipped scrape job (its Kubernetes discovery replaced by file discovery carrying
-the same pod metadata), the client sends traffic and measures latencies, and the test asks the
-Prometheus HTTP API: histogram_quantile agrees with the client's quantiles within the histogram's
-bucket bounds, and every rule, dashboard and autoscaler-adapter expression returns data."""
+Offline: every PromQL expression of the rules parses and selects only metrics the service exports or rules
+record (the dashboard's: tests/deploy/test_dashboard.py). With the binary: promtool checks the rules, runs
+their unit tests and checks the scrape config; then a real `python -m service.server` (tiny bundle) is
+scraped every second through the shipped scrape job (its Kubernetes discovery replaced by file discovery
+carrying the same pod metadata), the client sends traffic and measures latencies, and the test asks the
+Prometheus HTTP API: histogram_quantile agrees with the client's quantiles within the histogram's bucket
+bounds, and every rule, dashboard and autoscaler-adapter expression returns data."""
 
 from __future__ import annotations
 
@@ -34,60 +34,26 @@ from service.ops.metrics import TIME_BUCKETS
 from tests.support import REPO_ROOT
 from tests.support.deploy import (
     DEPLOY,
+    RULES,
     adapter_rules,
+    dashboard_queries,
     load,
     metric_sample_names,
     promql_selectors,
+    recorded,
     render_adapter_query,
+    rules,
 )
 from tests.support.polling import wait_until
 from tests.support.server import TEXTS, base_env, free_port, running, wait_for_port_file
 from tests.support.tools import require
 
-RULES = DEPLOY / "prometheus" / "translator-rules.yml"
 RULE_TESTS = DEPLOY / "prometheus" / "translator-rules.test.yml"
 CONFIG = DEPLOY / "prometheus" / "prometheus.yml"
-DASHBOARD = DEPLOY / "grafana" / "translator-dashboard.json"
 STREAM = "translator.v1.Translator/TranslateStream"
 TRANSLATE = "translator.v1.Translator/Translate"
 POD = {"namespace": "serving", "pod": "translator-6d5f8b7c9-x2x4q"}  # a Deployment pod's name
 N_STREAMS, N_UNARY, N_BAD = 40, 6, 5
-
-
-def rules() -> list[dict[str, Any]]:
-    """Every rule of the rules file."""
-    return [rule for group in yaml.safe_load(RULES.read_text())["groups"] for rule in group["rules"]]
-
-
-def recorded() -> set[str]:
-    """Names the recording rules write."""
-    return {rule["record"] for rule in rules() if "record" in rule}
-
-
-def dashboard() -> dict[str, Any]:
-    """The Grafana dashboard."""
-    return json.loads(DASHBOARD.read_text())
-
-
-def all_values() -> dict[str, str]:
-    """"$name" -> the "All" value of each query variable of the dashboard."""
-    return {f"${v['name']}": v["allValue"] for v in dashboard()["templating"]["list"] if v["type"] == "query"}
-
-
-def dashboard_queries() -> list[str]:
-    """Every panel query with the template variables set to their "All" values."""
-    queries = []
-    for panel in dashboard()["panels"]:
-        for target in panel["targets"]:
-            expr = target["expr"]
-            for name, value in all_values().items():
-                expr = expr.replace(name, value)
-            queries.append(expr)
-    return queries
-
-
-REQUEST_SERIES = re.compile(r"translator_requests|translator_request_latency|translator_request_errors")
-SELECTOR = r"((?:[a-z_]+:)?translator_request[a-z_]*(?::[a-z0-9_]+)?)(\{[^}]*\})?"  # name, {labels}
 
 
 def binary(name: str) -> str:
@@ -106,64 +72,6 @@ def test_rule_expressions_parse_and_read_exported_metrics():
         assert selected and selected <= known, (rule.get("record") or rule["alert"], selected - known)
     for name in recorded():
         assert re.fullmatch(r"[a-z_]+:translator_[a-z_]+:[a-z0-9_]+", name), name
-
-
-def test_dashboard_uses_existing_metrics_variables_and_layout():
-    """Panels query only known series, use only defined variables, do not overlap, and cover latency
-    quantiles, time to first token, throughput, batch size, queue depth and errors by code."""
-    board = dashboard()
-    known = metric_sample_names() | recorded() | {"up"}
-    defined = {v["name"] for v in board["templating"]["list"]}
-    used = set()
-    for panel in board["panels"]:
-        assert panel["datasource"]["uid"] == "${datasource}"
-        for target in panel["targets"]:
-            used.update(re.findall(r"\$(\w+)", target["expr"]))
-    assert used <= defined and "datasource" in defined
-    for query in dashboard_queries():
-        assert promql_selectors(query) <= known, query
-    for variable in board["templating"]["list"]:
-        if variable["type"] == "query":
-            metric = re.fullmatch(r"label_values\((.+), (\w+)\)", variable["definition"]).group(1)
-            assert promql_selectors(metric.replace("$job", ".+")) <= known
-    ids = [p["id"] for p in board["panels"]]
-    assert len(ids) == len(set(ids))
-    cells = set()
-    for p in board["panels"]:
-        g = p["gridPos"]
-        assert g["x"] + g["w"] <= 24
-        area = {(x, y) for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])}
-        assert not cells & area, f"panel {p['title']} overlaps another"
-        cells |= area
-    text = json.dumps(board)
-    for needed in ("request_latency_seconds:p50", "request_latency_seconds:p90",
-                   "request_latency_seconds:p99", "time_to_first_token_seconds:p90",
-                   "translator_texts:rate1m", "output_tokens:rate1m", "batch_size:mean_rate1m",
-                   "queue_depth:sum", "job_model_code:translator_requests:rate1m"):
-        assert needed in text, needed
-
-
-def test_request_panels_filter_by_the_model_variable():
-    """Every panel query of the request series (model and version labelled) reads per-model rules and
-    filters by $model, whose "All" keeps the calls of model "" and "(unknown)" too; the per-model rules
-    keep `model`, and the alert on the error ratio says which model."""
-    board = dashboard()
-    (model,) = [v for v in board["templating"]["list"] if v["name"] == "model"]
-    assert re.fullmatch(model["allValue"], "") and re.fullmatch(model["allValue"], "(unknown)")
-    request_queries = [t["expr"] for p in board["panels"] for t in p["targets"]
-                       if REQUEST_SERIES.search(t["expr"])]
-    assert len(request_queries) >= 6
-    for expr in request_queries:
-        for name, labels in re.findall(SELECTOR, expr):
-            assert name.startswith("job_model") and 'model=~"$model"' in labels, expr
-    by_model = [r for r in rules()
-                if r.get("record", "").startswith("job_model") and REQUEST_SERIES.search(r["expr"])]
-    assert {r["record"].split(":")[1] for r in by_model} == {
-        "translator_requests", "translator_request_errors", "translator_request_latency_seconds"}
-    for rule in by_model:
-        assert all("model" in by for by in re.findall(r"by \(([^)]*)\)", rule["expr"])), rule["record"]
-    (alert,) = [r for r in rules() if r.get("alert") == "TranslatorHighErrorRatio"]
-    assert alert["expr"].startswith("job_model:") and "$labels.model" in alert["annotations"]["summary"]
 
 
 def keda_queries() -> dict[str, str]:
