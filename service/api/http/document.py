@@ -19,12 +19,11 @@ from aiohttp import web
 from service.api.http.body import read_body
 from service.api.http.context import model_of, plane_of
 from service.dataplane import parameters
-from service.dataplane.documents import refuse_many
+from service.dataplane.documents import FORMAT, PROTECT, document_parameters
 from service.domain.errors import InvalidInput
 from service.domain.text import shown
 
 MEDIA_TYPES = {"text/plain": "text", "text/html": "html", "text/markdown": "markdown"}
-FORMAT, PROTECT = "format", "protect"
 
 
 def _value(raw: str) -> Any:
@@ -55,10 +54,10 @@ async def document(request: web.Request) -> web.Response:
     except UnicodeDecodeError as exc:
         raise InvalidInput(f"the document is not UTF-8 ({exc.reason} at byte {exc.start})") from None
     given = {k: _value(v) for k, v in request.query.items() if k not in (FORMAT, PROTECT)}
-    refuse_many(given)
-    asked = parameters.read(given)
-    answer = await plane_of(request).document(*model_of(request), text, fmt, asked.decoding,
-                                              request.query.getall(PROTECT, []), asked.deadline)
+    _, protect, rest = document_parameters(given | {FORMAT: fmt, PROTECT: request.query.getall(PROTECT, [])})
+    asked = parameters.read(rest)
+    answer = await plane_of(request).document(*model_of(request), text, fmt, asked.decoding, protect,
+                                              asked.deadline)
     media = next(m for m, f in MEDIA_TYPES.items() if f == fmt)
     headers = {"X-Model-Name": answer.model_name, "X-Model-Version": answer.model_version,
                "X-Document-Segments": str(answer.segments)}
