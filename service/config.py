@@ -64,6 +64,9 @@ class ServerConfig:
     drain_grace_s: float = 20.0
     watchdog_s: float = 30.0
     max_beam: int = DEFAULT_MAX_BEAM
+    max_document_bytes: int = 1 << 20  # largest document of a document call (UTF-8 bytes)
+    max_document_sentences: int = 10_000  # most sentences of one document
+    sentence_cache_bytes: int = 64 << 20  # LRU of deterministic sentence results; 0 = no cache
     tls_cert: Path | None = None
     tls_key: Path | None = None
     tls_client_ca: Path | None = None
@@ -110,6 +113,9 @@ class ServerConfig:
             "--max-beam": self.max_beam >= 1,
             "--providers": len(self.providers) >= 1,
             "--memory-budget": self.memory_budget >= 0,
+            "--max-document-bytes": self.max_document_bytes >= 1,
+            "--max-document-sentences": self.max_document_sentences >= 1,
+            "--sentence-cache-bytes": self.sentence_cache_bytes >= 0,
         }
         bad = [flag for flag, ok in checks.items() if not ok]
         if bad:
@@ -218,6 +224,11 @@ _FLAGS: list[tuple[str, Any, str]] = [
     ("--watchdog-s", float, "a model run longer than this makes health NOT_SERVING and fails its requests "
      "(UNAVAILABLE)"),
     ("--max-beam", int, "largest accepted beam size"),
+    ("--max-document-bytes", _bytes, "largest document of a document call, in UTF-8 bytes (e.g. 1MiB); "
+     "beyond it INVALID_ARGUMENT / 400 naming the size (docs/documents.md)"),
+    ("--max-document-sentences", int, "most sentences of one document; beyond it INVALID_ARGUMENT / 400"),
+    ("--sentence-cache-bytes", _bytes, "bytes of the LRU cache of sentence results (deterministic decoding "
+     "only; every model and document shares it; docs/documents.md); 0 = no cache"),
     ("--tls-cert", _optional_path, "PEM certificate chain; with --tls-key serves TLS"),
     ("--tls-key", _optional_path, "PEM private key"),
     ("--tls-client-ca", _optional_path, "PEM CA certificate(s): require client certificates signed by it "

@@ -16,6 +16,7 @@ Names (all prefixed `translator_`):
 - `queue_time_seconds`, `time_to_first_token_seconds`, `time_per_output_token_seconds`: per text.
 - `encoder_compute_seconds` per encoder call, `decoder_step_seconds` per decoder step.
 - `batch_size` (active rows per decoder step), `input_tokens` / `output_tokens` per text.
+- `documents_total` counter and `document_segments` histogram: per document call that succeeded.
 - `queue_depth`, `active_sequences` gauges; `model_info` (provider, batching mode, variant).
   These carry `model` and `version` labels: each loaded model version records its own series
   (service/ops/model_metrics.py).
@@ -72,6 +73,11 @@ OUTPUT_TOKENS = Histogram("translator_output_tokens", "Generated tokens of the b
                           MODEL_LABELS, buckets=TOKEN_BUCKETS)
 QUEUE_DEPTH = Gauge("translator_queue_depth", "Texts waiting in the scheduler queue.", MODEL_LABELS)
 ACTIVE_SEQUENCES = Gauge("translator_active_sequences", "Texts being decoded.", MODEL_LABELS)
+DOCUMENTS = Counter("translator_documents_total", "Documents translated whole (document calls that succeeded).",
+                    MODEL_LABELS)
+SEGMENT_BUCKETS = tuple(float(4**i) for i in range(8))  # 1, 4, 16, ..., 16384
+DOCUMENT_SEGMENTS = Histogram("translator_document_segments", "Segments (sentences sent) per document.",
+                              MODEL_LABELS, buckets=SEGMENT_BUCKETS)
 MODEL = Info("translator_model", "A loaded model version: provider, batching mode, variant.", MODEL_LABELS)
 # the model repository (service/models/repository.py)
 MODELS_LOADED = Gauge("translator_models_loaded", "Model versions loaded.")

@@ -17,7 +17,8 @@ _live_lock = threading.Lock()
 
 PER_MODEL = (metrics.QUEUE_TIME, metrics.TIME_TO_FIRST_TOKEN, metrics.TIME_PER_OUTPUT_TOKEN,
              metrics.ENCODER_COMPUTE, metrics.DECODER_STEP, metrics.BATCH_SIZE, metrics.INPUT_TOKENS,
-             metrics.OUTPUT_TOKENS, metrics.QUEUE_DEPTH, metrics.ACTIVE_SEQUENCES)
+             metrics.OUTPUT_TOKENS, metrics.QUEUE_DEPTH, metrics.ACTIVE_SEQUENCES, metrics.DOCUMENTS,
+             metrics.DOCUMENT_SEGMENTS)
 
 
 class ModelMetrics:
@@ -34,7 +35,8 @@ class ModelMetrics:
         self._queue_time, self._ttft, self._tpot = (m.labels(**labels) for m in PER_MODEL[:3])
         self._encoder, self._step, self._rows = (m.labels(**labels) for m in PER_MODEL[3:6])
         self._input_tokens, self._output_tokens = (m.labels(**labels) for m in PER_MODEL[6:8])
-        self._queue_depth, self._active = (m.labels(**labels) for m in PER_MODEL[8:])
+        self._queue_depth, self._active = (m.labels(**labels) for m in PER_MODEL[8:10])
+        self._documents, self._segments = (m.labels(**labels) for m in PER_MODEL[10:12])
         metrics.init_model_request_counts(model, version)
 
     def admitted(self, waited_s: float, source_tokens: int) -> None:
@@ -67,6 +69,11 @@ class ModelMetrics:
             self._output_tokens.observe(output_tokens)
         if per_token_s is not None:
             self._tpot.observe(per_token_s)
+
+    def documented(self, segments: int) -> None:
+        """A document call succeeded, its text cut into `segments` segments."""
+        self._documents.inc()
+        self._segments.observe(segments)
 
     def gauges(self, queue_depth: int, active: int) -> None:
         """Texts waiting and texts being decoded."""
