@@ -45,6 +45,7 @@ from service.api.restrictions import GRPC, Gate, exposure_warning
 from service.assembly import build_repository
 from service.config import ServerConfig, parse_config
 from service.dataplane.calls import DataPlane
+from service.dataplane.documents import DocumentLimits
 from service.domain.errors import BundleError, ProviderUnavailable
 from service.models.mesh import MeshModels
 from service.models.repository import ModelRepository
@@ -231,7 +232,8 @@ async def serve(config: ServerConfig, runner: Runner | None = None) -> RunningSe
     # all series from the start: rate() sees the first call
     metrics.init_request_counts(counted_methods(config.modelmesh),
                                 model_methods=model_methods(config.modelmesh))
-    plane = DataPlane(models, lambda: readiness.ready, config.queue_size)
+    plane = DataPlane(models, lambda: readiness.ready, config.queue_size,
+                      DocumentLimits(config.max_document_bytes, config.max_document_sentences))
     translator_pb2_grpc.add_TranslatorServicer_to_server(TranslatorServicer(plane), server)
     grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(plane), server)
     if config.modelmesh:  # its design assumes a port that only the pod's ModelMesh container reaches

@@ -19,10 +19,13 @@ from typing import Any, Generic, TypeVar
 from service.dataplane import kserve, parameters, triton
 from service.dataplane.documents import (
     DocumentAnswer,
+    DocumentLimits,
+    DocumentPart,
+    DocumentStart,
     check_document,
     document_parameters,
+    document_parts,
     read_document,
-    translate_segments,
 )
 from service.dataplane.rendering import Piece, Score, Translation, Want, score, translation
 from service.domain.errors import InvalidInput, InvalidTensor, UnknownModel
@@ -123,10 +126,12 @@ class ModelInfo:
 class DataPlane:
     """Every call of every protocol on the repository's models (each model its own scheduler)."""
 
-    def __init__(self, models: ModelRepository, ready: Callable[[], bool], stream_slots: int = 256) -> None:
+    def __init__(self, models: ModelRepository, ready: Callable[[], bool], stream_slots: int = 256,
+                 documents: DocumentLimits | None = None) -> None:
         """Serve the repository's models; `ready` reports the server's readiness; a KServe stream runs at
-        most `stream_slots` requests at once."""
+        most `stream_slots` requests at once; documents are taken up to `documents`."""
         self.models, self._ready, self.stream_slots = models, ready, stream_slots
+        self.documents = documents or DocumentLimits()
 
     # ----- the server and its models ----------------------------------------------------------------
     def ready(self) -> bool:
@@ -195,21 +200,36 @@ class DataPlane:
                        protect: Sequence[str], deadline: float | None) -> DocumentAnswer:
         """A whole document (fmt: text, html, markdown) translated sentence by sentence, its markup, spacing
         and placeholders in place (service/dataplane/documents.py)."""
+        parts: list[str] = []
+        split: list[int] = []
+        async for item in self.document_stream(name, version, text, fmt, options, protect, deadline):
+            if isinstance(item, DocumentStart):
+                start = item
+            else:
+                parts.append(item.text)
+                split += [item.done - 1] if item.split else []
+        return DocumentAnswer(start.model_name, start.model_version, "".join(parts), start.segments, split)
+
+    async def document_stream(self, name: str, version: str, text: str, fmt: str, options: DecodeOptions,
+                              protect: Sequence[str], deadline: float | None
+                              ) -> AsyncIterator[DocumentStart | DocumentPart]:
+        """DocumentStart, then the document's translation in parts, in order, each as soon as it is final."""
         check_document(fmt, options)
         async with self.models.use(name, version, deadline) as model:
-            scheduler = model.scheduler
-            document = await asyncio.to_thread(read_document, text, fmt, options.source_language, protect)
+            scheduler, runner = model.scheduler, model.runner
+            language = options.source_language
+            document = await asyncio.to_thread(read_document, text, fmt, language, protect, self.documents)
+            yield DocumentStart(name or model.name, str(model.version), len(document.segments))
 
             async def submit(one: str, asked: DecodeOptions) -> Result:
                 (result,) = await scheduler.submit([one], asked, deadline)
                 return result
 
-            outputs, split = await translate_segments(
-                submit, document.segments, model.runner.tokenizer, options,
-                scheduler.limits.max_source_tokens, scheduler.settings.max_batch_size)
-            rendered = await asyncio.to_thread(document.render, outputs)
-            return DocumentAnswer(name or model.name, str(model.version), rendered, len(document.segments),
-                                  split)
+            async for part in document_parts(submit, document, runner.tokenizer, options,
+                                             scheduler.limits.max_source_tokens,
+                                             scheduler.settings.max_batch_size):
+                yield part
+            scheduler.recorder.documented(len(document.segments))
 
     async def stream(self, name: str, version: str, text: str, options: DecodeOptions, want: Want,
                      deadline: float | None) -> AsyncIterator[Opened | Piece | Final]:
@@ -313,7 +333,7 @@ class DataPlane:
                              deadline: float | None) -> kserve.InferResponse:
         """The score outputs of a request with a TARGET input."""
         sources, targets = kserve.score_pairs(request, self.models.ceilings.max_batch_size)
-        options = score_options(request.parameters, where=f"scoring (a {kserve.TARGET} input)")
+        options = parameters.score_options(request.parameters, where=f"scoring (a {kserve.TARGET} input)")
         timeout = request.parameters.get(parameters.TIMEOUT)
         deadline = earliest(deadline, None if timeout is None else parameters.deadline_of(timeout))
         answer = await self.score(request.model, request.version, sources, targets, options, Want(), deadline)
@@ -365,18 +385,3 @@ def check_repository(name: str) -> None:
     if name:
         raise UnknownModel(f"unknown model repository {shown(name)}: this server has one, named by the empty "
                            "string")
-
-
-def score_options(given: dict[str, Any], where: str, offered: Sequence[str] = ()) -> ScoreOptions:
-    """ScoreOptions of a score request's parameters: the languages, and `offered` flags (return_alignment);
-    a decoding option is refused as not applying to scoring, an unknown name with the nearest known one."""
-    accepted = [*parameters.LANGUAGES, *offered]
-    for key in given:
-        if key not in accepted and (key in parameters.DECODING or key in parameters.ALIASES
-                                    or key in parameters.RESULTS):
-            raise InvalidTensor(f"parameter {shown(key)} does not apply to {where}; it takes "
-                                f"{', '.join(accepted)}")
-    parameters.check_known(given, accepted)
-    languages = {key: parameters.text(key, given[key]) for key in parameters.LANGUAGES if key in given}
-    alignment = "return_alignment" in given and parameters.flag("return_alignment", given["return_alignment"])
-    return ScoreOptions(return_alignment=alignment, **languages)

@@ -8,13 +8,14 @@ cross-attention into the token links that place the segment's marks (tags, place
 Fairness: a document keeps at most `window` of its texts queued or decoding at once (the model's
 max_batch_size), each submitted as its own one-text request as an earlier one finishes; so the requests of
 other clients queue behind at most that many of the document's texts, never behind the whole document.
+A text that occurs more than once in a document is decoded once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,8 +27,15 @@ from service.domain.text import shown
 from service.domain.types import DecodeOptions, Result
 from service.runtime.model.tokenization import TextTokenizer
 
-MAX_SEGMENTS = 20_000  # sentences of one document (a 1 MB page of short sentences has about 10,000)
 SOURCE_SLACK = 2  # ids a source takes besides the text's own: a language prefix and eos
+
+
+@dataclass(frozen=True)
+class DocumentLimits:
+    """The largest document a call takes: UTF-8 bytes and sentences (--max-document-bytes, -sentences)."""
+
+    max_bytes: int = 1 << 20
+    max_sentences: int = 10_000
 
 
 @dataclass(frozen=True)
@@ -40,6 +48,25 @@ class DocumentAnswer:
     text: str
     segments: int
     split: list[int]
+
+
+@dataclass(frozen=True)
+class DocumentStart:
+    """The start of a streamed document: the model that answers it and the number of its segments."""
+
+    model_name: str
+    model_version: str
+    segments: int
+
+
+@dataclass(frozen=True)
+class DocumentPart:
+    """The next stretch of a streamed document's translation, final: the parts in order spell the whole
+    document. `done`: the segments translated so far; `split`: whether the last of them was cut."""
+
+    text: str
+    done: int
+    split: bool = False
 
 
 ONE_OUTPUT = ("n_best", "return_alternatives")  # parameters a document refuses: one translation per sentence
@@ -81,15 +108,20 @@ def check_document(fmt: str, options: DecodeOptions) -> None:
                            "as one text, one translation per sentence")
 
 
-def read_document(text: str, fmt: str, language: str | None, protect: Sequence[str]) -> Document:
-    """The parsed document (InvalidInput for a bad protect pattern or more than MAX_SEGMENTS sentences)."""
+def read_document(text: str, fmt: str, language: str | None, protect: Sequence[str],
+                  limits: DocumentLimits) -> Document:
+    """The parsed document (InvalidInput for a document over the limits or a bad protect pattern)."""
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > limits.max_bytes:
+        raise InvalidInput(f"the document is {size} bytes; this server translates documents of at most "
+                           f"{limits.max_bytes} bytes (--max-document-bytes)")
     try:
         document = parse(text, fmt, language, protect)
     except ValueError as e:
         raise InvalidInput(str(e)) from None
-    if len(document.segments) > MAX_SEGMENTS:
+    if len(document.segments) > limits.max_sentences:
         raise InvalidInput(f"the document has {len(document.segments)} sentences; this server translates at "
-                           f"most {MAX_SEGMENTS} in one call")
+                           f"most {limits.max_sentences} in one call (--max-document-sentences)")
     return document
 
 
@@ -138,32 +170,49 @@ def links(text: str, result: Result, tokenizer: TextTokenizer, offset: int = 0, 
 Submit = Callable[[str, DecodeOptions], Awaitable[Result]]
 
 
-async def translate_segments(submit: Submit, segments: Sequence[Segment], tokenizer: TextTokenizer,
-                             options: DecodeOptions, max_source_tokens: int, window: int
-                             ) -> tuple[list[Translated], list[int]]:
-    """Every segment translated through `submit(text, options) -> Result` (at most `window` at once), long
-    ones in pieces joined by a space; the outputs in order, and the indexes of the segments that were cut."""
+async def translated(submit: Submit, segments: Sequence[Segment], tokenizer: TextTokenizer,
+                     options: DecodeOptions, max_source_tokens: int, window: int
+                     ) -> AsyncIterator[tuple[Translated, bool]]:
+    """Each segment's output in order, as soon as it and those before it are final, and whether it was cut:
+    every text sent through `submit(text, options) -> Result` (at most `window` at once, each distinct text
+    once), a long segment in pieces joined by a space."""
     options = dataclasses.replace(options, return_alignment=True, stream=False)
     gate = asyncio.Semaphore(max(1, window))
     plans = [pieces(s, tokenizer, max_source_tokens) for s in segments]
+    jobs: dict[str, asyncio.Future[Result]] = {}
 
     async def one(text: str) -> Result:
         async with gate:
             return await submit(text, options)
 
-    tasks = [[asyncio.ensure_future(one(seg.text[a:b])) for a, b in plan]
-             for seg, plan in zip(segments, plans, strict=True)]
+    for seg, plan in zip(segments, plans, strict=True):  # queued in document order (the gate is FIFO)
+        for a, b in plan:
+            if seg.text[a:b] not in jobs:
+                jobs[seg.text[a:b]] = asyncio.ensure_future(one(seg.text[a:b]))
     try:
-        outputs = []
-        for seg, plan, jobs in zip(segments, plans, tasks, strict=True):
+        for seg, plan in zip(segments, plans, strict=True):
             text, joined = "", []
-            for (a, b), job in zip(plan, jobs, strict=True):
-                result = await job
+            for a, b in plan:
+                result = await jobs[seg.text[a:b]]
                 sep = " " if text else ""
                 piece, found = links(seg.text[a:b], result, tokenizer, offset=a, shift=len(text) + len(sep))
                 text, joined = text + sep + piece, joined + list(found)
-            outputs.append(Translated(text, tuple(joined)))
-        return outputs, [i for i, plan in enumerate(plans) if len(plan) > 1]
+            yield Translated(text, tuple(joined)), len(plan) > 1
     finally:
-        for job in (j for jobs in tasks for j in jobs):
+        for job in jobs.values():
+            if job.done() and not job.cancelled():
+                job.exception()  # retrieved: a failure after the first one is not logged as lost
             job.cancel()
+
+
+async def document_parts(submit: Submit, document: Document, tokenizer: TextTokenizer, options: DecodeOptions,
+                         max_source_tokens: int, window: int) -> AsyncIterator[DocumentPart]:
+    """The document's translation in parts, in order, each as soon as it is final (`translated`); the
+    literal tail last, when there is one."""
+    done = 0
+    async for output, cut in translated(submit, document.segments, tokenizer, options, max_source_tokens,
+                                        window):
+        yield DocumentPart(document.part(done, output), done + 1, cut)
+        done += 1
+    if tail := document.tail():
+        yield DocumentPart(tail, done)

@@ -22,7 +22,7 @@ from typing import Any
 
 from service.domain.errors import InvalidTensor
 from service.domain.text import shown
-from service.domain.types import DecodeOptions
+from service.domain.types import DecodeOptions, ScoreOptions
 
 MAX_DIGITS = 20  # longest decimal string of a whole number (uint64's maximum), leading zeros aside
 TIMEOUT = "timeout"  # Triton's: microseconds for the request (tritonclient sets it)
@@ -237,3 +237,17 @@ def read(parameters: Mapping[str, Any], results: Sequence[str] = (), stream: boo
         stream=stream and STREAM in parameters and flag(STREAM, parameters[STREAM]),
         empty_final_response=EMPTY_FINAL in parameters and flag(EMPTY_FINAL, parameters[EMPTY_FINAL]),
         deadline=deadline_of(parameters[TIMEOUT]) if TIMEOUT in parameters else None)
+
+
+def score_options(given: dict[str, Any], where: str, offered: Sequence[str] = ()) -> ScoreOptions:
+    """ScoreOptions of a score request's parameters: the languages, and `offered` flags (return_alignment);
+    a decoding option is refused as not applying to scoring, an unknown name with the nearest known one."""
+    accepted = [*LANGUAGES, *offered]
+    for key in given:
+        if key not in accepted and (key in DECODING or key in ALIASES or key in RESULTS):
+            raise InvalidTensor(f"parameter {shown(key)} does not apply to {where}; it takes "
+                                f"{', '.join(accepted)}")
+    check_known(given, accepted)
+    languages = {key: text(key, given[key]) for key in LANGUAGES if key in given}
+    alignment = "return_alignment" in given and flag("return_alignment", given["return_alignment"])
+    return ScoreOptions(return_alignment=alignment, **languages)

@@ -61,6 +61,7 @@ class Laid:
     def __init__(self, escape: Callable[[str], str] = str) -> None:
         self.segments: list[Segment] = []
         self._items: list[str | tuple[int, tuple[str, ...]]] = []
+        self._slots: list[int] = []  # the item position of each segment (made on first use)
         self._escape = escape
 
     def literal(self, text: str) -> None:
@@ -72,14 +73,29 @@ class Laid:
         """The document with outputs[i] in the place of segments[i]."""
         if len(outputs) != len(self.segments):
             raise ValueError(f"{len(outputs)} outputs for {len(self.segments)} segments")
-        parts = []
-        for item in self._items:
-            if isinstance(item, str):
-                parts.append(item)
-            else:
-                index, breaks = item
-                parts.append(place(self.segments[index], outputs[index], self._writer(breaks)))
-        return "".join(parts)
+        return "".join([*(self.part(i, output) for i, output in enumerate(outputs)), self.tail()])
+
+    def part(self, index: int, output: Translated) -> str:
+        """The stretch of the document that ends with segments[index] in its place: the literals after the
+        segment before it, then `output` placed. The parts in order, then `tail`, are `render`'s text."""
+        at = self._slot(index)
+        begin = self._slot(index - 1) + 1 if index > 0 else 0
+        literals = "".join(item for item in self._items[begin:at] if isinstance(item, str))
+        _, breaks = self._items[at]
+        return literals + place(self.segments[index], output, self._writer(breaks))
+
+    def tail(self) -> str:
+        """The literals after the last segment (the whole document when it has none)."""
+        begin = self._slot(len(self.segments) - 1) + 1 if self.segments else 0
+        return "".join(item for item in self._items[begin:] if isinstance(item, str))
+
+    def _slot(self, index: int) -> int:
+        """The position of segments[index] among the items."""
+        if not 0 <= index < len(self.segments):
+            raise IndexError(f"segment {index} of {len(self.segments)}")
+        if len(self._slots) != len(self.segments):
+            self._slots = [k for k, item in enumerate(self._items) if not isinstance(item, str)]
+        return self._slots[index]
 
     def _writer(self, breaks: tuple[str, ...]) -> Callable[[str], str]:
         """The escape of a segment's output text, each line break in it replaced by breaks[k] in turn (the

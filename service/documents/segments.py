@@ -49,11 +49,16 @@ class Translated:
 
 
 class Document(Protocol):
-    """A parsed document: its segments, and its text again with one output per segment in their place."""
+    """A parsed document: its segments, and its text again with one output per segment in their place
+    (whole, or in parts: part(0, ...) ... part(n - 1, ...) then tail() spell render's text)."""
 
     segments: list[Segment]
 
     def render(self, outputs: Sequence[Translated]) -> str: ...
+
+    def part(self, index: int, output: Translated) -> str: ...
+
+    def tail(self) -> str: ...
 
 
 def identity(segment: Segment) -> Translated:

@@ -18,7 +18,7 @@ from service.api.http.body import read_object
 from service.api.http.context import model_of, plane_of
 from service.api.http.errors import json_response
 from service.dataplane import parameters
-from service.dataplane.calls import score_options
+from service.dataplane.parameters import score_options
 from service.dataplane.rendering import Want
 from service.domain.errors import InvalidInput
 from service.domain.text import shown
