@@ -217,7 +217,7 @@ class DataPlane:
         check_document(fmt, options)
         async with self.models.use(name, version, deadline) as model:
             scheduler, runner = model.scheduler, model.runner
-            language = options.source_language
+            language = options.source_language or runner.source_language  # else English (segmentation.py)
             document = await asyncio.to_thread(read_document, text, fmt, language, protect, self.documents)
             yield DocumentStart(name or model.name, str(model.version), len(document.segments))
 

@@ -13,6 +13,7 @@ from service.documents.formats import parse
 from service.domain.errors import InvalidInput
 from service.domain.types import DecodeOptions, FinishReason, Hypothesis, Result, Timings
 from service.runtime.runner import Runner
+from tests.support.polling import until
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +34,7 @@ class Held:
         self.waiting: dict[str, asyncio.Event] = {}
         self.running = self.most = 0
         self.arrived = asyncio.Event()
+        self.log: list[str] = []  # "finished <text>" as each call returns
 
     async def __call__(self, text: str, options: DecodeOptions) -> Result:
         self.sent.append(text)
@@ -44,6 +46,7 @@ class Held:
             await gate.wait()
         finally:
             self.running -= 1
+        self.log.append(f"finished {text}")
         if text.startswith("Bad"):
             raise InvalidInput(f"refused {text!r}")
         return _result(text.upper())
@@ -56,33 +59,29 @@ class Held:
         self.waiting[text].set()
 
 
-def _collect(agen) -> tuple[asyncio.Task, list]:
+def _collect(agen, log: list[str] | None = None) -> tuple[asyncio.Task, list]:
     got: list = []
 
     async def run() -> None:
         async for item in agen:
             got.append(item)
+            if log is not None:
+                log.append(f"part {len(got)}")
 
     return asyncio.ensure_future(run()), got
-
-
-async def _settle() -> None:
-    for _ in range(20):  # let every ready task run (no timing: a bounded number of loop turns)
-        await asyncio.sleep(0)
 
 
 def test_outputs_come_in_document_order_whatever_order_the_texts_finish(tokenizer):
     async def main() -> None:
         document = parse("Alpha one. Beta two. Gamma three.", "text", "en")
         held = Held()
-        task, got = _collect(document_parts(held, document, tokenizer, DecodeOptions(), 512, window=8))
+        parts = document_parts(held, document, tokenizer, DecodeOptions(), 512, window=8)
+        task, got = _collect(parts, held.log)
         texts = [s.text.strip() for s in document.segments]
-        await held.release(texts[2])
-        await held.release(texts[1])
-        await _settle()
-        assert got == []  # the first segment is not final yet: nothing can be sent
-        await held.release(texts[0])
+        for text in reversed(texts):
+            await held.release(text)
         await task
+        assert held.log.index("part 1") > held.log.index(f"finished {texts[0]}")  # nothing before it is final
         assert [p.done for p in got] == [1, 2, 3]
         assert "".join(p.text for p in got) == "ALPHA ONE. BETA TWO. GAMMA THREE."
 
@@ -128,9 +127,8 @@ def test_a_failed_text_fails_the_document_and_withdraws_the_rest(tokenizer):
         await held.release("Bad one.")
         with pytest.raises(InvalidInput, match="refused 'Bad one.'"):
             await task
-        await _settle()
+        await until(lambda: held.running == 0, "the texts in flight withdrawn")
         assert held.sent == ["Good one.", "Bad one.", "Never sent."]  # the third took the first's place
-        assert held.running == 0  # and was withdrawn, never released
         assert len(got) == 1
 
     asyncio.run(main())

@@ -1,4 +1,4 @@
-"""A document rendered in parts (as a stream sends it): the parts in order, then the tail, are the whole render."""
+"""A document rendered in parts (as a stream sends it): the parts in order, then the tail, are its render."""
 
 from __future__ import annotations
 
