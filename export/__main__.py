@@ -2,7 +2,7 @@
 
     python -m export --checkpoint runs/default/best.pt --out artifacts/default/bundle \\
         [--fp16] [--optimize] [--test-split data/corpus/test.tsv --eval-size 500] \\
-        [--attention fused|plain|inplace]
+        [--attention fused|plain|inplace] [--source-language en]
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--checkpoint", type=Path, required=True, help="checkpoint file (.pt)")
     ap.add_argument("--test-split", type=Path, help="TSV to evaluate the model on for bundle.json metrics")
     ap.add_argument("--eval-size", type=int, default=500, help="pairs of --test-split to evaluate")
+    ap.add_argument("--source-language", help="the language the model reads, e.g. en (bundle.json "
+                    "source_language; absent: not stated)")
     add_bundle_options(ap)
     return ap.parse_args(argv)
 
@@ -36,7 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     """CLI entry point; returns the exit status (2 on bad input, 1 on failed verification)."""
     a = parse_args(argv)
     torch.set_num_threads(a.threads)
-    opts = bundle_options(a, test_split=a.test_split, eval_size=a.eval_size)
+    opts = bundle_options(a, test_split=a.test_split, eval_size=a.eval_size,
+                          source_language=a.source_language)
     try:
         result = build_bundle(a.checkpoint, a.out, opts, log=lambda msg: print(msg, file=sys.stderr))
     except (BundleError, FileNotFoundError, ValueError) as e:

@@ -41,7 +41,7 @@ from export.verify.fp16 import verify_fp16
 from export.verify.int8 import Int8Limits, TestSet, verify_int8
 from export.weights import pack_bundle
 from interface import names
-from interface.generation import parse_generation
+from interface.generation import SOURCE_LANGUAGE, parse_generation, parse_source_language
 from model.checkpoint import file_sha256, load_checkpoint, tokenizer_path
 from model.config import ModelConfig
 from model.data import read_tsv
@@ -76,6 +76,7 @@ class BuildOptions:
     force: bool = False  # replace an existing bundle directory
     attention: str = "inplace"
     verify_sources: int = 8  # sources decoded greedily by both runtimes
+    source_language: str | None = None  # our checkpoints' bundle.json source_language (python -m export)
 
 
 @dataclass
@@ -170,6 +171,7 @@ def build_bundle(
     if opts.test_split is not None and not opts.test_split.is_file():
         raise BundleError(f"test split not found: {opts.test_split}")
     check_output_dir(out, opts.force)
+    language = parse_source_language(opts.source_language)  # ValueError before the export's work
     model, state = load_checkpoint(checkpoint)
     tok_file = tokenizer_path(checkpoint, state)
     tok = load_tokenizer(tok_file)
@@ -183,7 +185,8 @@ def build_bundle(
         model=model, write_tokenizer=lambda staging: copy_tokenizer(tok_file, staging),
         sources=verification_sources(model, tok, opts.test_split, opts.verify_sources),
         weights_sha256=file_sha256(checkpoint), step=int(state.get("step", 0)), metrics=metrics,
-        test_set=lambda: split_test_set(tok, model.cfg, opts.test_split, opts.eval_size))
+        test_set=lambda: split_test_set(tok, model.cfg, opts.test_split, opts.eval_size),
+        manifest={SOURCE_LANGUAGE: language} if language else {})
     return package(source, out, opts, log, name=str(checkpoint))
 
 

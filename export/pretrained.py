@@ -7,14 +7,15 @@ No network: --model is a local directory (config.json, model.safetensors or pyto
 tokenizer files). The weights map onto model/'s Transformer (export/hf/mapping.py), the tokenizer
 onto the bundle's SentencePiece files (export/hf/tokenizer.py), and the bundle is written by the
 same export and verification as our own checkpoints (export/build.py `package`), as format_version 2
-with the `tokenizer`, `generation` (and `languages`) objects of interface/generation.py. The rules of
-the checkpoint's generation settings that change generate's output (bad_words_ids, suppress_tokens,
-forced_eos_token_id, renormalize_logits) become `generation`'s suppress_ids, forced_eos_at_limit and
-renormalize; verification decodes with them. The bundle's beam search is transformers' own
-(`generation.beam_search` "transformers", with the checkpoint's early_stopping), its
-begin_suppress_tokens become begin_suppress_ids, and what generate decodes with by default (num_beams,
-max_length, min_length, no_repeat_ngram_size, length_penalty, repetition_penalty) becomes
-`generation.defaults`: a request that leaves an option unset decodes as transformers' pipeline does.
+with the `tokenizer`, `generation` (and `languages`) objects of interface/generation.py (and a Marian
+tokenizer's source_lang as `source_language`). The rules of the checkpoint's generation settings
+that change generate's output (bad_words_ids, suppress_tokens, forced_eos_token_id, renormalize_logits)
+become `generation`'s suppress_ids, forced_eos_at_limit and renormalize; verification decodes with
+them. The bundle's beam search is transformers' own (`generation.beam_search` "transformers", with
+the checkpoint's early_stopping), its begin_suppress_tokens become begin_suppress_ids, and what
+generate decodes with by default (num_beams, max_length, min_length, no_repeat_ngram_size,
+length_penalty, repetition_penalty) becomes `generation.defaults`: a request that leaves an option
+unset decodes as transformers' pipeline does.
 """
 
 from __future__ import annotations

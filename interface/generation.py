@@ -55,6 +55,11 @@ from pretrained checkpoints (export/pretrained.py, format_version 2) state them:
         many-to-many models only: a request names its source and target language by code; with
         source_prefix the source starts with its language's id, with forced_target the first
         generated token is the target language's id.
+    "source_language": "en"
+        optional, any format_version (a top-level key, not in `languages`, which makes a model
+        many-to-many): the language the model reads, a code as its maker states it (a Marian
+        tokenizer's source_lang; `python -m export --source-language` for ours); absent: unknown.
+        What a request's source language defaults to where one is needed (sentence segmentation).
 """
 
 from __future__ import annotations
@@ -67,6 +72,7 @@ TOKENIZER_KINDS = ("tokenizers", "sentencepiece")
 BEAM_SEARCHES = ("gnmt", "transformers")  # ours, and transformers' generate's
 EARLY_STOPPING = (False, True, "never")  # transformers' early_stopping values
 FORMAT_WITH_GENERATION = 2  # the first bundle format_version that may hold the objects above
+SOURCE_LANGUAGE = "source_language"  # bundle.json's key of the language the model reads
 
 
 @dataclass(frozen=True)
@@ -231,3 +237,13 @@ def parse_languages(value: Any) -> LanguageSpec:
                                                for c, i in codes.items()):
         raise ValueError("'languages.codes' must map language codes to token ids")
     return LanguageSpec(dict(codes), bool(value.get("source_prefix")), bool(value.get("forced_target")))
+
+
+def parse_source_language(value: Any) -> str | None:
+    """The `source_language` of a manifest value (None: not stated); ValueError unless a non-empty code."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip() or value != value.strip():
+        raise ValueError(f"'{SOURCE_LANGUAGE}' must be a non-empty language code such as \"en\" "
+                         f"(no surrounding spaces), got {value!r}")
+    return value

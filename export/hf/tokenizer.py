@@ -11,6 +11,9 @@ What the bundle records (interface/generation.py, docs/bundle-format.md):
                 (suppress_ids, ...) come from the generation config (export/pretrained.py)
     languages   many-to-many models only: code -> id of its language token, the source prefixed
                 with its language, the first generated token forced to the target language
+    source_language  Marian only, when its tokenizer states one: the tokenizer's source_lang
+                (tokenizer_config.json), the language the model reads; M2M100 / NLLB read the
+                request's source language instead
 
 The affixes are read off the tokenizer itself (a sample text encoded with and without its special
 tokens), and a tokenizer whose affixes the format cannot state is refused.
@@ -25,7 +28,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from interface.generation import parse_generation, parse_languages, parse_tokenizer
+from interface.generation import (
+    SOURCE_LANGUAGE,
+    parse_generation,
+    parse_languages,
+    parse_source_language,
+    parse_tokenizer,
+)
 from model.config import ModelConfig
 
 VOCAB_FILE = "vocab.json"
@@ -47,6 +56,7 @@ class TokenizerImport:
     tokenizer: dict[str, Any]
     generation: dict[str, Any]
     languages: dict[str, Any] | None = None
+    source_language: str | None = None  # Marian's source_lang
     notes: list[str] = field(default_factory=list)
 
     def write(self, bundle_dir: Path) -> None:
@@ -58,13 +68,15 @@ class TokenizerImport:
         (bundle_dir / VOCAB_FILE).write_text(text + "\n", encoding="utf-8")
 
     def manifest(self) -> dict[str, Any]:
-        """bundle.json's tokenizer, generation (and languages) objects, checked by the runtime's parsers."""
+        """bundle.json's tokenizer, generation (languages, source_language), checked by the runtime's."""
         parse_tokenizer(self.tokenizer)
         parse_generation(self.generation)
         out = {"tokenizer": self.tokenizer, "generation": self.generation}
         if self.languages is not None:
             parse_languages(self.languages)
             out["languages"] = self.languages
+        if self.source_language is not None:
+            out[SOURCE_LANGUAGE] = parse_source_language(self.source_language)
         return out
 
 
@@ -113,6 +125,12 @@ def language_codes(tok: Any) -> dict[str, int]:
         return {str(c): int(i) for c, i in codes.items()}
     vocab = tok.get_vocab()
     return {t: int(vocab[t]) for t in sorted(vocab) if NLLB_CODE.fullmatch(t)}
+
+
+def source_language(tok: Any, family: str) -> str | None:
+    """The language a Marian tokenizer reads (its source_lang, stripped), else None."""
+    lang = getattr(tok, "source_lang", None) if family == "marian" else None
+    return lang.strip() if isinstance(lang, str) and lang.strip() else None
 
 
 def special_ids(tok: Any, cfg: ModelConfig) -> dict[str, int]:
@@ -164,5 +182,5 @@ def read_tokenizer(model_dir: Path, family: str, cfg: ModelConfig) -> TokenizerI
         files=files, vocab=vocab, special=special,
         tokenizer={"kind": "sentencepiece", **names, "vocab": VOCAB_FILE},
         generation={"decoder_start_id": cfg.start_id, "source_suffix": suffix},
-        languages=languages,
+        languages=languages, source_language=source_language(tok, family),
     )

@@ -152,6 +152,11 @@ class Runner:
                               f"vocabulary of {vocab}")
 
     @property
+    def source_language(self) -> str | None:
+        """The language the model reads, as bundle.json's `source_language` states it (None: not stated)."""
+        return self.bundle.source_language
+
+    @property
     def provider(self) -> str:
         """Execution provider actually doing the work (e.g. "CPUExecutionProvider")."""
         return self.sessions.provider

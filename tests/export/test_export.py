@@ -13,6 +13,7 @@ import onnx
 import pytest
 import torch
 
+from export import build
 from export.__main__ import main as cli_main
 from export.build import FP16_FILES, bundle_metrics
 from export.export import ExportError, example_sizes, name_axes, pin_ir_version
@@ -338,6 +339,21 @@ def test_cli_refuses_to_overwrite_a_non_bundle_dir(tmp_path, tiny_checkpoint, ca
     assert cli_main(["--checkpoint", str(tiny_checkpoint), "--out", str(out), "--force"]) == 2
     assert "not a bundle" in capsys.readouterr().err
     assert (out / "notes.txt").read_text() == "mine"
+
+
+def test_cli_refuses_a_blank_source_language_before_exporting(tmp_path, capsys):
+    checkpoint, out = tmp_path / "any.pt", tmp_path / "bundle"
+    checkpoint.write_bytes(b"not read")  # refused before the checkpoint is loaded
+    assert cli_main(["--checkpoint", str(checkpoint), "--out", str(out), "--source-language", " "]) == 2
+    assert "'source_language' must be a non-empty language code" in capsys.readouterr().err
+
+
+def test_source_language_goes_into_our_bundles_manifest(tiny_checkpoint, tmp_path, monkeypatch):
+    seen = []
+    monkeypatch.setattr(build, "package", lambda source, *_, **__: seen.append(source.manifest))
+    build.build_bundle(tiny_checkpoint, tmp_path / "en", build.BuildOptions(source_language="en"))
+    build.build_bundle(tiny_checkpoint, tmp_path / "none", build.BuildOptions())
+    assert seen == [{"source_language": "en"}, {}]
 
 
 def test_name_axes_rejects_a_specialized_axis_and_ir_is_pinned():

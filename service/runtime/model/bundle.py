@@ -10,11 +10,13 @@ from typing import Any
 
 from interface.generation import (
     FORMAT_WITH_GENERATION,
+    SOURCE_LANGUAGE,
     GenerationSpec,
     LanguageSpec,
     TokenizerSpec,
     parse_generation,
     parse_languages,
+    parse_source_language,
     parse_tokenizer,
 )
 from interface.names import BUNDLE_FILE, BUNDLE_FORMAT_VERSION, DECODER_FILE, ENCODER_FILE, MODEL_NAME
@@ -51,6 +53,7 @@ class Bundle:
     tokenizer: TokenizerSpec = field(default_factory=TokenizerSpec)  # format 1: tokenizer.json
     generation: GenerationSpec = field(default_factory=GenerationSpec)  # format 1: bos, [eos], no rules
     languages: LanguageSpec = field(default_factory=LanguageSpec)  # format 1: none
+    source_language: str | None = None  # the language the model reads (any format; None: not stated)
     variants: dict[str, dict[str, Path]] = field(default_factory=dict)
     provider_variants: dict[str, str] = field(default_factory=dict)  # provider -> its variant
     host_nodes: dict[str, tuple[str, ...]] = field(default_factory=dict)  # file -> integer-only nodes
@@ -178,6 +181,14 @@ def _generation_objects(root: Path,
     return tokenizer, generation, languages
 
 
+def _source_language(root: Path, manifest: dict[str, Any]) -> str | None:
+    """The optional top-level `source_language` (any format_version); BundleError naming the key."""
+    try:
+        return parse_source_language(manifest.get(SOURCE_LANGUAGE))
+    except ValueError as e:
+        raise BundleError(f"{BUNDLE_FILE} of bundle {root}: {e}") from None
+
+
 def _check_weights(root: Path, manifest: dict[str, Any]) -> None:
     """The `weights` object (data file -> the graph files reading it) names only listed, hence verified,
     files: ONNX Runtime would otherwise meet a missing or corrupt data file only at session creation."""
@@ -197,6 +208,7 @@ def load_bundle(path: str | Path, check_hashes: bool = True) -> Bundle:
     manifest = _read_manifest(root)
     files = manifest["files"]
     tokenizer, generation, languages = _generation_objects(root, manifest)
+    source_language = _source_language(root, manifest)
     for name in (*REQUIRED_FILES, *tokenizer.files()):
         if name not in files:
             raise BundleError(f"{BUNDLE_FILE} of bundle {root} does not list required file {name}")
@@ -231,6 +243,7 @@ def load_bundle(path: str | Path, check_hashes: bool = True) -> Bundle:
         tokenizer=tokenizer,
         generation=generation,
         languages=languages,
+        source_language=source_language,
         variants=variants,
         provider_variants={str(k): str(v) for k, v in provider_variants.items()},
         host_nodes={str(k): tuple(str(n) for n in v) for k, v in host_nodes.items()},

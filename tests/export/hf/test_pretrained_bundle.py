@@ -7,10 +7,13 @@ search: the bundles state transformers')."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import sentencepiece
 
+from export.build import BuildOptions
+from export.pretrained import import_pretrained, pretrained_source
 from export.pretrained import main as cli_main
 from interface import names
 from interface.generation import FORMAT_WITH_GENERATION, parse_generation, parse_languages, parse_tokenizer
@@ -159,6 +162,25 @@ def test_cli_writes_and_refuses_to_overwrite(hf_dirs, tmp_path, capsys):
     assert manifest(out)["onnx"]["kv_cache"] == "concat"
     assert cli_main(args) == 2 and "--force" in capsys.readouterr().err
     assert cli_main([*args, "--force"]) == 0
+
+
+def test_a_marian_import_records_the_tokenizers_source_language(hf_dirs, tmp_path):
+    model_dir = shutil.copytree(hf_dirs["marian"], tmp_path / "opus-mt-en-de")
+    config = model_dir / "tokenizer_config.json"  # as OPUS-MT's: {"source_lang": "en", "target_lang": "de"}
+    config.write_text(json.dumps(json.loads(config.read_text()) | {"source_lang": "en", "target_lang": "de"}))
+    bundle = import_pretrained(model_dir, tmp_path / "bundle", BuildOptions(attention="plain")).bundle_dir
+    assert manifest(bundle)["source_language"] == "en" and "languages" not in manifest(bundle)
+    from service.runtime.runner import Runner
+
+    assert Runner(bundle, providers=["CPUExecutionProvider"]).source_language == "en"
+
+
+@pytest.mark.parametrize("name", ["marian", "m2m100", "nllb"])
+def test_no_source_language_without_a_marian_source_lang(hf_dirs, name):
+    # the tiny Marian's tokenizer_config.json has "source_lang": null; M2M100 ("en") and NLLB ("eng_Latn")
+    # tokenizers have a src_lang, but their requests name the source language
+    source, _ = pretrained_source(hf_dirs[name], BuildOptions())
+    assert "source_language" not in source.manifest
 
 
 def test_our_own_bundles_keep_format_1(tiny_bundle):

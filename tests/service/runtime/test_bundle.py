@@ -187,3 +187,19 @@ def test_a_separate_source_vocabulary_bounds_sources_and_their_ids(m2m_bundles, 
     assert runner.spec.vocab_size == 200 and runner.vocab_size == 300
     with pytest.raises(InvalidInput, match=r"integers in \[0, 200\), got 250"):
         runner.make_request([5, 250, 2], DecodeOptions(source_language="en", target_language="de"))
+
+
+def test_source_language_is_optional_in_either_format(bundle_copy, marian_copy):
+    assert load_bundle(bundle_copy).source_language is None is load_bundle(marian_copy).source_language
+    _edit(bundle_copy, source_language="en")  # format 1: additive
+    _edit(marian_copy, source_language="de")
+    assert load_bundle(bundle_copy).source_language == "en"
+    assert Runner(marian_copy, providers=["CPUExecutionProvider"]).source_language == "de"
+
+
+@pytest.mark.parametrize("value", ["", "  ", " en", 7, ["en"], {"code": "en"}])
+def test_a_bad_source_language_is_refused(bundle_copy, marian_copy, value):
+    for bundle in (bundle_copy, marian_copy):
+        _edit(bundle, source_language=value)
+        with pytest.raises(BundleError, match=r"'source_language' must be a non-empty language code"):
+            load_bundle(bundle)
