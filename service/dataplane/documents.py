@@ -175,25 +175,28 @@ async def translated(submit: Submit, segments: Sequence[Segment], tokenizer: Tex
                      ) -> AsyncIterator[tuple[Translated, bool]]:
     """Each segment's output in order, as soon as it and those before it are final, and whether it was cut:
     every text sent through `submit(text, options) -> Result` (at most `window` at once, each distinct text
-    once), a long segment in pieces joined by a space."""
-    options = dataclasses.replace(options, return_alignment=True, stream=False)
+    once; with the alignment asked only for a segment with marks), a long segment in pieces joined by a
+    space."""
+    plain = dataclasses.replace(options, stream=False)
+    aligned = dataclasses.replace(plain, return_alignment=True)  # for a segment with marks to place
     gate = asyncio.Semaphore(max(1, window))
     plans = [pieces(s, tokenizer, max_source_tokens) for s in segments]
-    jobs: dict[str, asyncio.Future[Result]] = {}
+    jobs: dict[tuple[str, bool], asyncio.Future[Result]] = {}
 
-    async def one(text: str) -> Result:
+    async def one(text: str, align: bool) -> Result:
         async with gate:
-            return await submit(text, options)
+            return await submit(text, aligned if align else plain)
 
     for seg, plan in zip(segments, plans, strict=True):  # queued in document order (the gate is FIFO)
         for a, b in plan:
-            if seg.text[a:b] not in jobs:
-                jobs[seg.text[a:b]] = asyncio.ensure_future(one(seg.text[a:b]))
+            key = (seg.text[a:b], bool(seg.marks))
+            if key not in jobs:
+                jobs[key] = asyncio.ensure_future(one(*key))
     try:
         for seg, plan in zip(segments, plans, strict=True):
             text, joined = "", []
             for a, b in plan:
-                result = await jobs[seg.text[a:b]]
+                result = await jobs[seg.text[a:b], bool(seg.marks)]
                 sep = " " if text else ""
                 piece, found = links(seg.text[a:b], result, tokenizer, offset=a, shift=len(text) + len(sep))
                 text, joined = text + sep + piece, joined + list(found)
