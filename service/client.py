@@ -1,8 +1,9 @@
 """Command-line client: `python -m service.client "Send 4,217 apples."` prints the translation.
 
 Uses the native translator.v1 API by default, or the KServe v2 API with --v2 (through our generated stubs;
-what any Triton client sends). Exit code 0 on success, 1 on an RPC error (its status code and message are
-printed to stderr), 2 on bad flags.
+what any Triton client sends); --file translates a whole document (TranslateDocumentStream, a progress bar
+on stderr). Exit code 0 on success, 1 on an RPC error (its status code and message are printed to stderr),
+2 on bad flags.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TextIO
 
 import grpc
@@ -72,6 +74,16 @@ def build_parser() -> argparse.ArgumentParser:
     decoding.add_argument("--top-p", type=float,
                           help="sample among the most likely tokens of this much probability")
     decoding.add_argument("--seed", type=_count, help="seed of sampling: the same output for the same seed")
+    document = parser.add_argument_group("documents (docs/documents.md)")
+    document.add_argument("--file", type=Path, metavar="PATH",
+                          help="translate this UTF-8 file as one document (TranslateDocumentStream; a "
+                               "progress bar on stderr) and write it to stdout or --output")
+    document.add_argument("--format", choices=tuple(FORMATS),
+                          help="how to read --file (default: by its extension: .html/.htm html, "
+                               ".md/.markdown markdown, else text)")
+    document.add_argument("--output", type=Path, metavar="PATH", help="write the translated --file here")
+    document.add_argument("--protect", action="append", default=[], metavar="REGEX",
+                          help="text matching this regular expression is kept as it is (repeatable)")
     parser.add_argument("--v2", action="store_true", help="use the KServe v2 / Triton inference API")
     parser.add_argument("--info", action="store_true", help="print GetModelInfo as JSON and exit")
     parser.add_argument("--request-id", default="", help="client request id, echoed by the server")
@@ -99,6 +111,16 @@ def _count(text: str) -> int:
     if not 0 <= value < 2**64:  # the widest proto field is a uint64
         raise argparse.ArgumentTypeError(f"must be an integer between 0 and {2**64 - 1}, got {text!r}")
     return value
+
+
+FORMATS = {"text": pb.DOCUMENT_FORMAT_TEXT, "html": pb.DOCUMENT_FORMAT_HTML,
+           "markdown": pb.DOCUMENT_FORMAT_MARKDOWN}  # --format -> DocumentFormat
+EXTENSIONS = {".html": "html", ".htm": "html", ".md": "markdown", ".markdown": "markdown"}  # else text
+
+
+def document_format(args: argparse.Namespace) -> str:
+    """--format, else the format of --file's extension."""
+    return args.format or EXTENSIONS.get(args.file.suffix.lower(), "text")
 
 
 CONTROLS = {  # flag destination -> the option's name (translator.v1 field and KServe v2 parameter alike)
@@ -231,7 +253,41 @@ def _score(channel: grpc.Channel, args: argparse.Namespace, out: TextIO) -> None
             out.write("  " + " ".join(f"{w:.3f}" for w in row.weights) + "\n")
 
 
-def run(args: argparse.Namespace, out: TextIO) -> None:
+def _document(channel: grpc.Channel, args: argparse.Namespace, document: str, out: TextIO) -> None:
+    """TranslateDocumentStream of the file's text: a progress bar of the segments on stderr, then the
+    translated document, byte for byte, to --output or `out`."""
+    from tqdm import tqdm  # only here: the client's one use of it
+
+    request = pb.TranslateDocumentRequest(document=document, format=FORMATS[document_format(args)],
+                                          options=_options(args), protect=args.protect,
+                                          request_id=args.request_id, model=args.model,
+                                          model_version=args.model_version)
+    parts: list[str] = []
+    bar: tqdm | None = None
+    try:
+        for message in pb_grpc.TranslatorStub(channel).TranslateDocumentStream(request, timeout=args.timeout):
+            if message.HasField("start"):
+                bar = tqdm(total=message.start.segments, unit="segment", file=sys.stderr,
+                           desc=args.file.name, dynamic_ncols=True)
+            else:
+                parts.append(message.part.text)
+                if bar is not None:
+                    bar.update(message.part.done - bar.n)
+    finally:
+        if bar is not None:
+            bar.close()
+    data = "".join(parts).encode("utf-8")
+    if args.output is not None:
+        args.output.write_bytes(data)
+    elif hasattr(out, "buffer"):  # a real stream: the bytes as they are (no newline translation)
+        out.flush()
+        out.buffer.write(data)
+        out.buffer.flush()
+    else:
+        out.write(data.decode("utf-8"))
+
+
+def run(args: argparse.Namespace, out: TextIO, document: str | None = None) -> None:
     """Perform the requested call and print its answer."""
     with tls.open_channel(args.address, args.ca_cert, args.client_cert, args.client_key,
                           args.server_name) as channel:
@@ -241,6 +297,8 @@ def run(args: argparse.Namespace, out: TextIO) -> None:
             info = stub.GetModelInfo(which, timeout=args.timeout)
             as_dict = json_format.MessageToDict(info, always_print_fields_with_no_presence=True)
             out.write(json.dumps(as_dict, indent=2) + "\n")
+        elif document is not None:
+            _document(channel, args, document, out)
         elif args.score:
             _score(channel, args, out)
         elif args.v2:
@@ -249,12 +307,32 @@ def run(args: argparse.Namespace, out: TextIO) -> None:
             _translate(channel, args, out)
 
 
+def _read_document(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str | None:
+    """The text of --file (None without it); a parser error for flags that do not go with it, or a file
+    that cannot be read as UTF-8."""
+    if args.file is None:
+        if args.format or args.output or args.protect:
+            parser.error("--format, --output and --protect go with --file")
+        return None
+    if (args.texts or args.stream or args.score or args.v2 or args.info or args.n_best > 1
+            or args.alternatives or args.scores or args.alignment):
+        parser.error("--file translates one document, returned whole: give no texts, and no --stream, "
+                     "--score, --v2, --info, --n-best, --alternatives, --scores or --alignment")
+    try:
+        return args.file.read_bytes().decode("utf-8")
+    except OSError as exc:
+        parser.error(f"--file: {exc}")
+    except UnicodeDecodeError as exc:
+        parser.error(f"--file {args.file}: not UTF-8 ({exc.reason} at byte {exc.start})")
+
+
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Entry point; returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    if not args.info and not args.texts:
-        parser.error("give at least one text (or --info)")
+    document = _read_document(parser, args)
+    if not args.info and not args.texts and document is None:
+        parser.error("give at least one text (or --info, or --file)")
     if args.score and (len(args.score) != len(args.texts) or args.stream or args.v2 or args.info):
         parser.error("--score: one --score TARGET per text, without --stream, --v2 or --info")
     if args.stream and len(args.texts) != 1:
@@ -267,7 +345,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     if args.client_cert and not args.ca_cert:
         parser.error("--client-cert needs --ca-cert (mutual TLS is TLS first)")
     try:
-        run(args, out or sys.stdout)
+        run(args, out or sys.stdout, document)
     except grpc.RpcError as exc:
         print(f"error: {exc.code().name}: {exc.details()}", file=sys.stderr)
         return 1

@@ -40,7 +40,8 @@ GRPC_METHOD_GROUPS: dict[str, str] = {  # "package.Service/Method" -> group
        for m in ("RepositoryIndex", "RepositoryModelLoad", "RepositoryModelUnload")},
     "grpc.health.v1.Health/Check": "health", "grpc.health.v1.Health/Watch": "health",
     "grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo": "metadata",
-    f"{_TRANSLATOR}/Translate": "inference", f"{_TRANSLATOR}/TranslateStream": "inference",
+    **{f"{_TRANSLATOR}/{m}": "inference"
+       for m in ("Translate", "TranslateStream", "TranslateDocument", "TranslateDocumentStream")},
     f"{_TRANSLATOR}/GetModelInfo": "metadata", f"{_TRANSLATOR}/Score": SCORE,
     **{f"{_MESH}/{m}": MODELMESH
        for m in ("loadModel", "unloadModel", "predictModelSize", "modelSize", "runtimeStatus")},

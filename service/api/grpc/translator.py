@@ -18,6 +18,7 @@ from protos.translator.v1 import translator_pb2 as pb
 from protos.translator.v1 import translator_pb2_grpc as pb_grpc
 from service.api.grpc.context import deadline_of
 from service.dataplane.calls import DataPlane, Final, ModelInfo, Opened
+from service.dataplane.documents import DocumentStart
 from service.dataplane.rendering import Hypothesis, Score, Translation, Want
 from service.domain.errors import InvalidInput
 from service.domain.types import BatchingMode, DecodeOptions, FinishReason, ScoreOptions
@@ -26,6 +27,8 @@ FINISH_REASONS = {FinishReason.EOS: pb.FINISH_REASON_EOS, FinishReason.LENGTH: p
                   FinishReason.CANCELLED: pb.FINISH_REASON_CANCELLED}
 BATCHING_MODES = {BatchingMode.NONE: pb.BATCHING_MODE_NONE, BatchingMode.DYNAMIC: pb.BATCHING_MODE_DYNAMIC,
                   BatchingMode.CONTINUOUS: pb.BATCHING_MODE_CONTINUOUS}
+DOCUMENT_FORMATS = {pb.DOCUMENT_FORMAT_TEXT: "text", pb.DOCUMENT_FORMAT_HTML: "html",
+                    pb.DOCUMENT_FORMAT_MARKDOWN: "markdown"}  # DocumentFormat -> service/documents' format
 _CONFIG_FIELDS = [f.name for f in pb.ModelConfig.DESCRIPTOR.fields]
 DEFAULTS = ("max_output_tokens", "beam_size", "n_best", "length_penalty", "min_output_tokens",
             "max_length_ratio",
@@ -62,6 +65,15 @@ def decode_options(options: pb.TranslateOptions) -> DecodeOptions:
     suppressed += [list(s.ids) for s in options.suppress_sequence_ids]
     return DecodeOptions(**given, n_best=options.n_best or 1, target_prefix=_prefix(options),
                          suppress_sequences=tuple(suppressed))
+
+
+def document_format(value: int) -> str:
+    """The format name of a DocumentFormat; InvalidInput for UNSPECIFIED or an unknown number."""
+    if value not in DOCUMENT_FORMATS:
+        names = ", ".join(pb.DocumentFormat.Name(f) for f in DOCUMENT_FORMATS)
+        given = pb.DocumentFormat.Name(value) if value in pb.DocumentFormat.values() else str(value)
+        raise InvalidInput(f"format must be one of {names}, got {given}")
+    return DOCUMENT_FORMATS[value]
 
 
 def _want(options: pb.TranslateOptions | pb.ScoreOptions) -> Want:
@@ -162,6 +174,37 @@ class TranslatorServicer(pb_grpc.TranslatorServicer):
                                         list(request.targets), options, _want(o), deadline_of(context))
         return pb.ScoreResponse(results=[score_message(r) for r in answer.results],
                                 request_id=request.request_id or uuid.uuid4().hex)
+
+    async def TranslateDocument(  # noqa: N802 - gRPC method name
+        self, request: pb.TranslateDocumentRequest, context: aio.ServicerContext
+    ) -> pb.TranslateDocumentResponse:
+        """The whole document translated, its markup and spacing in place."""
+        fmt = document_format(request.format)
+        answer = await self.plane.document(request.model, request.model_version, request.document, fmt,
+                                           decode_options(request.options), list(request.protect),
+                                           deadline_of(context))
+        return pb.TranslateDocumentResponse(document=answer.text, segments=answer.segments,
+                                            split_segments=answer.split, model=answer.model_name,
+                                            model_version=answer.model_version,
+                                            request_id=request.request_id or uuid.uuid4().hex)
+
+    async def TranslateDocumentStream(  # noqa: N802 - gRPC method name
+        self, request: pb.TranslateDocumentRequest, context: aio.ServicerContext
+    ) -> AsyncIterator[pb.TranslateDocumentStreamResponse]:
+        """DocumentStart, then the translated document's parts in order, each as soon as it is final."""
+        request_id = request.request_id or uuid.uuid4().hex
+        fmt = document_format(request.format)
+        items = self.plane.document_stream(request.model, request.model_version, request.document, fmt,
+                                           decode_options(request.options), list(request.protect),
+                                           deadline_of(context))
+        async for item in items:
+            if isinstance(item, DocumentStart):
+                start = pb.DocumentStart(segments=item.segments, model=item.model_name,
+                                         model_version=item.model_version)
+                yield pb.TranslateDocumentStreamResponse(start=start, request_id=request_id)
+            else:
+                part = pb.DocumentPart(text=item.text, done=item.done, split=item.split)
+                yield pb.TranslateDocumentStreamResponse(part=part, request_id=request_id)
 
     async def GetModelInfo(  # noqa: N802 - gRPC method name
         self, request: pb.GetModelInfoRequest, context: aio.ServicerContext

@@ -298,7 +298,8 @@ def test_translator_service_shape() -> None:
     flags = {m.name: (m.client_streaming, m.server_streaming) for m in service.methods}
     assert flags == {
         "Translate": (False, False), "TranslateStream": (False, True), "GetModelInfo": (False, False),
-        "Score": (False, False),
+        "Score": (False, False), "TranslateDocument": (False, False),
+        "TranslateDocumentStream": (False, True),
     }
     options = translator_pb2.TranslateOptions()
     assert not options.HasField("length_penalty")
@@ -313,6 +314,9 @@ def test_translator_service_shape() -> None:
     assert translator_pb2.FinishReason.Name(decoded.finish_reason) == "FINISH_REASON_EOS"
     stream = translator_pb2.TranslateStreamResponse(piece=translator_pb2.TokenPiece(index=0, text="h"))
     assert stream.WhichOneof("event") == "piece"
+    part = translator_pb2.DocumentPart(text="a", done=1)
+    assert translator_pb2.TranslateDocumentStreamResponse(part=part).WhichOneof("event") == "part"
+    assert translator_pb2.DocumentFormat.Name(0) == "DOCUMENT_FORMAT_UNSPECIFIED"  # refused: no default
 
 
 def test_codegen_is_idempotent_and_outputs_are_complete() -> None:

@@ -99,6 +99,12 @@ GRPC_CALLS: dict[str, tuple[GrpcCall, tuple[str, str] | None]] = {
         pb.TranslateRequest(texts=[TEXT], model=MODEL), metadata=md, timeout=60), INFER),
     "TranslateStream": (lambda ch, md: list(pb_grpc.TranslatorStub(ch).TranslateStream(
         pb.TranslateStreamRequest(text=TEXT, model=MODEL), metadata=md, timeout=60)), INFER),
+    "TranslateDocument": (lambda ch, md: pb_grpc.TranslatorStub(ch).TranslateDocument(
+        pb.TranslateDocumentRequest(document=TEXT, format=pb.DOCUMENT_FORMAT_TEXT, model=MODEL), metadata=md,
+        timeout=60), INFER),
+    "TranslateDocumentStream": (lambda ch, md: list(pb_grpc.TranslatorStub(ch).TranslateDocumentStream(
+        pb.TranslateDocumentRequest(document=TEXT, format=pb.DOCUMENT_FORMAT_TEXT, model=MODEL), metadata=md,
+        timeout=60)), INFER),
     "ServerLive": (lambda ch, md: v2_grpc.GRPCInferenceServiceStub(ch).ServerLive(
         v2.ServerLiveRequest(), metadata=md, timeout=60), None),
     "ServerMetadata": (lambda ch, md: v2_grpc.GRPCInferenceServiceStub(ch).ServerMetadata(
