@@ -17,7 +17,9 @@ refused. generate also takes `n_best`, `return_alternatives`, `return_scores`, `
 (with alignment or tokens), `"source_tokens"` (with tokens), and with several hypotheses `"text_outputs"`.
 generate_stream refuses them. With `"format"` (`text`, `html` or `markdown`; and `"protect"`, a list of
 regular expressions) generate translates text_input as a whole document (service/dataplane/documents.py) and
-adds `"segments"` and `"split"` to the answer, as the document route's headers say them (docs/documents.md).
+adds `"segments"` and `"split"` to the answer, as the document route's headers say them (docs/documents.md);
+generate_stream sends the document in parts, in order, each event's `text_output` a part as soon as it is
+final, with `"done"` (segments final so far) and `"segments"` (their total).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from service.api.http.errors import CODE_KEY, json_response
 from service.api.status import http_status_of
 from service.dataplane import parameters
 from service.dataplane.calls import Final, Opened
-from service.dataplane.documents import document_parameters
+from service.dataplane.documents import DocumentStart, document_parameters
 from service.dataplane.rendering import Piece, Translation, Want
 from service.domain.errors import InvalidInput
 from service.domain.text import shown
@@ -127,13 +129,34 @@ async def _events(items: Any) -> Any:
             yield model | {"text_output": item.translation.text}
 
 
+async def _document_events(items: Any) -> Any:
+    """The event payloads of a streamed document: one per part, in order (the parts join into the
+    document), with the segments done and their total."""
+    model: dict[str, Any] = {}
+    async for item in items:
+        if isinstance(item, DocumentStart):
+            model = {"model_name": item.model_name, "model_version": item.model_version,
+                     "segments": item.segments}
+        else:
+            yield model | {"text_output": item.text, "done": item.done}
+
+
 async def generate_stream(request: web.Request) -> web.StreamResponse:
-    """Server-sent events, one per decoded piece; errors before the first as JSON, after it inside."""
+    """Server-sent events, one per decoded piece (with `format`, per part of the document as each is final);
+    errors before the first as JSON, after it inside."""
     body = await read_object(request, "generate request")
-    asked = parameters.read(generate_parameters(body, stream=True))
-    items = plane_of(request).stream(*model_of(request), body[TEXT_KEY], asked.options, Want(),
-                                     asked.deadline)
-    events = _events(items)
+    given = generate_parameters(body, stream=True)
+    if (document := document_parameters(given)) is not None:
+        fmt, protect, rest = document
+        asked = parameters.read(rest)
+        items = plane_of(request).document_stream(*model_of(request), body[TEXT_KEY], fmt, asked.decoding,
+                                                  protect, asked.deadline)
+        events = _document_events(items)
+    else:
+        asked = parameters.read(given)
+        items = plane_of(request).stream(*model_of(request), body[TEXT_KEY], asked.options, Want(),
+                                         asked.deadline)
+        events = _events(items)
     async with contextlib.aclosing(items), contextlib.aclosing(events):  # closing abandons the text
         first = await anext(events, None)  # an error here is an ordinary JSON error
         stream = web.StreamResponse(headers={"Content-Type": f"{SSE_TYPE}; charset=utf-8",

@@ -17,7 +17,7 @@ import pytest
 from service.runtime.runner import Runner
 from service.server import BackgroundServer
 from tests.support.corpus import tiny_pairs
-from tests.support.http import post_json
+from tests.support.http import parse_sse, post_json
 from tests.support.server import server_config
 
 MAX_SOURCE_TOKENS = 24
@@ -138,6 +138,21 @@ def test_generate_with_a_format_translates_a_document(http_server, clauses):
                              ({"format": "text", "protect": 5}, "parameter protect must be a regular")]:
         status, _, body = post_json(url, {"text_input": s1, "parameters": parameters})
         assert status == 400 and says in body.decode(), body
+
+
+def test_generate_stream_with_a_format_sends_the_document_in_order_as_each_part_is_final(http_server, clauses):
+    sources, targets = zip(*clauses[:5], strict=True)
+    doc = "\n\n".join(f"<p>{s}</p>" for s in sources) + "\n<!-- end -->"
+    url = f"http://{http_server.http_address}/v2/models/translator/generate_stream"
+    status, kind, body = post_json(url, {"text_input": doc, "parameters": {"format": "html"}})
+    assert (status, kind) == (200, "text/event-stream"), body
+    events = parse_sse(body)
+    assert "".join(e["text_output"] for e in events) == "\n\n".join(f"<p>{t}</p>" for t in targets) + \
+        "\n<!-- end -->"
+    assert [e["done"] for e in events] == [1, 2, 3, 4, 5, 5]  # the last part: the literal tail
+    assert {e["segments"] for e in events} == {5} and {e["model_name"] for e in events} == {"translator"}
+    status, _, body = post_json(url, {"text_input": doc, "parameters": {"format": "pdf"}})
+    assert status == 400 and b"unknown document format 'pdf'" in body
 
 
 def test_kserve_infer_with_a_format_translates_each_text_as_a_document(http_server, clauses):
