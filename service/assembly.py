@@ -1,6 +1,6 @@
 """How the server builds what it serves from its configuration: a model version's runner, scheduler
 and warm-up (the repository's loader), and the model repository of the flags, whose limits are the
-ceilings of every model's settings."""
+ceilings of every model's settings and whose models share the server's one sentence cache."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from service.ops.malloc import release_freed_memory
 from service.ops.memory import resident_bytes
 from service.ops.model_metrics import ModelMetrics
 from service.runtime.runner import Runner
+from service.scheduling.cache import SentenceCache
 from service.scheduling.policies import SchedulerSettings, make_policy
 from service.scheduling.scheduler import Scheduler
 
@@ -51,10 +52,15 @@ def build_runner(config: ServerConfig) -> Runner:
     return runner
 
 
+def sentence_cache(config: ServerConfig) -> SentenceCache | None:
+    """The server's one sentence cache (--sentence-cache-bytes), shared by every model; None for 0."""
+    return SentenceCache(config.sentence_cache_bytes) if config.sentence_cache_bytes else None
+
+
 def build_scheduler(config: ServerConfig, runner: Runner, model: ModelSettings | None = None,
-                    recorder: ModelMetrics | None = None) -> Scheduler:
+                    recorder: ModelMetrics | None = None, cache: SentenceCache | None = None) -> Scheduler:
     """The scheduler of the batching mode, with its settings, policy and request limits: the server's
-    flags, overridden by a model's own settings where it has them."""
+    flags, overridden by a model's own settings where it has them; answering from `cache` when given."""
     model = model or ModelSettings()
 
     def pick(name: str) -> Any:
@@ -68,13 +74,14 @@ def build_scheduler(config: ServerConfig, runner: Runner, model: ModelSettings |
         watchdog_s=config.watchdog_s)
     limits = runner.limits(max_beam=config.max_beam, max_source_tokens=config.max_source_tokens,
                            max_output_tokens=config.max_output_tokens)
-    return Scheduler(runner, make_policy(pick("batching"), settings), settings, limits, recorder)
+    return Scheduler(runner, make_policy(pick("batching"), settings), settings, limits, recorder, cache)
 
 
-def model_loader(config: ServerConfig, shared: Runner | None = None) -> Loader:
-    """How the repository loads a model version: runner, scheduler, warm-up, and its charge: the memory
-    its load added, or under a memory budget what it holds serving at its limits. `shared` (tests) serves
-    as the runner of --bundle."""
+def model_loader(config: ServerConfig, shared: Runner | None = None,
+                 cache: SentenceCache | None = None) -> Loader:
+    """How the repository loads a model version: runner, scheduler (answering from `cache`), warm-up, and
+    its charge: the memory its load added, or under a memory budget what it holds serving at its limits.
+    `shared` (tests) serves as the runner of --bundle."""
 
     async def load(name: str, version: int, path: Path, settings: ModelSettings) -> ServedModel:
         """Open the bundle at `path`, start its scheduler, translate a warm-up text."""
@@ -88,7 +95,7 @@ def model_loader(config: ServerConfig, shared: Runner | None = None) -> Loader:
             runner = await asyncio.to_thread(build_runner, model_config)
         recorder = ModelMetrics(name, str(version))
         try:
-            scheduler = build_scheduler(config, runner, settings, recorder)
+            scheduler = build_scheduler(config, runner, settings, recorder, cache)
             await scheduler.start()
             try:
                 source, target = runner.languages.example()  # a many-to-many model needs a pair
@@ -111,14 +118,16 @@ def model_loader(config: ServerConfig, shared: Runner | None = None) -> Loader:
 
 
 def build_repository(config: ServerConfig, shared: Runner | None = None) -> ModelRepository:
-    """The model repository of the configuration: --model-repository, else --bundle as `translator`."""
+    """The model repository of the configuration: --model-repository, else --bundle as `translator`; its
+    models share one sentence cache (`sentence_cache`)."""
     if config.model_repository is not None:
         if not config.model_repository.is_dir():
             raise BundleError(f"model repository {config.model_repository} is not a directory")
         layout = RepositoryLayout(root=config.model_repository)
     else:
         layout = RepositoryLayout(bundle=config.bundle, bundle_name=MODEL_NAME)
-    return ModelRepository(layout, model_loader(config, shared), ControlMode(config.model_control_mode),
+    loader = model_loader(config, shared, sentence_cache(config))
+    return ModelRepository(layout, loader, ControlMode(config.model_control_mode),
                            config.memory_budget or None, ceilings=ceilings(config))
 
 

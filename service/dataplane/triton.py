@@ -84,11 +84,12 @@ def model_statistics(model: ServedModel) -> dict[str, Any]:
     snapshot = model.scheduler.recorder.stats.snapshot()
     none = statistics.Duration(0, 0)
     stats = {name: _duration(getattr(snapshot, name)) for name in
-             ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")}
+             ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output", "cache_hit",
+              "cache_miss")}
     return {
         "name": model.name, "version": str(model.version), "last_inference": snapshot.last_inference_ms,
         "inference_count": snapshot.inference_count, "execution_count": snapshot.execution_count,
-        "inference_stats": stats | {"cache_hit": _duration(none), "cache_miss": _duration(none)},
+        "inference_stats": stats,
         "batch_stats": [{"batch_size": size, "compute_input": _duration(none),
                          "compute_infer": _duration(runs), "compute_output": _duration(none)}
                         for size, runs in sorted(snapshot.batches.items())],

@@ -24,6 +24,9 @@ from service.domain.options import (
     TargetEncoder,
 )
 
+# a translation's text over the source limit: what to do instead (a plain call is one text, one sequence)
+AS_DOCUMENT = ("; to have a long text translated sentence by sentence, send it as a document (parameter "
+               "format, the HTTP document route, or translator.v1 TranslateDocument)")
 CHAR_SLACK = 2  # normalizers may shrink a text a little: refuse unseen only texts twice over the bound
 
 
@@ -60,12 +63,12 @@ class RequestLimits:
                 raise InvalidInput(f"text {i} is {len(text)} characters long: far over the limit of "
                                    f"{self.max_source_tokens} tokens")
 
-    def check_sources(self, sources: Sequence[Sequence[int]]) -> None:
-        """InvalidInput for a tokenized text (ids incl. eos) over max_source_tokens."""
+    def check_sources(self, sources: Sequence[Sequence[int]], hint: str = "") -> None:
+        """InvalidInput for a tokenized text (ids incl. eos) over max_source_tokens; `hint` ends the error."""
         for i, ids in enumerate(sources):
             if len(ids) > self.max_source_tokens:
                 raise InvalidInput(f"text {i} is {len(ids)} tokens long (incl. eos); this server accepts at "
-                                   f"most {self.max_source_tokens} (--max-source-tokens)")
+                                   f"most {self.max_source_tokens} (--max-source-tokens){hint}")
 
     def resolve(self, asked: DecodeOptions, encode_target: TargetEncoder | None = None) -> ResolvedOptions:
         """The options a request decodes with, validated once: the model's limits, max_beam, languages and
@@ -81,3 +84,4 @@ class RequestLimits:
             raise InvalidInput(f"max_output_tokens {asked.max_output_tokens} exceeds this server's limit of "
                                f"{self.max_output_tokens} (--max-output-tokens)")
         return dataclasses.replace(resolved, max_output_tokens=self.max_output_tokens)
+

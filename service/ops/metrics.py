@@ -17,6 +17,8 @@ Names (all prefixed `translator_`):
 - `encoder_compute_seconds` per encoder call, `decoder_step_seconds` per decoder step.
 - `batch_size` (active rows per decoder step), `input_tokens` / `output_tokens` per text.
 - `documents_total` counter and `document_segments` histogram: per document call that succeeded.
+- `sentence_cache_hits_total` / `sentence_cache_misses_total` counters: texts looked up in the sentence
+  cache (service/scheduling/cache.py), answered from it or decoded.
 - `queue_depth`, `active_sequences` gauges; `model_info` (provider, batching mode, variant).
   These carry `model` and `version` labels: each loaded model version records its own series
   (service/ops/model_metrics.py).
@@ -26,6 +28,7 @@ Names (all prefixed `translator_`):
   series above exist while the repository serves it: set as it starts serving (a reload of the same
   version keeps them, with the new copy's values), removed once its unloaded or evicted copy has
   closed and no copy of that version is served.
+- The sentence cache, one per server (no labels): `sentence_cache_bytes`, `sentence_cache_entries` gauges.
 Time histograms use millisecond-suited buckets from 0.5 ms to 10 s.
 """
 
@@ -73,11 +76,17 @@ OUTPUT_TOKENS = Histogram("translator_output_tokens", "Generated tokens of the b
                           MODEL_LABELS, buckets=TOKEN_BUCKETS)
 QUEUE_DEPTH = Gauge("translator_queue_depth", "Texts waiting in the scheduler queue.", MODEL_LABELS)
 ACTIVE_SEQUENCES = Gauge("translator_active_sequences", "Texts being decoded.", MODEL_LABELS)
-DOCUMENTS = Counter("translator_documents_total", "Documents translated whole (document calls that succeeded).",
+DOCUMENTS = Counter("translator_documents_total", "Documents translated whole (calls that succeeded).",
                     MODEL_LABELS)
 SEGMENT_BUCKETS = tuple(float(4**i) for i in range(8))  # 1, 4, 16, ..., 16384
 DOCUMENT_SEGMENTS = Histogram("translator_document_segments", "Segments (sentences sent) per document.",
                               MODEL_LABELS, buckets=SEGMENT_BUCKETS)
+SENTENCE_CACHE_HITS = Counter("translator_sentence_cache_hits_total",
+                              "Texts answered from the sentence cache, not decoded.", MODEL_LABELS)
+SENTENCE_CACHE_MISSES = Counter("translator_sentence_cache_misses_total",
+                                "Texts looked up in the sentence cache and decoded.", MODEL_LABELS)
+SENTENCE_CACHE_BYTES = Gauge("translator_sentence_cache_bytes", "Bytes held by the server's sentence cache.")
+SENTENCE_CACHE_ENTRIES = Gauge("translator_sentence_cache_entries", "Results held by the sentence cache.")
 MODEL = Info("translator_model", "A loaded model version: provider, batching mode, variant.", MODEL_LABELS)
 # the model repository (service/models/repository.py)
 MODELS_LOADED = Gauge("translator_models_loaded", "Model versions loaded.")

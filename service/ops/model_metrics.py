@@ -18,7 +18,7 @@ _live_lock = threading.Lock()
 PER_MODEL = (metrics.QUEUE_TIME, metrics.TIME_TO_FIRST_TOKEN, metrics.TIME_PER_OUTPUT_TOKEN,
              metrics.ENCODER_COMPUTE, metrics.DECODER_STEP, metrics.BATCH_SIZE, metrics.INPUT_TOKENS,
              metrics.OUTPUT_TOKENS, metrics.QUEUE_DEPTH, metrics.ACTIVE_SEQUENCES, metrics.DOCUMENTS,
-             metrics.DOCUMENT_SEGMENTS)
+             metrics.DOCUMENT_SEGMENTS, metrics.SENTENCE_CACHE_HITS, metrics.SENTENCE_CACHE_MISSES)
 
 
 class ModelMetrics:
@@ -37,6 +37,7 @@ class ModelMetrics:
         self._input_tokens, self._output_tokens = (m.labels(**labels) for m in PER_MODEL[6:8])
         self._queue_depth, self._active = (m.labels(**labels) for m in PER_MODEL[8:10])
         self._documents, self._segments = (m.labels(**labels) for m in PER_MODEL[10:12])
+        self._cache_hits, self._cache_misses = (m.labels(**labels) for m in PER_MODEL[12:14])
         metrics.init_model_request_counts(model, version)
 
     def admitted(self, waited_s: float, source_tokens: int) -> None:
@@ -74,6 +75,13 @@ class ModelMetrics:
         """A document call succeeded, its text cut into `segments` segments."""
         self._documents.inc()
         self._segments.observe(segments)
+
+    def cache_lookups(self, hits: int, misses: int) -> None:
+        """Texts of a request looked up in the sentence cache: answered from it, or to decode."""
+        if hits:
+            self._cache_hits.inc(hits)
+        if misses:
+            self._cache_misses.inc(misses)
 
     def gauges(self, queue_depth: int, active: int) -> None:
         """Texts waiting and texts being decoded."""

@@ -27,6 +27,11 @@ Definitions, following Triton's for a model that batches inside its backend:
 - `batch_stats`: per execution size (texts admitted together), the executions and their
   encoder time (`compute_infer`); decoder steps are shared between executions and not split.
 - `last_inference`: when the last request ended (success or failure), ms since the Unix epoch.
+- `cache_hit` / `cache_miss` (the sentence cache, service/scheduling/cache.py, in Triton's terms of its
+  response cache): a request whose every text the cache held is a hit, counted in `success` too, with the
+  time from its submission to its answer and no `queue` / `compute_*` part, no inference or execution; a
+  request with at least one text to decode is a miss, with the time of its lookups and stores (its
+  success and parts as for any request, its inference_count the texts it decoded).
 """
 
 from __future__ import annotations
@@ -64,6 +69,8 @@ class Snapshot:
     execution_count: int = 0
     last_inference_ms: int = 0
     batches: dict[int, Duration] = field(default_factory=dict)  # execution size -> encoder runs
+    cache_hit: Duration = field(default_factory=Duration)
+    cache_miss: Duration = field(default_factory=Duration)
 
 
 class ModelStatistics:
@@ -91,6 +98,18 @@ class ModelStatistics:
             data.compute_output.add(compute_output)
             data.inference_count += texts
             data.last_inference_ms = int(time.time() * 1000)
+
+    def record_cache_hit(self, seconds: float) -> None:
+        """A request answered wholly from the sentence cache, `seconds` after its submission."""
+        with self._lock:
+            self._data.success.add(seconds)
+            self._data.cache_hit.add(seconds)
+            self._data.last_inference_ms = int(time.time() * 1000)
+
+    def record_cache_miss(self, seconds: float) -> None:
+        """A request with texts to decode spent `seconds` looking up and storing in the sentence cache."""
+        with self._lock:
+            self._data.cache_miss.add(seconds)
 
     def record_failure(self, seconds: float) -> None:
         """A request failed after `seconds`."""

@@ -3,6 +3,7 @@
 API (used by the gRPC servicers)::
 
     sched = make_scheduler("continuous", runner, max_batch_size=32, queue_size=256)  # ValueError: bad mode
+    sched = make_scheduler("continuous", runner, cache=SentenceCache(64 << 20))      # with a sentence cache
     await sched.start()                                               # starts ONE worker thread
     results = await sched.submit(texts, DecodeOptions(...), deadline)  # list[Result], one per text
     async for item in sched.stream(text, options, deadline): ...      # TokenEvent..., then Result
@@ -29,7 +30,12 @@ policy (service/scheduling/policies.py); FIFO in all of them, nobody overtakes t
 lengths joining together are encoded in groups of similar length (service/runtime/decoding/encode_groups.py).
 With `max_batch_tokens` (0 = none; the server's default is a budget) texts also join only while the batch's
 rows hold at most that many tokens, source plus decoded so far; into an empty batch the head of the queue
-joins whatever its length. All modes return the same tokens as `runner.translate([text])`."""
+joins whatever its length. All modes return the same tokens as `runner.translate([text])`.
+
+With a `SentenceCache` (service/scheduling/cache.py, the server's one), `submit` looks each text up after
+validating and tokenizing, queues only the misses (as one request) and keeps their results; a hit is answered
+without decoding (its Timings: no queue or compute time). Streams and sampling without a seed bypass it; a
+draining scheduler looks nothing up, and drops its entries once stopped."""
 
 from __future__ import annotations
 
@@ -42,11 +48,12 @@ from enum import StrEnum
 from typing import Any
 
 from service.domain.errors import DeadlineExceeded, InvalidInput, NotReady, ShuttingDown
-from service.domain.limits import RequestLimits
+from service.domain.limits import AS_DOCUMENT, RequestLimits
 from service.domain.types import (
     BatchingMode,
     DecodeOptions,
     Request,
+    ResolvedOptions,
     Result,
     ScoreOptions,
     ScoreResult,
@@ -54,6 +61,7 @@ from service.domain.types import (
 )
 from service.ops.model_metrics import ModelMetrics
 from service.runtime.runner import Runner
+from service.scheduling.cache import SentenceCache, new_owner
 from service.scheduling.control import SHUT_DOWN
 from service.scheduling.jobs import Job, RequestStatus
 from service.scheduling.policies import AdmissionPolicy, SchedulerSettings, make_policy
@@ -77,9 +85,11 @@ class Scheduler:
     """Bounded queue + one inference worker thread, admitting texts by its policy."""
 
     def __init__(self, runner: Runner, policy: AdmissionPolicy, settings: SchedulerSettings | None = None,
-                 limits: RequestLimits | None = None, recorder: ModelMetrics | None = None) -> None:
+                 limits: RequestLimits | None = None, recorder: ModelMetrics | None = None,
+                 cache: SentenceCache | None = None) -> None:
         self.settings = settings or SchedulerSettings()
         self.recorder = recorder or ModelMetrics()  # the model version's metrics and statistics
+        self.cache, self.cache_owner = cache, new_owner()  # the server's sentence cache; this copy's entries
         self.policy, self.runner = policy, runner
         self.limits = limits or runner.limits()
         rows = self.settings.max_batch_size
@@ -156,11 +166,21 @@ class Scheduler:
         except TimeoutError:
             log.error("drain: the inference worker did not stop within %gs", w.watchdog_s)
             w.abort()
+        finally:
+            if self.cache is not None:
+                self.cache.drop(self.cache_owner)
 
     # ----- requests -------------------------------------------------------------------------
     def _jobs(self, texts: Sequence[str], options: DecodeOptions, deadline: float | None,
               stream: bool) -> list[Job]:
         """Tokenize and validate texts into jobs (not queued yet)."""
+        resolved, sources, submitted = self._sources(texts, options, deadline)
+        return self._make_jobs(sources, resolved, deadline, submitted, stream)
+
+    def _sources(self, texts: Sequence[str], options: DecodeOptions,
+                 deadline: float | None) -> tuple[ResolvedOptions, list[list[int]], float]:
+        """Validate a request and tokenize its texts: the resolved options, each text's source ids, and
+        when it was submitted."""
         if not self._worker.started:
             raise NotReady("the scheduler is not started")
         if isinstance(texts, str) or not isinstance(texts, Sequence):
@@ -178,10 +198,15 @@ class Scheduler:
         if resolved.rows > max_batch_size:
             raise InvalidInput(f"{resolved.rows} rows (beam_size, or n_best alternatives) exceed the batch "
                                f"size {max_batch_size}")
-        loop = asyncio.get_running_loop()
-        jobs = []
         sources = self.runner.encode_texts(texts, resolved.source_prefix)
-        self.limits.check_sources(sources)
+        self.limits.check_sources(sources, AS_DOCUMENT)
+        return resolved, sources, submitted
+
+    def _make_jobs(self, sources: Sequence[list[int]], resolved: ResolvedOptions, deadline: float | None,
+                   submitted: float, stream: bool) -> list[Job]:
+        """One job per source, the later ones joining the first (queued whole or not at all)."""
+        loop = asyncio.get_running_loop()
+        jobs: list[Job] = []
         for ids in sources:
             request = Request(ids, resolved)  # ids come from our tokenizer: in vocabulary, length checked
             sink: asyncio.Future | asyncio.Queue = asyncio.Queue() if stream else loop.create_future()
@@ -191,10 +216,33 @@ class Scheduler:
 
     async def submit(self, texts: Sequence[str], options: DecodeOptions,
                      deadline: float | None = None) -> list[Result]:
-        """Decode texts; one Result per text, in order (see the module docstring for errors)."""
+        """Decode texts; one Result per text, in order (see the module docstring for errors); texts the
+        sentence cache holds are answered from it, not decoded."""
         with RequestTimer(self.recorder.stats) as timer:
-            jobs = self._jobs(texts, options, deadline, stream=False)
-            return await self._wait(jobs, deadline, timer)
+            resolved, sources, submitted = self._sources(texts, options, deadline)
+            cache = None if self._worker.draining else self.cache  # a draining scheduler answers nothing
+            keys = None if cache is None else cache.keys(self.cache_owner, resolved, sources)
+            if cache is None or keys is None:
+                jobs = self._make_jobs(sources, resolved, deadline, submitted, stream=False)
+                return await self._wait(jobs, deadline, timer)
+            looking = time.monotonic()
+            results = [cache.get(key, resolved.return_alignment) for key in keys]
+            misses = [i for i, result in enumerate(results) if result is None]
+            self.recorder.cache_lookups(len(results) - len(misses), len(misses))
+            hits = [result for result in results if result is not None]
+            if not misses:  # every text answered from the cache: a cache hit in Triton's statistics
+                self.recorder.stats.record_cache_hit(time.monotonic() - submitted)
+                return _answered(hits, submitted)
+            looked = time.monotonic() - looking
+            jobs = self._make_jobs([sources[i] for i in misses], resolved, deadline, submitted, stream=False)
+            decoded = await self._wait(jobs, deadline, timer)
+            storing = time.monotonic()
+            for i, result in zip(misses, decoded, strict=True):
+                cache.put(keys[i], result)
+                results[i] = result
+            self.recorder.stats.record_cache_miss(looked + time.monotonic() - storing)
+            _answered(hits, submitted)  # ready when the request's last decoded text is
+            return results  # every None was a miss, now decoded
 
     async def score(self, sources: Sequence[str], targets: Sequence[str], options: ScoreOptions | None = None,
                     deadline: float | None = None) -> list[ScoreResult]:
@@ -279,6 +327,14 @@ class Scheduler:
                     self._worker.abandon([job])
 
 
+def _answered(hits: list[Result], submitted: float) -> list[Result]:
+    """The cache's results, each timed as ready now (no queue or compute time of its own)."""
+    total_ms = (time.monotonic() - submitted) * 1e3
+    for result in hits:
+        result.timings.total_ms = total_ms
+    return hits
+
+
 def _loop_time(deadline: float | None) -> float | None:
     """A time.monotonic() deadline on the running loop's clock."""
     if deadline is None:
@@ -287,8 +343,8 @@ def _loop_time(deadline: float | None) -> float | None:
 
 
 def make_scheduler(mode: BatchingMode | str, runner: Runner, *, limits: RequestLimits | None = None,
-                   **settings: Any) -> Scheduler:
+                   cache: SentenceCache | None = None, **settings: Any) -> Scheduler:
     """A scheduler of a batching mode ("none", "dynamic", "continuous"; ValueError for another), with
-    SchedulerSettings given as keywords."""
+    SchedulerSettings given as keywords, answering from `cache` when given."""
     chosen = SchedulerSettings(**settings)
-    return Scheduler(runner, make_policy(mode, chosen), chosen, limits)
+    return Scheduler(runner, make_policy(mode, chosen), chosen, limits, cache=cache)

@@ -30,8 +30,9 @@ SERVING, NOT_SERVING = health_pb2.HealthCheckResponse.SERVING, health_pb2.Health
 
 def server_config(bundle: Path, **overrides) -> ServerConfig:
     """A config for tests: loopback, free port, CPU, no metrics endpoint and no HTTP server unless
-    asked (http_port=0: a free port)."""
-    values = {"bundle": bundle, "port": 0, "metrics_port": -1, "http_port": -1,
+    asked (http_port=0: a free port), no sentence cache unless asked (a test that sends a text twice
+    decodes it twice: tests/service/scheduling/test_sentence_cache.py tests the cache)."""
+    values = {"bundle": bundle, "port": 0, "metrics_port": -1, "http_port": -1, "sentence_cache_bytes": 0,
               "providers": ("CPUExecutionProvider",),
               "max_batch_size": MAX_BATCH, "max_message_bytes": MESSAGE_LIMIT} | overrides
     return ServerConfig(**values)

@@ -140,7 +140,7 @@ def test_generate_with_a_format_translates_a_document(http_server, clauses):
         assert status == 400 and says in body.decode(), body
 
 
-def test_generate_stream_with_a_format_sends_the_document_in_order_as_each_part_is_final(http_server, clauses):
+def test_generate_stream_with_a_format_sends_the_document_in_parts_as_each_is_final(http_server, clauses):
     sources, targets = zip(*clauses[:5], strict=True)
     doc = "\n\n".join(f"<p>{s}</p>" for s in sources) + "\n<!-- end -->"
     url = f"http://{http_server.http_address}/v2/models/translator/generate_stream"

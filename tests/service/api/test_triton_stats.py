@@ -193,3 +193,32 @@ def test_dynamic_mode_executes_one_batch_for_concurrent_requests(tiny_bundle, ru
     assert after.inference_count - before.inference_count == 4
     assert after.execution_count - before.execution_count == 1
     assert delta(batch_counts(after), batch_counts(before)).keys() == {4}
+
+
+def test_the_sentence_cache_counts_as_triton_counts_its_response_cache(tiny_bundle, runner):
+    """A request the cache answers whole is a cache hit and a success, with no inference or execution; a
+    request with a text to decode is a cache miss, its inference_count the texts it decoded."""
+    config = server_config(tiny_bundle, sentence_cache_bytes=1 << 20)
+    with BackgroundServer(config, runner) as srv, triton_client(srv.address) as c:
+        before = stats(c)
+        first = c.infer("translator", [text_input(TEXTS[:2])]).as_numpy("TRANSLATION").tolist()
+        middle = stats(c)
+        again = c.infer("translator", [text_input(TEXTS[:2])]).as_numpy("TRANSLATION").tolist()
+        hit = stats(c)
+        mixed = c.infer("translator", [text_input(TEXTS[1:3])]).as_numpy("TRANSLATION").tolist()
+        after = stats(c)
+    assert again == first and mixed[0] == first[1]
+
+    def moved(b, a) -> dict[str, int]:
+        named = {k: getattr(a.inference_stats, k).count - getattr(b.inference_stats, k).count
+                 for k in ("cache_hit", "cache_miss", "success", "queue", "compute_infer")}
+        return named | {"texts": a.inference_count - b.inference_count,
+                        "executions": a.execution_count - b.execution_count}
+
+    assert moved(before, middle) == {"cache_hit": 0, "cache_miss": 1, "success": 1, "queue": 1,
+                                     "compute_infer": 1, "texts": 2, "executions": 1}
+    assert moved(middle, hit) == {"cache_hit": 1, "cache_miss": 0, "success": 1, "queue": 0,
+                                  "compute_infer": 0, "texts": 0, "executions": 0}
+    assert hit.inference_stats.cache_hit.ns > middle.inference_stats.cache_hit.ns
+    assert moved(hit, after) == {"cache_hit": 0, "cache_miss": 1, "success": 1, "queue": 1,
+                                 "compute_infer": 1, "texts": 1, "executions": 1}
