@@ -6,9 +6,9 @@ time to the first segment of a streamed document, on real servers with the defau
 The bundle is the default model, then the opus-mt-shaped one bench.marian imported when there is one
 (bench/repository/models.py `large_bundle`); `--bundle` measures that one alone. Per bundle:
 
-1. A plain-text document of about `--kib` KiB: paragraphs of sentences (the default model's held-out
-   sources; the opus-mt shape's synthetic sources, bench/marian/build.py). Its segments, as the server's
-   parser cuts it, are "the sentences".
+1. A plain-text document of about `--kib` KiB: paragraphs of distinct sentences (the default model's
+   held-out sources, then sentences of its training distribution; the opus-mt shape's synthetic sources,
+   bench/marian/build.py). Its segments, as the server's parser cuts it, are "the sentences".
 2. Documents: a fresh server translates the document in one TranslateDocumentStream call: sentences/s, the
    time to its first part and to its end. Sentences: another fresh server translates the same sentences
    one Translate request each, `--concurrency` at once: sentences/s. A fresh server each, so neither run
@@ -41,16 +41,23 @@ from service.documents.formats import parse
 
 TIMEOUT_S = 1800.0  # one document call: bounded, far beyond what a 50 KB document takes here
 PARAGRAPH = (3, 8)  # sentences per paragraph
+MARIAN_TOKENS = 48  # the opus-mt shape's output cap (`capped`)
 
 
 def sources_of(bundle: Path, n: int) -> list[str]:
-    """n source sentences the model reads: held-out sources for ours, synthetic ones for the opus-mt shape."""
+    """n distinct source sentences the model reads: for ours, the held-out sources, then sentences of its
+    training distribution (textnorm.corpus, seeded); for the opus-mt shape, its synthetic sources."""
     if (Path(bundle).parent / "hf").is_dir():  # bench.marian's <x>/bundle beside <x>/hf
         from bench.marian.build import FULL, source_texts
 
-        return source_texts(FULL, n, seed=7)
-    sources = held_out_sources()
-    return [sources[i % len(sources)] for i in range(n)]
+        return list(dict.fromkeys(source_texts(FULL, 2 * n, seed=7)))[:n]
+    from textnorm.corpus import sentence, word_lists
+
+    out = dict.fromkeys(held_out_sources())
+    rng, words = random.Random(7), word_lists(0)[0]
+    while len(out) < n:
+        out[sentence(rng, words)[0]] = None
+    return list(out)[:n]
 
 
 def document(sentences: Sequence[str], kib: float, seed: int = 0) -> str:
@@ -70,9 +77,16 @@ def _sentence(text: str) -> str:
     return text if text[-1:] in ".!?" else text + "."
 
 
-async def streamed_document(address: str, text: str) -> dict[str, float]:
+def capped(bundle: Path) -> int:
+    """The output cap of every sentence: 0 (the model's own) for ours; for the opus-mt shape, whose random
+    weights never end a sentence by themselves, MARIAN_TOKENS (about a real translation's length)."""
+    return MARIAN_TOKENS if (Path(bundle).parent / "hf").is_dir() else 0
+
+
+async def streamed_document(address: str, text: str, max_tokens: int) -> dict[str, float]:
     """One TranslateDocumentStream call: segments, seconds to the first part and to the end."""
-    request = pb.TranslateDocumentRequest(document=text, format=pb.DOCUMENT_FORMAT_TEXT)
+    request = pb.TranslateDocumentRequest(document=text, format=pb.DOCUMENT_FORMAT_TEXT,
+                                          options=pb.TranslateOptions(max_output_tokens=max_tokens))
     async with open_channel(address) as channel:
         stub = pb_grpc.TranslatorStub(channel)
         start, first, segments, parts = time.perf_counter(), None, 0, []
@@ -89,13 +103,15 @@ async def streamed_document(address: str, text: str) -> dict[str, float]:
             "sentences_per_s": round(segments / total, 2), "output_bytes": len("".join(parts).encode())}
 
 
-async def pages(address: str, texts: Sequence[str]) -> float:
+async def pages(address: str, texts: Sequence[str], max_tokens: int) -> float:
     """Seconds to translate the pages one TranslateDocument call after the other."""
+    options = pb.TranslateOptions(max_output_tokens=max_tokens)
     async with open_channel(address) as channel:
         stub = pb_grpc.TranslatorStub(channel)
         start = time.perf_counter()
         for text in texts:
-            request = pb.TranslateDocumentRequest(document=text, format=pb.DOCUMENT_FORMAT_TEXT)
+            request = pb.TranslateDocumentRequest(document=text, format=pb.DOCUMENT_FORMAT_TEXT,
+                                                  options=options)
             await stub.TranslateDocument(request, timeout=TIMEOUT_S)
         return time.perf_counter() - start
 
@@ -121,13 +137,15 @@ def measure(bundle: Path, kib: float, concurrency: int, page_count: int) -> dict
     """Every figure of one bundle (see the module docstring)."""
     text = document(sources_of(bundle, 4000), kib)
     sentences = [s.text.strip() for s in parse(text, "text", "en").segments]
+    cap = capped(bundle)
     with serve(bundle) as server:
         asyncio.run(_ready(server))
-        streamed = asyncio.run(streamed_document(server.address, text))
+        streamed = asyncio.run(streamed_document(server.address, text, cap))
     with serve(bundle) as server:
         asyncio.run(_ready(server))
         start = time.perf_counter()
-        records = asyncio.run(closed_loop_at(server.address, sentences, concurrency, len(sentences)))
+        records = asyncio.run(closed_loop_at(server.address, sentences, concurrency, len(sentences),
+                                             max_output_tokens=cap))
         took = time.perf_counter() - start
     failed = sum(r.code != "OK" for r in records)
     one_each = {"sentences": len(sentences), "failed": failed, "total_s": round(took, 3),
@@ -137,13 +155,14 @@ def measure(bundle: Path, kib: float, concurrency: int, page_count: int) -> dict
     for label, extra in (("on", []), ("off", ["--sentence-cache-bytes", "0"])):
         with serve(bundle, extra) as server:
             asyncio.run(_ready(server))
-            took = asyncio.run(pages(server.address, site))
+            took = asyncio.run(pages(server.address, site, cap))
             scraped = server.scrape()
         cache[f"pages_per_s_{label}"] = round(page_count / took, 3)
         if label == "on":
             cache["hits"] = scraped.get("translator_sentence_cache_hits_total", 0.0)
             cache["misses"] = scraped.get("translator_sentence_cache_misses_total", 0.0)
-    return {"bundle": str(bundle), "document_bytes": len(text.encode()), "document": streamed,
+    return {"bundle": str(bundle), "max_output_tokens": cap, "document_bytes": len(text.encode()),
+            "document": streamed,
             "one_request_each": one_each, "concurrency": concurrency,
             "ratio_document_to_one_each": round(streamed["sentences_per_s"] / one_each["sentences_per_s"], 2),
             "boilerplate": {**cache, "pages": page_count,
