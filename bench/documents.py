@@ -37,6 +37,7 @@ from bench.common.workload import DEFAULT_BUNDLE, held_out_sources
 from bench.repository.models import large_bundle
 from protos.translator.v1 import translator_pb2 as pb
 from protos.translator.v1 import translator_pb2_grpc as pb_grpc
+from service.config import ServerConfig
 from service.documents.formats import parse
 
 TIMEOUT_S = 1800.0  # one document call: bounded, far beyond what a 50 KB document takes here
@@ -125,8 +126,10 @@ def boilerplate_pages(sentences: Sequence[str], count: int) -> list[str]:
 
 
 def serve(bundle: Path, extra: Sequence[str] = ()) -> ServerProcess:
-    """A server of the bundle with the default flags (continuous batching) and `extra`."""
-    return ServerProcess(bundle, "continuous", list(extra))
+    """A server of the bundle with the default flags (continuous batching, the default sentence cache,
+    which ServerProcess turns off unless told) and `extra`."""
+    default = str(ServerConfig().sentence_cache_bytes)
+    return ServerProcess(bundle, "continuous", ["--sentence-cache-bytes", default, *extra])
 
 
 async def _ready(server: ServerProcess) -> None:

@@ -7,7 +7,8 @@ The server writes its bound port to a file (`--port 0 --port-file`), which is wr
 the model is loaded, warmed up and SERVING. Leaving the block sends SIGTERM (a clean drain) and
 waits, killing the process only if it does not exit in time. Memory comes from
 /proc/<pid>/status (VmRSS, and VmHWM: the peak resident set since the process started); the
-server's own Prometheus metrics (on a free loopback port) give rows per step and step times.
+server's own Prometheus metrics (on a free loopback port) give rows per step and step times. The sentence
+cache is off (NO_CACHE) unless `extra_args` turn it on.
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 180.0
+# the benchmarks send the same texts again and again to measure decoding: the sentence cache would answer
+# them instead (and perf_analyzer, whose windows it then answers whole, finds no inference to count); a
+# benchmark of the cache passes --sentence-cache-bytes in extra_args, which come after and win
+NO_CACHE = ("--sentence-cache-bytes", "0")
 STOP_TIMEOUT_S = 30.0
 
 
@@ -80,7 +85,7 @@ class ServerProcess:
         return [sys.executable, "-m", "service.server", "--bundle", str(self.bundle), "--host", "127.0.0.1",
                 "--port", "0", "--port-file", str(port_file), "--metrics-port", str(self.metrics_port),
                 "--http-port", "-1",
-                "--batching", self.batching, "--log-level", "WARNING",
+                "--batching", self.batching, "--log-level", "WARNING", *NO_CACHE,
                 *self.extra_args]
 
     def start(self) -> ServerProcess:

@@ -207,7 +207,7 @@ def test_prometheus_scrapes_the_service_and_every_query_returns_data(tiny_bundle
     server_argv = [sys.executable, "-m", "service.server", "--bundle", str(tiny_bundle),
                    "--host", "127.0.0.1", "--port", "0", "--port-file", str(port_file),
                    "--metrics-port", str(metrics_port), "--http-port", "-1",
-                   "--providers", "CPUExecutionProvider"]
+                   "--providers", "CPUExecutionProvider", "--sentence-cache-bytes", "0"]  # it counts decodes
     env = base_env() | {"PYTHONPATH": str(REPO_ROOT)}
     with running(server_argv, env, REPO_ROOT, tmp_path / "server") as server:
         port = wait_for_port_file(server, port_file)

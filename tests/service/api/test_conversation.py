@@ -27,7 +27,8 @@ def answers(tmp_path_factory) -> Iterator[list[dict[str, Any]]]:
     root = conversation.repository(tmp_path_factory.mktemp("conversation"))
     config = ServerConfig(bundle=conversation.BUNDLE, model_repository=root, model_control_mode="explicit",
                           load_model=(conversation.MODEL,), port=0, http_port=0, metrics_port=-1,
-                          providers=("CPUExecutionProvider",), max_batch_size=8, modelmesh=True)
+                          providers=("CPUExecutionProvider",), max_batch_size=8, modelmesh=True,
+                          sentence_cache_bytes=0)  # recorded decoding every text it sends, repeats too
     with BackgroundServer(config) as server:
         yield conversation.converse(server.address, server.http_address)
 
