@@ -17,21 +17,13 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from service.dataplane import kserve, parameters, triton
-from service.dataplane.documents import (
-    DocumentAnswer,
-    DocumentLimits,
-    DocumentPart,
-    DocumentStart,
-    check_document,
-    document_parameters,
-    document_parts,
-    read_document,
-)
+from service.dataplane.document_calls import DocumentCalls
+from service.dataplane.documents import DocumentLimits, document_parameters
 from service.dataplane.rendering import Piece, Score, Translation, Want, score, translation
 from service.domain.errors import InvalidInput, InvalidTensor, UnknownModel
 from service.domain.options import ResolvedOptions
 from service.domain.text import shown
-from service.domain.types import BatchingMode, DecodeOptions, ModelDefaults, Result, ScoreOptions, TokenEvent
+from service.domain.types import BatchingMode, DecodeOptions, ModelDefaults, ScoreOptions, TokenEvent
 from service.models.layout import LOAD_ORIGIN, ModelSettings
 from service.models.repository import IndexEntry, ModelRepository
 
@@ -123,8 +115,9 @@ class ModelInfo:
     defaults: ResolvedOptions
 
 
-class DataPlane:
-    """Every call of every protocol on the repository's models (each model its own scheduler)."""
+class DataPlane(DocumentCalls):
+    """Every call of every protocol on the repository's models (each model its own scheduler); the
+    document calls are DocumentCalls'."""
 
     def __init__(self, models: ModelRepository, ready: Callable[[], bool], stream_slots: int = 256,
                  documents: DocumentLimits | None = None) -> None:
@@ -195,41 +188,6 @@ class DataPlane:
             tokenizer = model.runner.tokenizer
             return Answer(name or model.name, str(model.version),
                           [translation(r, want, tokenizer) for r in results])
-
-    async def document(self, name: str, version: str, text: str, fmt: str, options: DecodeOptions,
-                       protect: Sequence[str], deadline: float | None) -> DocumentAnswer:
-        """A whole document (fmt: text, html, markdown) translated sentence by sentence, its markup, spacing
-        and placeholders in place (service/dataplane/documents.py)."""
-        parts: list[str] = []
-        split: list[int] = []
-        async for item in self.document_stream(name, version, text, fmt, options, protect, deadline):
-            if isinstance(item, DocumentStart):
-                start = item
-            else:
-                parts.append(item.text)
-                split += [item.done - 1] if item.split else []
-        return DocumentAnswer(start.model_name, start.model_version, "".join(parts), start.segments, split)
-
-    async def document_stream(self, name: str, version: str, text: str, fmt: str, options: DecodeOptions,
-                              protect: Sequence[str], deadline: float | None
-                              ) -> AsyncIterator[DocumentStart | DocumentPart]:
-        """DocumentStart, then the document's translation in parts, in order, each as soon as it is final."""
-        check_document(fmt, options)
-        async with self.models.use(name, version, deadline) as model:
-            scheduler, runner = model.scheduler, model.runner
-            language = options.source_language or runner.source_language  # else English (segmentation.py)
-            document = await asyncio.to_thread(read_document, text, fmt, language, protect, self.documents)
-            yield DocumentStart(name or model.name, str(model.version), len(document.segments))
-
-            async def submit(one: str, asked: DecodeOptions) -> Result:
-                (result,) = await scheduler.submit([one], asked, deadline)
-                return result
-
-            async for part in document_parts(submit, document, runner.tokenizer, options,
-                                             scheduler.limits.max_source_tokens,
-                                             scheduler.settings.max_batch_size):
-                yield part
-            scheduler.recorder.documented(len(document.segments))
 
     async def stream(self, name: str, version: str, text: str, options: DecodeOptions, want: Want,
                      deadline: float | None) -> AsyncIterator[Opened | Piece | Final]:
