@@ -146,6 +146,13 @@ class WorkerControl:
             self._cond.notify()
         return fut
 
+    def join(self, timeout: float) -> bool:
+        """Wait up to `timeout` s for the stopped thread to end, so that what its frames held (the model's
+        sessions among it) is released; whether it ended."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+        return self._thread is None or not self._thread.is_alive()
+
     def fail_if_stuck(self) -> int:
         """From the loop: while a model run is stuck beyond the watchdog limit, answer every queued and
         active caller with UNAVAILABLE instead of letting them hang (once per stuck run); how many."""

@@ -163,6 +163,7 @@ class Scheduler:
             log.warning("drain: work still in flight after %gs; failing it with ShuttingDown", grace_s)
         try:
             await asyncio.wait_for(w.stop(loop, why), w.watchdog_s)
+            await asyncio.to_thread(w.join, w.watchdog_s)  # its memory goes before drain returns
         except TimeoutError:
             log.error("drain: the inference worker did not stop within %gs", w.watchdog_s)
             w.abort()
