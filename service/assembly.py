@@ -83,8 +83,10 @@ def model_loader(config: ServerConfig, shared: Runner | None = None,
     its charge: the memory its load added, or under a memory budget what it holds serving at its limits.
     `shared` (tests) serves as the runner of --bundle."""
 
-    async def load(name: str, version: int, path: Path, settings: ModelSettings) -> ServedModel:
-        """Open the bundle at `path`, start its scheduler, translate a warm-up text."""
+    async def load(name: str, version: int, path: Path, settings: ModelSettings,
+                   known: int | None = None) -> ServedModel:
+        """Open the bundle at `path`, start its scheduler, translate a warm-up text; under a budget charge it
+        `known` (an earlier load's charge of the same files and settings) or measure it at the limits."""
         if config.memory_budget:  # what earlier runs freed goes back first: the load is measured alone
             await asyncio.to_thread(release_freed_memory)
         before = resident_bytes()
@@ -104,7 +106,7 @@ def model_loader(config: ServerConfig, shared: Runner | None = None,
                 await scheduler.submit([WARMUP_TEXT], warmup)  # a real translation before it serves
                 charge = max(0, resident_bytes() - before)
                 if config.memory_budget:  # what it holds serving at its limits (service/models/footprint.py)
-                    charge = await charge_at_limits(runner, scheduler, before, warmup)
+                    charge = known or await charge_at_limits(runner, scheduler, before, warmup)
             except BaseException:
                 await scheduler.drain(0.0)
                 raise

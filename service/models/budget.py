@@ -38,6 +38,16 @@ def files_bytes(folder: Path) -> int:
         return 0  # the load itself says what is wrong with the folder
 
 
+def files_signature(folder: Path) -> tuple[tuple[str, int, int], ...]:
+    """(name, bytes, modification time) of each file of a bundle folder: what a charge was measured on
+    (empty if unreadable)."""
+    try:
+        return tuple(sorted((p.name, (st := p.stat()).st_size, st.st_mtime_ns)
+                            for p in folder.iterdir() if p.is_file()))
+    except OSError:
+        return ()
+
+
 class Sizes(dict[Key, int]):
     """(model, version) -> its charge at its last load, growth included; and the bytes of its bundle's files,
     by which a version never loaded is expected to be charged as much per file byte as any version so far."""
@@ -46,12 +56,22 @@ class Sizes(dict[Key, int]):
         """Nothing charged yet."""
         super().__init__()
         self.files: dict[Key, int] = {}
+        self.measured_on: dict[Key, tuple[object, ...]] = {}  # the files and settings a charge holds for
 
-    def charged(self, key: Key, charge: int, folder: Path | None = None) -> None:
-        """Record the charge of a version (and once, the file bytes of its bundle folder)."""
+    def charged(self, key: Key, charge: int, folder: Path | None = None, settings: object = None) -> None:
+        """Record the charge of a version (and once, the file bytes of its bundle folder; with `folder`, that
+        it was measured on those files under `settings`)."""
         self[key] = charge
-        if folder is not None and key not in self.files:
-            self.files[key] = files_bytes(folder)
+        if folder is not None:
+            self.files.setdefault(key, files_bytes(folder))
+            self.measured_on[key] = (files_signature(folder), settings)
+
+    def known(self, key: Key, folder: Path, settings: object) -> int | None:
+        """The charge of an earlier load of the same files under the same settings, growth included: a
+        reload is charged that, not measured again; None when it must be measured."""
+        if self.get(key) and self.measured_on.get(key) == (files_signature(folder), settings):
+            return self[key]
+        return None
 
     def expected(self, key: Key, folder: Path) -> int:
         """What a load of that version will be charged: its last charge, else its files' bytes times the

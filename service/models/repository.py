@@ -235,7 +235,9 @@ class ModelRepository(Lookups):
         try:
             for version in versions:
                 start = time.perf_counter()
-                new[version] = await self.loader(name, version, entry.versions[version], merged)
+                known = (None if self.memory_budget is None
+                         else self.sizes.known((name, version), entry.versions[version], merged))
+                new[version] = await self.loader(name, version, entry.versions[version], merged, known)
                 log.info("model %s version %d loaded in %.2f s (%.1f MiB)", name, version,
                          time.perf_counter() - start, new[version].resident_bytes / 2**20)
         except BaseException as exc:
@@ -248,7 +250,7 @@ class ModelRepository(Lookups):
             self._count(name, "load_failed")
             raise
         for version, model in new.items():
-            self.sizes.charged((name, version), model.resident_bytes, entry.versions[version])
+            self.sizes.charged((name, version), model.resident_bytes, entry.versions[version], merged)
         if self.memory_budget is not None:  # what it really added: others make room, or it goes
             try:
                 self._make_room(name, sum(m.resident_bytes for m in new.values()))

@@ -112,5 +112,6 @@ class Resolved:
     model: ServedModel | None
 
 
-# (name, version, path, settings) -> a started ServedModel; raises for a model that cannot be served
-Loader = Callable[[str, int, Any, ModelSettings], Awaitable[ServedModel]]
+# (name, version, path, settings, charge) -> a started ServedModel; raises for a model that cannot be served.
+# charge: what an earlier load of the same files was charged under a memory budget (None: measure it).
+Loader = Callable[[str, int, Any, ModelSettings, int | None], Awaitable[ServedModel]]

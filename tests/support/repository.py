@@ -51,20 +51,24 @@ class StubLoader:
         """Each model's resident bytes (default 10 MiB)."""
         self.sizes = sizes or {}
         self.loads: list[tuple[str, int]] = []
+        self.charges: list[int | None] = []  # the known charge each load was given
         self.gate: asyncio.Event | None = None
         self.started = asyncio.Event()  # set by the first load
         self.fail: set[str] = set()
 
-    async def __call__(self, name: str, version: int, path: Path, settings: ModelSettings) -> ServedModel:
-        """A ServedModel with a stub scheduler, after the gate opens."""
+    async def __call__(self, name: str, version: int, path: Path, settings: ModelSettings,
+                       charge: int | None = None) -> ServedModel:
+        """A ServedModel with a stub scheduler, after the gate opens (charged `charge` when known)."""
         self.loads.append((name, version))
+        self.charges.append(charge)
         self.started.set()
         if self.gate is not None:
             await self.gate.wait()
         if name in self.fail:
             raise RuntimeError(f"{name}: broken bundle")
         return ServedModel(name, version, runner=None, scheduler=StubScheduler(),
-                           resident_bytes=self.sizes.get(name, 10 * MIB), info=dict(STUB_INFO))
+                           resident_bytes=self.sizes.get(name, 10 * MIB) if charge is None else charge,
+                           info=dict(STUB_INFO))
 
 
 def repository_dir(tmp_path: Path, models: dict[str, list[int]]) -> Path:

@@ -171,3 +171,38 @@ def test_a_first_load_is_expected_to_cost_what_loads_of_files_as_large_cost(tmp_
         await task
         assert sorted(repo.models) == ["b", "c"]
     asyncio.run(main())
+
+
+def test_a_reload_of_the_same_files_and_settings_is_charged_its_last_charge_not_measured_again(tmp_path):
+    async def main() -> None:
+        repo, loader = make(tmp_path, {"a": [1], "b": [1]}, ControlMode.ON_DEMAND, budget=15 * MIB,
+                            sizes={"a": 10 * MIB, "b": 10 * MIB})
+        for name in ("a", "b", "a"):  # each load evicts the other
+            async with repo.use(name):
+                pass
+        assert loader.loads == [("a", 1), ("b", 1), ("a", 1)]
+        assert loader.charges == [None, None, 10 * MIB]  # the reload of a: its last charge
+        repo.sizes.charged(("b", 1), 12 * MIB)  # growth charged to b before it went
+        async with repo.use("b"):
+            pass
+        assert loader.charges[-1] == 12 * MIB and repo.models["b"][1].resident_bytes == 12 * MIB
+        weights = tmp_path / "repo" / "a" / "1" / "weights.data"
+        weights.write_bytes(b"\1" * 2000)  # new files: measured again
+        async with repo.use("a"):
+            pass
+        assert loader.charges[-1] is None
+
+    asyncio.run(main())
+
+
+def test_a_known_charge_holds_only_for_the_files_and_settings_it_was_measured_on(tmp_path):
+    (folder := tmp_path / "v1").mkdir()
+    (weights := folder / "weights.data").write_bytes(b"\0" * 100)
+    sizes = Sizes()
+    assert sizes.known(("a", 1), folder, "settings") is None  # never loaded
+    sizes.charged(("a", 1), 5000, folder, "settings")
+    assert sizes.known(("a", 1), folder, "settings") == 5000
+    assert sizes.known(("a", 1), folder, "other settings") is None
+    assert sizes.known(("b", 1), folder, "settings") is None  # another model's
+    weights.write_bytes(b"\0" * 101)
+    assert sizes.known(("a", 1), folder, "settings") is None

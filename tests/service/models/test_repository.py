@@ -294,7 +294,8 @@ def test_a_model_versions_series_follow_it_through_reload_unload_and_eviction(tm
         await repo.load("series-a")
         assert series("translator_model_resident_bytes", "series-a") == {"1": 10 * MIB}
         assert series("translator_model_info", "series-a") == {"1": 1.0}
-        loader.sizes["series-a"] = 12 * MIB
+        loader.sizes["series-a"] = 12 * MIB  # new files, so the reload is measured again
+        (tmp_path / "repo" / "series-a" / "1" / "weights.data").write_bytes(b"\1" * 2000)
         await repo.load("series-a")
         await asyncio.gather(*repo._closing)  # the old copy has closed
         assert series("translator_model_resident_bytes", "series-a") == {"1": 12 * MIB}
