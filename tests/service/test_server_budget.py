@@ -106,7 +106,14 @@ def test_three_models_take_turns_under_a_budget_that_fits_two(repository):
         with PeakWatch() as watch:
             at_limits(srv, "c")
         assert watch.peak - srv.running.models.growth.base <= charged
-    # two fit: a, then a b; c evicts a, a evicts b, b evicts c, c evicts a (the least recently used)
-    assert seen == [["a"], ["a", "b"], ["b", "c"], ["a", "c"], ["a", "b"], ["b", "c"]]
+        last = sorted(srv.call(charges(srv.running.models)))
+    # two fit: a, then a b; from then on each load evicts the least recently used (c evicts a, a evicts b,
+    # b evicts c, c evicts a), and growth charged to a model may evict the other too: what stays loaded is
+    # always the one or two models used last, never all three
+    used = [name for _ in range(ROUNDS) for name in NAMES]
+    assert seen[:2] == [["a"], ["a", "b"]]
+    assert all(now in (sorted(used[k - 1:k + 1]), [used[k]]) for k, now in enumerate(seen) if k >= 2), seen
     assert sample("translator_model_loads_total", result="ok") - loads == 6
-    assert sample("translator_model_unloads_total", reason="evicted") - evictions == 4
+    assert last in (["b", "c"], ["c"])
+    # each of the 4 loads after a and b's evicts what the one before left, less what stays at the end
+    assert sample("translator_model_unloads_total", reason="evicted") - evictions == 6 - len(last), seen
