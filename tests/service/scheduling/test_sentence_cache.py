@@ -288,7 +288,7 @@ def test_keys_of_sampling_and_owners():
 @pytest.mark.parametrize("n_best", [1, 3])
 @pytest.mark.parametrize("aligned", [False, True])
 def test_bytes_counted_are_close_to_what_python_holds(aligned, n_best):
-    sources = [list(range(i, i + 32)) for i in range(3000)]
+    sources = [list(range(i, i + 32)) for i in range(800)]
     cache = SentenceCache(1 << 30)
     cache.put(key_of(cache, [0]), result(1))  # the options, interned once
     tracemalloc.start()
