@@ -60,7 +60,7 @@ class ServerConfig:
     max_output_tokens: int = 0  # 0 = the model's limit (bundle max_len - 1)
     max_concurrent_streams: int = 100
     max_connection_age_ms: int = 300_000  # 0 = connections live for ever
-    max_connection_age_grace_ms: int = 30_000
+    max_connection_age_grace_ms: int = 0  # 0 = calls running when their connection ages out finish
     drain_grace_s: float = 20.0
     watchdog_s: float = 30.0
     max_beam: int = DEFAULT_MAX_BEAM
@@ -219,7 +219,8 @@ _FLAGS: list[tuple[str, Any, str]] = [
     ("--max-concurrent-streams", int, "most concurrent calls on one client connection (HTTP/2 streams)"),
     ("--max-connection-age-ms", int, "close client connections after this age (GOAWAY) so clients "
      "reconnect and spread over new replicas; 0 = never"),
-    ("--max-connection-age-grace-ms", int, "calls still running on a connection past its age get this long"),
+    ("--max-connection-age-grace-ms", int,
+     "calls still running on a connection past its age get this long (0: they finish, however long)"),
     ("--drain-grace-s", float, "on SIGTERM/SIGINT: seconds for in-flight requests to finish"),
     ("--watchdog-s", float, "a model run longer than this makes health NOT_SERVING and fails its requests "
      "(UNAVAILABLE)"),

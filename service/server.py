@@ -98,9 +98,10 @@ def grpc_options(config: ServerConfig) -> list[tuple[str, Any]]:
         ("grpc.max_send_message_length", config.max_message_bytes),
         ("grpc.max_concurrent_streams", config.max_concurrent_streams),
     ]
-    if config.max_connection_age_ms > 0:
-        options += [("grpc.max_connection_age_ms", config.max_connection_age_ms),
-                    ("grpc.max_connection_age_grace_ms", config.max_connection_age_grace_ms)]
+    if config.max_connection_age_ms > 0:  # GOAWAY: new calls go to a new connection
+        options.append(("grpc.max_connection_age_ms", config.max_connection_age_ms))
+        if config.max_connection_age_grace_ms > 0:  # else gRPC's own: running calls finish (a document)
+            options.append(("grpc.max_connection_age_grace_ms", config.max_connection_age_grace_ms))
     return options
 
 
