@@ -47,14 +47,15 @@ class CountingLoader:
         self.gates: dict[str, asyncio.Event] = {}
         self.failing: set[str] = set()
 
-    async def __call__(self, name: str, version: int, path: Path, settings: ModelSettings) -> ServedModel:
+    async def __call__(self, name: str, version: int, path: Path, settings: ModelSettings,
+                       known: int | None = None) -> ServedModel:
         """The real load, once the gate (if any) opens."""
         self.calls.append(name)
         if (gate := self.gates.get(name)) is not None:
             await gate.wait()
         if name in self.failing:
             raise RuntimeError(SECRET)
-        model = await self.real(name, version, path, settings)
+        model = await self.real(name, version, path, settings, known)
         model.resident_bytes = self.charge
         return model
 
