@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 ACTIVATIONS = ("relu", "gelu", "silu")  # feed-forward non-linearities (model/transformer.py)
-POSITION_TABLES = ("interleaved", "halves", "fairseq")  # sinusoid layouts (model/transformer.py)
+POSITION_TABLES = ("interleaved", "halves", "fairseq", "learned")  # sinusoid layouts, or a learned table
 
 
 @dataclass
@@ -14,7 +14,7 @@ class ModelConfig:
     """Hyper-parameters of an encoder-decoder Transformer.
 
     The fields after layer_norm_eps are the switches of imported pretrained families (Marian,
-    M2M100 / NLLB: export/hf/mapping.py); their defaults are the paper's Transformer, and
+    M2M100 / NLLB, BART, mBART: export/hf/mapping.py); their defaults are the paper's Transformer, and
     `to_dict` leaves them out at those defaults, so our own checkpoints and bundles keep exactly
     the keys they always had.
     """
@@ -35,11 +35,13 @@ class ModelConfig:
     norm_first: bool = False  # False: post-LN as in the paper; True: pre-LN (+ a final LayerNorm)
     layer_norm_eps: float = 1e-5
     activation: str = "relu"  # FFN non-linearity: relu (paper, M2M100), gelu, silu (Marian's "swish")
-    position_table: str = "interleaved"  # sin/cos interleaved (paper), halves (Marian), fairseq (M2M100)
-    position_offset: int = 0  # position p reads row p + offset of the table (M2M100 / NLLB: pad_id + 1)
+    position_table: str = "interleaved"  # sin/cos interleaved (paper), halves (Marian), fairseq (M2M100),
+    # or learned: a trained table per side (BART, mBART), stored from row position_offset on
+    position_offset: int = 0  # position p reads row p + offset of the table (M2M100: pad_id + 1, BART: 2)
     scale_embedding: bool = True  # token embeddings times sqrt(d_model) (paper), else times 1
     source_vocab_size: int | None = None  # a separate source vocabulary's size (None: vocab_size)
     decoder_start_id: int | None = None  # the decoder's first input (None: bos_id; Marian: pad)
+    embedding_norm: bool = False  # a LayerNorm on embeddings + positions, one per side (BART, mBART)
 
     def __post_init__(self) -> None:
         """Reject inconsistent values early."""
@@ -71,6 +73,11 @@ class ModelConfig:
     def start_id(self) -> int:
         """The decoder's first input token."""
         return self.bos_id if self.decoder_start_id is None else self.decoder_start_id
+
+    @property
+    def side_positions(self) -> bool:
+        """Source and target each have their own position module (a learned table or an embedding norm)."""
+        return self.position_table == "learned" or self.embedding_norm
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict, for checkpoints and bundle.json; the pretrained switches only where set."""

@@ -141,20 +141,29 @@ def sinusoidal_table(max_len: int, d_model: int, layout: str = "interleaved", of
 
 
 class PositionalEncoding(nn.Module):
-    """Adds the sinusoidal position signal to embeddings (then dropout)."""
+    """Adds the position signal to embeddings (then an optional LayerNorm, then dropout).
 
-    def __init__(
-        self, d_model: int, max_len: int, dropout: float = 0.0, layout: str = "interleaved", offset: int = 0
-    ) -> None:
+    The signal is a sinusoid table (a buffer, not saved), or with layout "learned" a trained table
+    (a parameter `pe`, saved) of max_len rows: the rows from `offset` on of the checkpoint's table.
+    `norm` is BART's layernorm_embedding: LayerNorm(embeddings + positions).
+    """
+
+    def __init__(self, d_model: int, max_len: int, dropout: float = 0.0, layout: str = "interleaved",
+                 offset: int = 0, norm: bool = False, eps: float = 1e-5) -> None:
         super().__init__()
-        self.register_buffer("pe", sinusoidal_table(max_len, d_model, layout, offset), persistent=False)
+        if layout == "learned":
+            self.pe = nn.Parameter(torch.zeros(max_len, d_model))
+        else:
+            self.register_buffer("pe", sinusoidal_table(max_len, d_model, layout, offset), persistent=False)
+        self.norm = nn.LayerNorm(d_model, eps=eps) if norm else None
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
         """x (B, L, D); positions (B, L) or None for 0..L-1."""
         # (L, D) broadcast over the batch, or a table lookup per position (B, L, D)
         pe = self.pe[: x.size(1)] if positions is None else F.embedding(positions, self.pe)
-        return self.dropout(x + pe)
+        x = x + pe
+        return self.dropout(self.norm(x) if self.norm is not None else x)
 
 
 class Embeddings(nn.Module):
@@ -288,8 +297,10 @@ class Transformer(nn.Module):
         self.cfg = cfg
         self.src_embed = Embeddings(cfg.src_vocab, cfg.d_model, cfg.scale_embedding)
         self.tgt_embed = Embeddings(cfg.vocab_size, cfg.d_model, cfg.scale_embedding)
-        self.pos = PositionalEncoding(cfg.d_model, cfg.max_len, cfg.dropout, cfg.position_table,
-                                      cfg.position_offset)
+        pos = (cfg.d_model, cfg.max_len, cfg.dropout, cfg.position_table, cfg.position_offset,
+               cfg.embedding_norm, cfg.layer_norm_eps)
+        self.pos = PositionalEncoding(*pos)  # the source's (and the target's unless cfg.side_positions)
+        self.tgt_pos = PositionalEncoding(*pos) if cfg.side_positions else None
         self.encoder, self.decoder = Encoder(cfg), Decoder(cfg)
         self.generator = Generator(cfg.d_model, cfg.vocab_size)
         for p in self.parameters():
@@ -330,7 +341,7 @@ class Transformer(nn.Module):
         tgt_mask = causal.unsqueeze(0)  # (1, T, P+T)
         if self_mask is not None:
             tgt_mask = tgt_mask & self_mask.unsqueeze(1)  # (B, T, P+T)
-        x = self.pos(self.tgt_embed(tgt), positions)
+        x = (self.pos if self.tgt_pos is None else self.tgt_pos)(self.tgt_embed(tgt), positions)
         h, presents, weights = self.decoder(x, cross_kv, src_mask, tgt_mask, past)
         return self.generator(h), presents, weights
 

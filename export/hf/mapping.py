@@ -1,6 +1,6 @@
 """A Hugging Face seq2seq checkpoint -> model/'s Transformer: its configuration switches and weights.
 
-Two families map onto the paper's Transformer with the switches of `ModelConfig`:
+Four families map onto the paper's Transformer with the switches of `ModelConfig`:
 
     marian   (MarianMTModel: OPUS-MT)   post-LN; FFN activation `activation_function` (OPUS-MT:
              swish = silu); sinusoids in [sin | cos] halves; embeddings times sqrt(d_model) if
@@ -11,6 +11,13 @@ Two families map onto the paper's Transformer with the switches of `ModelConfig`
              encoder and decoder; fairseq sinusoids ([sin | cos], frequencies 10000^(-i/(d/2-1)))
              read at position + pad_id + 1; embeddings times sqrt(d_model) if `scale_embedding`;
              no output bias; the decoder starts from eos
+    bart     (BartForConditionalGeneration)   post-LN; learned position tables, one per side, read at
+             position + 2 (BartLearnedPositionalEmbedding's offset); a LayerNorm on embeddings +
+             positions (layernorm_embedding, one per side); `activation_function` (gelu);
+             embeddings times sqrt(d_model) if `scale_embedding`; final_logits_bias; one shared
+             vocabulary; the decoder starts from decoder_start_token_id (eos)
+    mbart    (MBartForConditionalGeneration: mBART-50)   as bart, but pre-LN with a final
+             LayerNorm on encoder and decoder
 
 Anything else is refused with the reason (`UNSUPPORTED`). Weights come from model.safetensors,
 pytorch_model.bin (torch.load with weights_only=True) or their sharded indexes, in float32; every
@@ -33,11 +40,13 @@ from model.checkpoint import file_sha256
 from model.config import ModelConfig
 from model.transformer import Transformer, sinusoidal_table
 
-SUPPORTED = {"marian": "MarianMTModel", "m2m_100": "M2M100ForConditionalGeneration"}
+SUPPORTED = {"marian": "MarianMTModel", "m2m_100": "M2M100ForConditionalGeneration",
+             "bart": "BartForConditionalGeneration", "mbart": "MBartForConditionalGeneration"}
+# family -> (pre-LN, position table, LayerNorm on the embeddings); the offsets are in `position_offset`
+LAYOUTS = {"marian": (False, "halves", False), "m2m_100": (True, "fairseq", False),
+           "bart": (False, "learned", True), "mbart": (True, "learned", True)}
+LEARNED_OFFSET = 2  # BartLearnedPositionalEmbedding / MBartLearnedPositionalEmbedding: row = position + 2
 UNSUPPORTED = {  # model_type -> why it does not map onto model/'s Transformer
-    "bart": "learned positional embeddings (offset 2) and a LayerNorm on the embeddings "
-            "(layernorm_embedding)",
-    "mbart": "learned positional embeddings and LayerNorms on the embeddings and after each stack",
     "plbart": "learned positional embeddings and a LayerNorm on the embeddings",
     "pegasus": "not mapped yet (pre-LN with sinusoids in halves, but untested here)",
     "fsmt": "not mapped yet (fairseq WMT19: separate vocabularies, learned output projection)",
@@ -124,6 +133,7 @@ def model_config(hf: dict[str, Any], family: str) -> ModelConfig:
         raise UnsupportedModel(f"shared embeddings but vocab_size {vocab} != decoder_vocab_size "
                                f"{target_vocab}")
     start = hf.get("decoder_start_token_id")
+    norm_first, table, embedding_norm = LAYOUTS[family]
     return ModelConfig(
         vocab_size=target_vocab if not shared else vocab,
         d_model=d_model,
@@ -136,17 +146,23 @@ def model_config(hf: dict[str, Any], family: str) -> ModelConfig:
         pad_id=pad,
         bos_id=int(start if hf.get("bos_token_id") is None else hf["bos_token_id"]),  # Marian: no bos
         eos_id=int(hf["eos_token_id"]),
-        unk_id=int(hf.get("unk_token_id", 3 if family == "m2m_100" else 1)),
+        unk_id=int(hf.get("unk_token_id", 1 if family == "marian" else 3)),
         tie_embeddings=False,
-        norm_first=family == "m2m_100",
-        layer_norm_eps=1e-5,  # nn.LayerNorm's default, which both families use
+        norm_first=norm_first,
+        layer_norm_eps=1e-5,  # nn.LayerNorm's default, which every family uses
         activation=HF_ACTIVATIONS[act],
-        position_table="halves" if family == "marian" else "fairseq",
-        position_offset=0 if family == "marian" else pad + 1,
+        position_table=table,
+        position_offset=position_offset(family, pad),
         scale_embedding=bool(hf.get("scale_embedding", False)),
         source_vocab_size=None if shared or vocab == target_vocab else vocab,
         decoder_start_id=int(start) if start is not None else None,
+        embedding_norm=embedding_norm,
     )
+
+
+def position_offset(family: str, pad: int) -> int:
+    """The row of the family's position table that position 0 reads."""
+    return {"marian": 0, "m2m_100": pad + 1}.get(family, LEARNED_OFFSET)
 
 
 def weight_files(model_dir: Path) -> list[Path]:
@@ -204,7 +220,11 @@ def embedding_keys(hf: dict[str, Any], state: dict[str, Tensor], family: str) ->
 
 
 def hf_name(ours: str) -> str:
-    """The transformers name (BART-style, shared by Marian and M2M100) of one of our layer tensors."""
+    """The transformers name (BART-style, shared by every family) of one of our layer tensors."""
+    side = {"pos": "encoder", "tgt_pos": "decoder"}.get(ours.split(".")[0])
+    if side is not None:  # pos.pe, the learned table (sliced by map_weights); pos.norm.weight, ...
+        return f"{side}.embed_positions.weight" if ours.endswith(".pe") else \
+            f"{side}.layernorm_embedding.{ours.rpartition('.')[2]}"
     m = re.fullmatch(r"(encoder|decoder)\.layers\.(\d+)\.(.+)", ours)
     if m is None:
         side, _, param = ours.split(".")  # the final LayerNorm of a pre-LN stack: encoder.norm.weight
@@ -223,6 +243,8 @@ def hf_name(ours: str) -> str:
 
 def check_positions(state: dict[str, Tensor], cfg: ModelConfig) -> None:
     """A stored position table must be our sinusoidal one (else the checkpoint learned its positions)."""
+    if cfg.position_table == "learned":
+        return
     table = sinusoidal_table(cfg.max_len, cfg.d_model, cfg.position_table, cfg.position_offset)
     for side in ("encoder", "decoder"):
         stored = state.get(f"{side}.embed_positions.weight")
@@ -257,6 +279,8 @@ def map_weights(hf: dict[str, Any], state: dict[str, Tensor], cfg: ModelConfig, 
         if key not in state:
             raise UnsupportedModel(f"weights lack {key} (for {name})")
         mapped[name] = state[key].reshape(like.shape) if key == "final_logits_bias" else state[key]
+        if name.endswith("pos.pe"):  # the learned table's rows from the offset on
+            mapped[name] = state[key][cfg.position_offset :][: cfg.max_len]
         if mapped[name].shape != like.shape:
             raise UnsupportedModel(f"{key} has shape {tuple(state[key].shape)}, expected {tuple(like.shape)}")
         used.add(key)

@@ -65,6 +65,25 @@ def test_offset_shifts_rows_and_interleaved_default_is_unchanged():
         sinusoidal_table(4, 8, "learned")
 
 
+def test_learned_table_and_embedding_norm():
+    """position_table "learned": a saved parameter of max_len rows; embedding_norm: LayerNorm(x + pe)."""
+    torch.manual_seed(0)
+    learned = PositionalEncoding(8, 30, layout="learned", offset=2, norm=True)
+    assert learned.pe.shape == (30, 8) and "pe" in learned.state_dict()
+    assert "pe" not in PositionalEncoding(8, 30).state_dict()  # sinusoids: rebuilt, never saved
+    with torch.no_grad():
+        learned.pe.normal_()
+        learned.norm.weight.normal_()
+    x, positions = torch.randn(2, 3, 8), torch.tensor([[4, 5, 6], [0, 1, 2]])
+    norm = learned.norm
+    ref = torch.nn.functional.layer_norm(x + learned.pe[positions], (8,), norm.weight, norm.bias)
+    assert torch.allclose(learned(x, positions), ref, atol=1e-6)
+    assert torch.allclose(learned(x)[1], learned(x, positions)[1], atol=1e-6)  # default: 0..L-1
+    m = tiny(position_table="learned", position_offset=2, embedding_norm=True)
+    assert m.tgt_pos is not None and m.tgt_pos is not m.pos and tiny().tgt_pos is None
+    assert {"pos.pe", "tgt_pos.pe", "pos.norm.weight", "tgt_pos.norm.bias"} <= set(m.state_dict())
+
+
 def test_embedding_scale_is_sqrt_d_model_or_one():
     torch.manual_seed(0)
     tokens = torch.tensor([[1, 2, 3]])
@@ -121,6 +140,7 @@ def test_defaults_keep_our_checkpoints_and_bundles_as_they_were():
     assert cfg.to_dict() == shipped
     assert (cfg.activation, cfg.position_table, cfg.position_offset, cfg.scale_embedding) == \
         ("relu", "interleaved", 0, True)
+    assert not cfg.embedding_norm and not cfg.side_positions
     assert cfg.src_vocab == cfg.vocab_size and cfg.start_id == cfg.bos_id
     marian = ModelConfig.from_dict({**shipped, "activation": "silu", "decoder_start_id": 5})
     assert marian.to_dict() == {**shipped, "activation": "silu", "decoder_start_id": 5}

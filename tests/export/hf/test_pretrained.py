@@ -65,29 +65,38 @@ UNTRAINED = {  # MarianConfig / M2M100Config overrides: random weights, no token
     "untied-output": ("marian", {"tie_word_embeddings": False, "activation_function": "relu"}),
     "m2m-gelu-2x2": ("m2m_100", {"activation_function": "gelu", "encoder_layers": 2, "decoder_layers": 2,
                                  "scale_embedding": False}),
+    "bart": ("bart", {"activation_function": "gelu", "decoder_layers": 2}),
+    "bart-scaled-relu": ("bart", {"activation_function": "relu", "scale_embedding": True}),
+    "mbart": ("mbart", {"activation_function": "gelu", "encoder_layers": 2, "scale_embedding": True}),
 }
+FAMILY_CLASSES = {"marian": ("MarianConfig", "MarianMTModel"),
+                  "m2m_100": ("M2M100Config", "M2M100ForConditionalGeneration"),
+                  "bart": ("BartConfig", "BartForConditionalGeneration"),
+                  "mbart": ("MBartConfig", "MBartForConditionalGeneration")}
 
 
 def untrained_dir(root, family: str, overrides: dict):
     """A random tiny model of `family` saved to root (config and weights only)."""
-    from transformers import M2M100Config, M2M100ForConditionalGeneration, MarianConfig, MarianMTModel
+    import transformers
 
+    config_class, model_class = (getattr(transformers, n) for n in FAMILY_CLASSES[family])
     base = dict(vocab_size=70, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
                 decoder_attention_heads=2, encoder_ffn_dim=24, decoder_ffn_dim=24, max_position_embeddings=64,
                 dropout=0.0, eos_token_id=2)
     torch.manual_seed(0)
     if family == "marian":
-        config = MarianConfig(**{**base, "pad_token_id": 69, "decoder_start_token_id": 69, **overrides})
-        model = MarianMTModel(config)
-        with torch.no_grad():
-            model.final_logits_bias.normal_()
+        config = config_class(**{**base, "pad_token_id": 69, "decoder_start_token_id": 69, **overrides})
     else:
-        config = M2M100Config(**{**base, "pad_token_id": 1, "decoder_start_token_id": 2, **overrides})
-        model = M2M100ForConditionalGeneration(config)
-    with torch.no_grad():  # spread logits: near-uniform ones would hide a wrong mapping
-        for name, p in model.named_parameters():
-            if "embed_positions" not in name:  # the sinusoids (not saved: rebuilt on loading)
+        config = config_class(**{**base, "pad_token_id": 1, "decoder_start_token_id": 2, **overrides})
+    model = model_class(config)
+    with torch.no_grad():
+        if family in ("marian", "bart", "mbart"):  # a bias the mapping must carry (zeros at first)
+            model.final_logits_bias.normal_()
+        for name, p in model.named_parameters():  # spread logits: near-uniform ones hide a wrong mapping
+            if "embed_positions" not in name or family in ("bart", "mbart"):  # sinusoids are rebuilt
                 p.mul_(4.0)
+            if "layernorm_embedding" in name:  # not the identity: the norm's weights must be carried
+                p.add_(torch.randn_like(p) * 0.5)
     model.save_pretrained(root)
     return root, type(model).from_pretrained(root).eval()
 
@@ -96,7 +105,8 @@ def untrained_dir(root, family: str, overrides: dict):
 def test_untrained_shapes_equal_transformers_forward(tmp_path, name):
     family, overrides = UNTRAINED[name]
     model_dir, hf_model = untrained_dir(tmp_path, family, overrides)
-    ours, _ = load_pretrained(model_dir)
+    ours, info = load_pretrained(model_dir)
+    assert info.family == family
     cfg = hf_model.config
     g = torch.Generator().manual_seed(1)
     src = torch.randint(4, 40, (3, 7), generator=g)
@@ -127,7 +137,7 @@ def test_pytorch_bin_weights_load_as_safetensors_do(tmp_path):
 
 
 @pytest.mark.parametrize("model_type, config_class, why", [
-    ("bart", "BartConfig", "learned positional embeddings"),
+    ("plbart", "PLBartConfig", "learned positional embeddings"),
     ("t5", "T5Config", "relative position bias"),
     ("nllb-moe", "NllbMoeConfig", "mixture-of-experts"),
     ("gpt2", "GPT2Config", "not supported"),
@@ -185,3 +195,21 @@ def test_a_model_without_its_tokenizer_writes_no_bundle(tmp_path, capsys):
     assert "tokenizer" in capsys.readouterr().err and not (tmp_path / "b").exists()
     with pytest.raises(FileNotFoundError, match="config.json"):
         import_pretrained(tmp_path, tmp_path / "b2", BuildOptions())
+
+
+@pytest.mark.parametrize("name", ["bart", "mbart"])
+def test_learned_positions_read_from_row_two_and_export_with_the_cache(tmp_path, name):
+    """BART / mBART: position p reads row p + 2 of each side's own table; the graphs keep dynamic
+    axes and the KV cache (greedy decoding through the cache equals the model's)."""
+    model_dir, hf_model = untrained_dir(tmp_path / "hf", *UNTRAINED[name])
+    ours, _ = load_pretrained(model_dir)
+    cfg = ours.cfg
+    assert (cfg.position_table, cfg.position_offset, cfg.embedding_norm) == ("learned", 2, True)
+    inner = hf_model.model
+    for mine, theirs in ((ours.pos, inner.encoder), (ours.tgt_pos, inner.decoder)):
+        assert torch.equal(mine.pe, theirs.embed_positions.weight[2:])
+        assert torch.equal(mine.norm.weight, theirs.layernorm_embedding.weight)
+    assert not torch.equal(ours.pos.pe, ours.tgt_pos.pe)  # one table per side
+    export_graphs(ours, tmp_path / "graphs")
+    report = verify_bundle(tmp_path / "graphs", ours, [[5, 6, 7, 8, 9, 2], [30, 31, 2]])
+    assert report.greedy_identical == 2 and report.logprobs_max_diff < 1e-4
