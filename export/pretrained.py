@@ -1,4 +1,5 @@
-"""Import a pretrained Hugging Face seq2seq model (Marian / OPUS-MT, M2M100, NLLB) into a verified bundle.
+"""Import a pretrained Hugging Face seq2seq model (Marian / OPUS-MT, M2M100, NLLB, BART, mBART-50) into a
+verified bundle.
 
     python -m export.pretrained --model path/to/opus-mt-en-de --out bundles/en-de \\
         [--force] [--attention fused|plain|inplace] [--fp16] [--optimize]
@@ -15,7 +16,8 @@ them. The bundle's beam search is transformers' own (`generation.beam_search` "t
 the checkpoint's early_stopping), its begin_suppress_tokens become begin_suppress_ids, and what
 generate decodes with by default (num_beams, max_length, min_length, no_repeat_ngram_size,
 length_penalty, repetition_penalty) becomes `generation.defaults`: a request that leaves an option
-unset decodes as transformers' pipeline does.
+unset decodes as transformers' pipeline does. A BART checkpoint's forced_bos_token_id becomes
+`generation.forced_bos_id` (many-to-many models force the request's target language instead).
 """
 
 from __future__ import annotations
@@ -42,7 +44,13 @@ from export.build import (
     verification_sources,
 )
 from export.export import ExportError
-from export.hf.generation import generation_defaults, generation_rules, generation_search, generation_settings
+from export.hf.generation import (
+    forced_bos,
+    generation_defaults,
+    generation_rules,
+    generation_search,
+    generation_settings,
+)
 from export.hf.mapping import Pretrained, UnsupportedModel, load_pretrained, read_config
 from export.hf.tokenizer import TokenizerMismatch, read_tokenizer
 from export.verify.base import ParityError
@@ -61,7 +69,8 @@ def pretrained_source(model_dir: Path, opts: BuildOptions) -> tuple[ModelSource,
         raise UnsupportedModel(f"generation_config.json starts the decoder from {start}, config.json from "
                                f"{model.cfg.start_id}")
     tok = read_tokenizer(model_dir, info.family, model.cfg)
-    tok.generation |= generation_rules(settings, model.cfg) | generation_search(settings, model.cfg)
+    tok.generation |= generation_rules(settings, model.cfg) | generation_search(settings, model.cfg) | \
+        forced_bos(settings, model.cfg, tok.languages is not None)
     model.cfg = replace(model.cfg, bos_id=tok.special["bos"], unk_id=tok.special["unk"])
     extra = tok.manifest() | {"pretrained": {
         "family": info.family, "architecture": info.architecture, "model_dir": model_dir.name,

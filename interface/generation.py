@@ -7,6 +7,7 @@ file `tokenizer.json`, the source is its ids + eos, the decoder starts from bos.
 from pretrained checkpoints (export/pretrained.py, format_version 2) state them:
 
     "tokenizer": {"kind": "tokenizers", "file": "tokenizer.json"}
+        a Hugging Face tokenizers file (ours; BART's byte-level BPE), used without its special tokens
     "tokenizer": {"kind": "sentencepiece", "source_model": "source.spm", "target_model": "target.spm",
                   "vocab": "vocab.json"}
         SentencePiece splits text into pieces (source_model for sources, target_model detokenizes
@@ -14,14 +15,19 @@ from pretrained checkpoints (export/pretrained.py, format_version 2) state them:
         object, the transformers tokenizer's get_vocab()); a piece it lacks is the unk id.
     "generation": {"decoder_start_id": 58100, "source_suffix": [0], "suppress_ids": [58100],
                    "forced_eos_at_limit": true, "renormalize": true}
-        decoder_start_id: the decoder's first input (Marian: pad; M2M100 / NLLB: eos; ours: bos);
-        source_suffix: ids after a source's pieces (usually [eos]).
+        decoder_start_id: the decoder's first input (Marian: pad; M2M100 / NLLB / BART: eos; ours: bos);
+        source_suffix: ids after a source's pieces (usually [eos]);
+        source_prefix (default []): ids before a source's pieces, after its language id if any
+            (BART: [bos]).
         The rest are rules on each decoder step's log-probs (rows of every request, greedy and beam),
         applied in this order before the search picks tokens; the defaults change nothing:
         suppress_ids (default []): ids never generated: their log-prob is -inf at every step
             (transformers' bad_words_ids of single tokens and suppress_tokens; OPUS-MT: [pad]);
             never eos (the model could not stop);
-        then a forced first token (`languages.forced_target`): -inf everywhere but 0 at the token;
+        then a forced first token (`languages.forced_target`, else forced_bos_id): -inf everywhere but 0
+            at the token;
+        forced_bos_id (default none): the first generated token of every request, forced as above when
+            the model has no target languages (transformers' forced_bos_token_id: BART's [bos]);
         forced_eos_at_limit (default false): the last token a request's max_new_tokens allows (the
             max_new_tokens-th) is eos, forced the same way; it wins over a forced first token. This
             is transformers' forced_eos_token_id = eos: it forces eos when the sequence so far,
@@ -131,6 +137,8 @@ class GenerationSpec:
     early_stopping: bool | str = False  # EARLY_STOPPING: the "transformers" search's stopping rule
     begin_suppress_ids: tuple[int, ...] = ()  # never generated at the first position after the prompt
     defaults: GenerationDefaults = GenerationDefaults()  # what a request leaves unset decodes with
+    source_prefix: tuple[int, ...] = ()  # before a source's pieces (after its language id)
+    forced_bos_id: int | None = None  # the first generated token (without target languages)
 
 
 @dataclass(frozen=True)
@@ -167,6 +175,12 @@ def parse_generation(value: Any) -> GenerationSpec:
         raise ValueError("'generation.decoder_start_id' must be a token id")
     if suffix is not None and (not isinstance(suffix, list) or not all(isinstance(i, int) for i in suffix)):
         raise ValueError("'generation.source_suffix' must be a list of token ids")
+    forced_bos = value.get("forced_bos_id")
+    if forced_bos is not None and not _is_id(forced_bos):
+        raise ValueError("'generation.forced_bos_id' must be a token id")
+    prefix = value.get("source_prefix", [])
+    if not isinstance(prefix, list) or not all(_is_id(i) for i in prefix):
+        raise ValueError("'generation.source_prefix' must be a list of token ids")
     if not isinstance(suppress, list) or not all(_is_id(i) for i in suppress):
         raise ValueError("'generation.suppress_ids' must be a list of token ids")
     flags = {k: value.get(k, False) for k in ("forced_eos_at_limit", "renormalize")}
@@ -185,7 +199,8 @@ def parse_generation(value: Any) -> GenerationSpec:
     return GenerationSpec(start, tuple(suffix) if suffix is not None else None,
                           tuple(dict.fromkeys(suppress)), **flags, beam_search=search, early_stopping=early,
                           begin_suppress_ids=tuple(dict.fromkeys(begin)),
-                          defaults=parse_defaults(value.get("defaults")))
+                          defaults=parse_defaults(value.get("defaults")), source_prefix=tuple(prefix),
+                          forced_bos_id=forced_bos)
 
 
 def parse_defaults(value: Any) -> GenerationDefaults:

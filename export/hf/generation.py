@@ -3,7 +3,8 @@
 transformers reads them from generation_config.json, else config.json. What changes generate's output
 becomes a rule of interface/generation.py (bad_words_ids of single tokens and suppress_tokens ->
 suppress_ids, forced_eos_token_id -> forced_eos_at_limit, renormalize_logits -> renormalize), the search
-is transformers' own beam search (with the checkpoint's early_stopping and begin_suppress_tokens), and
+is transformers' own beam search (with the checkpoint's early_stopping and begin_suppress_tokens), a
+forced_bos_token_id of a model without target languages (BART) becomes forced_bos_id, and
 the settings generate decodes with by default become `generation.defaults`. What a bundle cannot state
 is refused (`UnsupportedModel`).
 """
@@ -71,6 +72,19 @@ def generation_rules(settings: dict[str, Any], cfg: ModelConfig) -> dict[str, An
                                f"{cfg.eos_id}: a bundle can force only eos at the length limit")
     return {"suppress_ids": suppress, "forced_eos_at_limit": bool(forced),
             "renormalize": settings.get("renormalize_logits") is True}
+
+
+def forced_bos(settings: dict[str, Any], cfg: ModelConfig, many_to_many: bool) -> dict[str, Any]:
+    """`generation.forced_bos_id` of the checkpoint's forced_bos_token_id ({} when unset, or for a
+    many-to-many model, whose first token is the request's target language); UnsupportedModel if it is not
+    one id of the model's vocabulary."""
+    forced = settings.get("forced_bos_token_id")
+    if forced is None or many_to_many:
+        return {}
+    if not isinstance(forced, int) or isinstance(forced, bool) or not 0 <= forced < cfg.vocab_size:
+        raise UnsupportedModel(f"forced_bos_token_id {forced!r} is not an id of the model's vocabulary of "
+                               f"{cfg.vocab_size}")
+    return {"forced_bos_id": forced}
 
 
 def generation_search(settings: dict[str, Any], cfg: ModelConfig) -> dict[str, Any]:

@@ -5,10 +5,14 @@ What the bundle records (interface/generation.py, docs/bundle-format.md):
     tokenizer   kind "sentencepiece": Marian's source.spm / target.spm as they are; M2M100 / NLLB's
                 one sentencepiece.bpe.model as both; vocab.json = the transformers tokenizer's
                 get_vocab() (piece -> model id; for M2M100 / NLLB with the fairseq offsets and the
-                language tokens)
-    generation  decoder_start_id (the model's decoder_start_token_id: Marian pad, M2M100 / NLLB
-                eos) and source_suffix (what the tokenizer appends to a source: [eos]); its rules
-                (suppress_ids, ...) come from the generation config (export/pretrained.py)
+                language tokens); kind "tokenizers": BART's byte-level BPE, the transformers
+                tokenizer's own tokenizers file written as tokenizer.json (however the checkpoint
+                holds it: tokenizer.json, or vocab.json + merges.txt)
+    generation  decoder_start_id (the model's decoder_start_token_id: Marian pad, M2M100 / NLLB /
+                BART eos), source_suffix (what the tokenizer appends to a source: [eos]) and
+                source_prefix (what it puts before a source that is not a language id: BART's
+                [bos]); its rules (suppress_ids, ...) come from the generation config
+                (export/pretrained.py)
     languages   many-to-many models only: code -> id of its language token, the source prefixed
                 with its language, the first generated token forced to the target language
     source_language  Marian only, when its tokenizer states one: the tokenizer's source_lang
@@ -38,6 +42,7 @@ from interface.generation import (
 from model.config import ModelConfig
 
 VOCAB_FILE = "vocab.json"
+TOKENIZERS_FILE = "tokenizer.json"  # kind "tokenizers"
 NLLB_CODE = re.compile(r"[a-z]{3}_[A-Z][a-z]{3}")  # eng_Latn, fra_Latn, ...
 SAMPLE = "a b"  # encoded with and without special tokens to find the affixes
 
@@ -51,18 +56,23 @@ class TokenizerImport:
     """The bundle's tokenizer files, special ids and format-2 objects."""
 
     files: dict[str, Path]  # bundle file name -> file to copy
-    vocab: dict[str, int]  # written as vocab.json
+    vocab: dict[str, int]  # written as vocab.json (kind sentencepiece)
     special: dict[str, int]  # pad, bos, eos, unk
     tokenizer: dict[str, Any]
     generation: dict[str, Any]
     languages: dict[str, Any] | None = None
     source_language: str | None = None  # Marian's source_lang
     notes: list[str] = field(default_factory=list)
+    texts: dict[str, str] = field(default_factory=dict)  # bundle file name -> contents (tokenizer.json)
 
     def write(self, bundle_dir: Path) -> None:
-        """Copy the SentencePiece model(s) and write vocab.json into the bundle directory."""
+        """Copy the SentencePiece model(s) and write vocab.json (or write tokenizer.json) into the bundle."""
         for name, src in self.files.items():
             shutil.copyfile(src, bundle_dir / name)
+        for name, text in self.texts.items():
+            (bundle_dir / name).write_text(text, encoding="utf-8")
+        if self.tokenizer["kind"] != "sentencepiece":
+            return
         by_id = dict(sorted(self.vocab.items(), key=lambda kv: kv[1]))
         text = json.dumps(by_id, ensure_ascii=False, indent=0)
         (bundle_dir / VOCAB_FILE).write_text(text + "\n", encoding="utf-8")
@@ -150,14 +160,33 @@ def special_ids(tok: Any, cfg: ModelConfig) -> dict[str, int]:
     return {k: int(v) for k, v in ids.items()}
 
 
-def read_tokenizer(model_dir: Path, family: str, cfg: ModelConfig) -> TokenizerImport:
-    """The bundle's tokenizer of a supported checkpoint (export/hf/mapping.py family)."""
-    tok = load_hf_tokenizer(model_dir)
+def tokenizer_files(tok: Any, model_dir: Path, family: str) -> tuple[dict[str, Any], dict[str, Path],
+                                                                      dict[str, str]]:
+    """(`tokenizer` object, files to copy, files to write) of the bundle: SentencePiece models as they
+    are, or BART's byte-level BPE as the transformers tokenizer's own tokenizers file."""
+    if family == "bart":
+        backend = getattr(tok, "backend_tokenizer", None)
+        if backend is None:
+            raise TokenizerMismatch(f"the BART tokenizer {type(tok).__name__} has no tokenizers backend")
+        from tokenizers import Tokenizer
+
+        own = Tokenizer.from_str(backend.to_str())  # a copy: transformers may have left padding set on it
+        own.no_padding()
+        own.no_truncation()
+        return {"kind": "tokenizers", "file": TOKENIZERS_FILE}, {}, {TOKENIZERS_FILE: own.to_str()}
     source, target = spm_files(tok, model_dir, family)
     names = {"source_model": "source.spm", "target_model": "target.spm"} if family == "marian" else \
         {"source_model": source.name, "target_model": source.name}
+    files = {names["source_model"]: source, names["target_model"]: target}
+    return {"kind": "sentencepiece", **names, "vocab": VOCAB_FILE}, files, {}
+
+
+def read_tokenizer(model_dir: Path, family: str, cfg: ModelConfig) -> TokenizerImport:
+    """The bundle's tokenizer of a supported checkpoint (export/hf/mapping.py family)."""
+    tok = load_hf_tokenizer(model_dir)
+    spec, files, texts = tokenizer_files(tok, model_dir, family)
     vocab = {str(p): int(i) for p, i in tok.get_vocab().items()}
-    codes = language_codes(tok) if family == "m2m_100" else {}
+    codes = language_codes(tok) if family in ("m2m_100", "mbart") else {}
     vocab |= {getattr(tok, "lang_code_to_token", {}).get(c, c): i for c, i in codes.items()}
     too_big = {p: i for p, i in vocab.items() if i >= max(cfg.vocab_size, cfg.src_vocab)}
     if too_big:
@@ -167,20 +196,20 @@ def read_tokenizer(model_dir: Path, family: str, cfg: ModelConfig) -> TokenizerI
     prefix, suffix = affixes(tok)
     if suffix != [cfg.eos_id]:
         raise TokenizerMismatch(f"the tokenizer appends {suffix} to a source; the bundle format states a "
-                                f"suffix of ids but not one with a language code (legacy NLLB?)")
-    languages = None
+                                f"suffix of ids but not one with a language code (legacy NLLB / mBART-25?)")
+    languages, fixed = None, prefix
     if codes:
         if len(prefix) != 1 or prefix[0] not in codes.values():
             raise TokenizerMismatch(f"a many-to-many tokenizer must prefix a source with its language id, "
                                     f"got {prefix}")
-        languages = {"codes": codes, "source_prefix": True, "forced_target": True}
-    elif prefix:
-        raise TokenizerMismatch(f"the tokenizer prefixes a source with {prefix}; the format states only "
-                                "language ids")
-    files = {names["source_model"]: source, names["target_model"]: target}
+        languages, fixed = {"codes": codes, "source_prefix": True, "forced_target": True}, []
+    elif set(prefix) & set(language_codes(tok).values()):
+        raise TokenizerMismatch(f"the tokenizer prefixes a source with {prefix}, a language id, but the "
+                                f"{family} family has no languages")
+    generation = {"decoder_start_id": cfg.start_id, "source_suffix": suffix}
+    if fixed:
+        generation["source_prefix"] = fixed
     return TokenizerImport(
-        files=files, vocab=vocab, special=special,
-        tokenizer={"kind": "sentencepiece", **names, "vocab": VOCAB_FILE},
-        generation={"decoder_start_id": cfg.start_id, "source_suffix": suffix},
-        languages=languages, source_language=source_language(tok, family),
+        files=files, vocab=vocab, special=special, tokenizer=spec, generation=generation,
+        languages=languages, source_language=source_language(tok, family), texts=texts,
     )

@@ -25,6 +25,7 @@ class Languages:
     codes: Mapping[str, int] = field(default_factory=dict)
     source_prefix: bool = False
     forced_target: bool = False
+    forced_first: int | None = None  # the model's own forced first token (BART's forced_bos_token_id)
 
     @property
     def names(self) -> list[str]:
@@ -40,8 +41,9 @@ class Languages:
         return (first[0] if self.source_prefix else None), (last if self.forced_target else None)
 
     def resolve(self, source: str | None, target: str | None) -> tuple[tuple[int, ...], int | None]:
-        """(ids before a source's pieces, the id forced as the first generated token) of a request's
-        languages (None: not given); InvalidInput for a language the model does not take or needs."""
+        """(ids before a source's pieces, the id forced as the first generated token: the target language's,
+        else the model's own forced_first) of a request's languages (None: not given); InvalidInput for a
+        language the model does not take or needs."""
         for name, code in (("source_language", source), ("target_language", target)):
             if code is not None and not isinstance(code, str):
                 raise InvalidInput(f"{name} must be a language code (a string), got {type(code).__name__}")
@@ -58,7 +60,8 @@ class Languages:
             raise InvalidInput("this model translates between languages: set target_language, the language "
                                f"to translate into (e.g. {', '.join(self.names[:SHOWN_CODES])})")
         prefix = (self.codes[source],) if self.source_prefix and source is not None else ()
-        return prefix, (self.codes[target] if self.forced_target and target is not None else None)
+        forced = self.codes[target] if self.forced_target and target is not None else self.forced_first
+        return prefix, forced
 
     def _suggested(self, code: str) -> list[str]:
         """Known codes close to `code`, then the first ones, SHOWN_CODES at most."""

@@ -135,8 +135,10 @@ class Runner:
         b = self.bundle
         suffix = b.generation.source_suffix
         self.source_suffix: list[int] = [self.special.eos] if suffix is None else list(suffix)
+        self.source_prefix: list[int] = list(b.generation.source_prefix)  # after the language id
         spec = b.languages
-        self.languages = Languages(dict(spec.codes), spec.source_prefix, spec.forced_target)
+        self.languages = Languages(dict(spec.codes), spec.source_prefix, spec.forced_target,
+                                   b.generation.forced_bos_id)
         self.defaults = model_defaults(b.generation.defaults)  # what a request leaves unset decodes with
         try:
             DecodeOptions().resolved(self.max_len, DEFAULT_MAX_BEAM, defaults=self.defaults)
@@ -187,14 +189,15 @@ class Runner:
 
     # ----- tokenization and validation ----------------------------------------------------
     def encode_texts(self, texts: Sequence[str], prefix: Sequence[int] = ()) -> list[list[int]]:
-        """Source ids (prefix, e.g. a language's id, + tokenizer ids + the source suffix, usually eos) of
-        each text; InvalidInput if empty or too long."""
+        """Source ids (prefix, e.g. a language's id, + the bundle's source prefix + tokenizer ids + the source
+        suffix, usually eos) of each text; InvalidInput if empty or too long."""
         for i, t in enumerate(texts):
             if not isinstance(t, str):
                 raise InvalidInput(f"text {i} must be a string, got {type(t).__name__}")
             if not t.strip():
                 raise InvalidInput(f"text {i} is empty")
-        out = [[*prefix, *ids, *self.source_suffix] for ids in self.tokenizer.encode(texts)]
+        fixed, suffix = self.source_prefix, self.source_suffix
+        out = [[*prefix, *fixed, *ids, *suffix] for ids in self.tokenizer.encode(texts)]
         for i, ids in enumerate(out):
             if len(ids) > self.max_len:
                 raise InvalidInput(f"text {i} is {len(ids)} tokens long (incl. eos); "

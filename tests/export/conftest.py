@@ -10,7 +10,8 @@ import pytest
 from tests.support.hf_models import Shape
 
 # name: (family, shape, bundle options); together: d_model 16 / 32, 1-2 layers, 2 / 4 heads, swish and
-# relu, shared and separate embeddings, scaled and unscaled embeddings, each lowering, fp16 on two
+# relu, gelu, shared and separate embeddings, scaled and unscaled embeddings, sinusoid and learned positions,
+# each lowering, fp16 on three
 HF_MODELS = {
     "marian": ("marian", Shape(), {"fp16": True}),
     "marian-separate": ("marian", Shape(d_model=32, layers=(2, 2), heads=4, d_ff=64, activation="relu",
@@ -18,6 +19,8 @@ HF_MODELS = {
     "m2m100": ("m2m100", Shape(activation="relu"), {"fp16": True}),
     "nllb": ("nllb", Shape(d_model=32, layers=(2, 1), heads=4, d_ff=64, activation="relu"),
              {"attention": "plain"}),
+    "bart": ("bart", Shape(d_model=32, layers=(1, 2), heads=4, d_ff=64, activation="gelu",
+                           scale_embedding=False), {"fp16": True}),
 }
 
 
@@ -26,7 +29,7 @@ def hf_dirs(tmp_path_factory) -> dict[str, Path]:
     """name -> a tiny Hugging Face model directory (model, tokenizer, configs) of HF_MODELS."""
     import torch
 
-    from tests.support.hf_models import m2m100_dir, marian_dir
+    from tests.support.hf_models import bart_dir, m2m100_dir, marian_dir
 
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("hf")
@@ -34,6 +37,8 @@ def hf_dirs(tmp_path_factory) -> dict[str, Path]:
     for seed, (name, (family, shape, _)) in enumerate(HF_MODELS.items()):
         if family == "marian":
             dirs[name] = marian_dir(root / name, shape, seed)
+        elif family == "bart":
+            dirs[name] = bart_dir(root / name, shape, seed)
         else:
             dirs[name] = m2m100_dir(root / name, shape, seed, nllb=family == "nllb")
     return dirs

@@ -208,6 +208,35 @@ def m2m100_dir(root: Path, shape: Shape, seed: int = 0, nllb: bool = False, step
 M2M_CODES = ("en", "ha", "is", "ja", "cs", "ru", "zh", "de")  # transformers' M2M100 "wmt21" codes
 
 
+def bart_dir(root: Path, shape: Shape, seed: int = 0, steps: int = 120, tokenizer_json: bool = False) -> Path:
+    """A tiny BartForConditionalGeneration directory with a byte-level BPE trained here (vocab.json +
+    merges.txt as BART's hub checkpoints have them, or only tokenizer.json with `tokenizer_json`)."""
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import BartConfig, BartForConditionalGeneration, BartTokenizer
+
+    root.mkdir(parents=True, exist_ok=True)
+    pairs = parallel(300, seed)
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator([x for p in pairs for x in p], vocab_size=400, min_frequency=2,
+                            show_progress=False, special_tokens=["<s>", "<pad>", "</s>", "<unk>"])  # BART's
+    bpe.save_model(str(root))
+    tok = BartTokenizer(vocab=str(root / "vocab.json"), merges=str(root / "merges.txt"))
+    torch.manual_seed(seed)
+    config = BartConfig(vocab_size=len(tok), **dimensions(shape), pad_token_id=1, bos_token_id=0,
+                        eos_token_id=2, decoder_start_token_id=2, forced_eos_token_id=None,
+                        attention_dropout=0.0, activation_dropout=0.0)
+    model = BartForConditionalGeneration(config)
+    fit(model, tok, pairs, steps, seed)
+    with torch.no_grad():  # a bias the mapping must carry (zeros at first)
+        model.final_logits_bias.normal_(0.0, 0.3, generator=torch.Generator().manual_seed(seed))
+    model.save_pretrained(root)
+    tok.save_pretrained(root)
+    if tokenizer_json:
+        for name in ("vocab.json", "merges.txt"):
+            (root / name).unlink(missing_ok=True)
+    return root
+
+
 def language_id(tok: Any, code: str) -> int:
     """The id of a language's token (M2M100: "de" -> __de__; NLLB: the code itself)."""
     codes = getattr(tok, "lang_code_to_id", None)

@@ -166,7 +166,9 @@ def _generation_objects(root: Path,
     source = int(model.get("source_vocab_size") or target)  # a separate source vocabulary's size
     used = [n for n, where in ((source, languages.source_prefix), (target, languages.forced_target)) if where]
     ids = {"generation.decoder_start_id": ([generation.decoder_start_id], target),
+           "generation.forced_bos_id": ([generation.forced_bos_id], target),
            "generation.source_suffix": (list(generation.source_suffix or ()), source),
+           "generation.source_prefix": (list(generation.source_prefix), source),
            "generation.suppress_ids": (list(generation.suppress_ids), target),
            "generation.begin_suppress_ids": (list(generation.begin_suppress_ids), target),
            "languages.codes": (list(languages.codes.values()), min(used, default=target))}

@@ -74,6 +74,8 @@ class JsonTokenizer:
 
     def __init__(self, path: Path, skipped: Collection[int] = ()) -> None:
         self._tok = Tokenizer.from_file(str(path))
+        self._tok.no_padding()  # each text's own ids, whatever the file says (a saved padding would pad them)
+        self._tok.no_truncation()
         self._skipped = frozenset(skipped)  # language ids, skipped even when the file does not mark them
         self._bytes = ByteLevelText(self._tok, self._skipped) if is_byte_level(self._tok) else None
         vocab = self._tok.get_vocab()

@@ -43,7 +43,7 @@ def hf_pair_batch(tok, n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     return enc["input_ids"], labels
 
 
-@pytest.mark.parametrize("name", ["marian", "marian-separate", "m2m100", "nllb"])
+@pytest.mark.parametrize("name", ["marian", "marian-separate", "m2m100", "nllb", "bart"])
 def test_log_probs_equal_transformers_forward(hf_dirs, name):
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
@@ -53,7 +53,7 @@ def test_log_probs_equal_transformers_forward(hf_dirs, name):
     src, labels = hf_pair_batch(tok, 12, 5)
     assert src.eq(tok.pad_token_id).any()  # padded rows: the masks are exercised
     assert teacher_forced(hf_model, ours, src, labels) <= LOGPROB_ATOL
-    assert info.family == ("marian" if name.startswith("marian") else "m2m_100")
+    assert info.family == {"marian": "marian", "bart": "bart"}.get(name.split("-")[0], "m2m_100")
 
 
 UNTRAINED = {  # MarianConfig / M2M100Config overrides: random weights, no tokenizer

@@ -18,6 +18,7 @@ from export.pretrained import main as cli_main
 from interface import names
 from interface.generation import FORMAT_WITH_GENERATION, parse_generation, parse_languages, parse_tokenizer
 from model.checkpoint import file_sha256
+from model.config import ModelConfig
 from tests.support.bundle_search import hf_search, onnx_search
 from tests.support.hf_generate import hf_generate
 from tests.support.hf_models import M2M_CODES, NLLB_CODES, language_id, parallel
@@ -85,6 +86,30 @@ def test_many_to_many_manifest_states_languages(hf_bundles, hf_dirs, name):
     assert m["model"]["position_offset"] == 2 and m["model"]["position_table"] == "fairseq"
 
 
+def test_bart_manifest_states_its_byte_level_tokenizer_and_bos_prefix(hf_bundles, hf_dirs):
+    """BART: the tokenizers file (no padding), the source as <s> + pieces + </s>, the decoder from eos,
+    learned positions from row 2 with their LayerNorm."""
+    from tokenizers import Tokenizer
+
+    m, bundle = manifest(hf_bundles["bart"]), hf_bundles["bart"]
+    _, tok = hf(hf_dirs, "bart")
+    assert m["tokenizer"] == {"kind": "tokenizers", "file": "tokenizer.json"} and "languages" not in m
+    bos, eos = tok.bos_token_id, tok.eos_token_id
+    assert m["generation"] == {"decoder_start_id": eos, "source_suffix": [eos], "source_prefix": [bos],
+                               **NO_RULES, **SEARCH}
+    assert parse_generation(m["generation"]).source_prefix == (bos,)
+    assert m["special_tokens"] == {"pad": 1, "bos": 0, "eos": 2, "unk": 3}
+    assert (m["model"]["position_table"], m["model"]["position_offset"], m["model"]["embedding_norm"]) == \
+        ("learned", 2, True)
+    assert m["pretrained"]["family"] == "bart" and "vocab.json" not in m["files"]
+    file = Tokenizer.from_file(str(bundle / "tokenizer.json"))
+    assert file.padding is None and file.truncation is None
+    texts = [s for s, _ in parallel(30, 11)] + ["zebra quickly", "the  cat", "Anna", "héllo 日本!"]
+    for text in texts:
+        ids = file.encode(text, add_special_tokens=False).ids
+        assert [bos, *ids, eos] == tok(text)["input_ids"], text
+
+
 @pytest.mark.parametrize("name", ["marian", "marian-separate", "m2m100", "nllb"])
 def test_bundle_tokenizer_files_give_the_transformers_ids(hf_bundles, hf_dirs, name):
     """What the runtime does with the files (pieces of the source model, looked up in vocab.json, unk
@@ -101,7 +126,7 @@ def test_bundle_tokenizer_files_give_the_transformers_ids(hf_bundles, hf_dirs, n
 
 
 @pytest.mark.parametrize("beam", [1, 2, 4])
-@pytest.mark.parametrize("name", ["marian", "marian-separate", "m2m100", "nllb"])
+@pytest.mark.parametrize("name", ["marian", "marian-separate", "m2m100", "nllb", "bart"])
 def test_greedy_and_beam_are_token_identical_to_generate(hf_bundles, hf_dirs, name, beam):
     model, tok = hf(hf_dirs, name)
     sources = [tok(s)["input_ids"] for s, _ in parallel(12, 7)]
@@ -118,7 +143,7 @@ def test_greedy_and_beam_are_token_identical_to_generate(hf_bundles, hf_dirs, na
         assert any(a != b for a, b in zip(ours, greedy, strict=True))
 
 
-@pytest.mark.parametrize("name", ["marian", "marian-separate", "m2m100", "nllb"])
+@pytest.mark.parametrize("name", ["marian", "marian-separate", "m2m100", "nllb", "bart"])
 def test_the_runtime_serves_generates_tokens_and_text(hf_bundles, hf_dirs, name):
     """End to end: the torch-free runner on the bundle, from text to text, against generate + decode (its own
     greedy and beam search: tokens, and sequences_scores as the beam hypothesis's score)."""
@@ -147,7 +172,7 @@ def test_imported_bundles_are_verified_in_every_lowering(hf_bundles):
         check = v["verification"]
         assert check["greedy_identical"] == check["greedy_sources"] == 8
         assert max(check[f"{k}_max_diff"] for k in ("encoder", "logprobs", "present")) < 1e-4
-    for name in ("marian", "m2m100"):  # the CUDA provider's fp16 variant
+    for name in ("marian", "m2m100", "bart"):  # the CUDA provider's fp16 variant
         assert m[name]["provider_variants"] == {"CUDAExecutionProvider": "fp16"}
         assert m[name]["verification"]["fp16"]["greedy_sources"] == 8
 
@@ -189,3 +214,40 @@ def test_our_own_bundles_keep_format_1(tiny_bundle):
     assert not {"tokenizer", "generation", "languages", "pretrained"} & set(m)
     assert not {"activation", "position_table", "decoder_start_id"} & set(m["model"])
 
+
+
+def test_bart_generation_config_wins_over_config_json_and_forces_bos(hf_dirs, tmp_path):
+    """generation_config.json, when there, is what generate reads (config.json's settings are then
+    ignored, as transformers does); its forced_bos_token_id becomes generation.forced_bos_id, which the
+    runtime forces as generate does."""
+    from export.hf.generation import forced_bos, generation_rules, generation_settings
+    from service.domain.types import DecodeOptions
+    from service.runtime.runner import Runner
+
+    model_dir = shutil.copytree(hf_dirs["bart"], tmp_path / "bart")
+    model, tok = hf(hf_dirs, "bart")
+    first = tok("die")["input_ids"][1]  # an ordinary token, which the model does not start with
+    config = json.loads((model_dir / "config.json").read_text())
+    (model_dir / "config.json").write_text(json.dumps({**config, "forced_bos_token_id": 0,
+                                                       "forced_eos_token_id": 2}))
+    generation = json.loads((model_dir / "generation_config.json").read_text())
+    (model_dir / "generation_config.json").write_text(json.dumps({**generation, "forced_bos_token_id": first,
+                                                                  "forced_eos_token_id": None}))
+    out = import_pretrained(model_dir, tmp_path / "bundle", BuildOptions()).bundle_dir
+    m = manifest(out)
+    assert m["generation"]["forced_bos_id"] == first and m["generation"]["forced_eos_at_limit"] is False
+    assert parse_generation(m["generation"]).forced_bos_id == first
+    runner = Runner(out, providers=["CPUExecutionProvider"])
+    texts = [s for s, _ in parallel(8, 7)]
+    sources = [tok(t)["input_ids"] for t in texts]
+    for beam in (1, 4):
+        served = runner.translate(texts, DecodeOptions(beam_size=beam, max_output_tokens=MAX_NEW))
+        theirs = [g[0] for g in hf_generate(model, sources, beam, MAX_NEW, forced_bos_token_id=first)]
+        assert [h[0].tokens for h in served] == [g.tokens for g in theirs]
+        assert all(h[0].tokens[0] == first for h in served)
+    (model_dir / "generation_config.json").unlink()  # config.json's settings, the fallback
+    settings = generation_settings(model_dir, json.loads((model_dir / "config.json").read_text()))
+    cfg = ModelConfig(vocab_size=len(tok), pad_id=1, bos_id=0, eos_id=2)
+    assert forced_bos(settings, cfg, many_to_many=False) == {"forced_bos_id": 0}
+    assert forced_bos(settings, cfg, many_to_many=True) == {}  # the request's target language instead
+    assert generation_rules(settings, cfg)["forced_eos_at_limit"] is True

@@ -1,7 +1,7 @@
 """The bundle tokenizers (service/runtime/model/tokenization.py) give the ids and text of transformers'
 tokenizers of the same files: MarianTokenizer and M2M100Tokenizer over tiny SentencePiece models,
-NllbTokenizer through its tokenizers file; and the tokenizers file of our own bundles as the library does, but
-for a broken byte sequence, which is dropped."""
+NllbTokenizer and BART's byte-level BPE through their tokenizers files; and the tokenizers file of our
+own bundles as the library does, but for a broken byte sequence, which is dropped."""
 
 from __future__ import annotations
 
@@ -149,6 +149,34 @@ def test_nllb_tokenizers_file_with_languages_gives_nllb_tokenizer_ids(tmp_path, 
         assert runner.decode_tokens(out) == want
         assert streamed(runner, out) == want or "\ufffd" in want
     assert runner.decode_tokens([ids["deu_Latn"], *runner.encode_texts(["the cat"])[0]]) == "the cat"
+
+
+def test_bart_byte_level_file_gives_bart_tokenizer_ids_text_and_stream(tmp_path, tiny_bundle):
+    """BART's tokenizers file, saved with padding set (transformers leaves it set after padding=True): the
+    source is <s> (generation.source_prefix) + the text's own ids + </s>, text and stream as BART's decode."""
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import BartTokenizer
+
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(sentences(300, 4), vocab_size=290, show_progress=False,  # tiny_bundle: 300
+                            special_tokens=["<s>", "<pad>", "</s>", "<unk>"])
+    bpe.save_model(str(tmp_path))
+    bart = BartTokenizer(vocab=str(tmp_path / "vocab.json"), merges=str(tmp_path / "merges.txt"))
+    raw = Tokenizer.from_str(bart.backend_tokenizer.to_str())
+    raw.enable_padding(pad_id=1, pad_token="<pad>", length=40)
+    bundle = write_format2_bundle(
+        tiny_bundle, tmp_path / "bundle", {"tokenizer.json": raw.to_str().encode()},
+        {"kind": "tokenizers", "file": "tokenizer.json"}, drop=("tokenizer.json",),
+        generation={"decoder_start_id": 2, "source_suffix": [2], "source_prefix": [0]},
+        special={"pad": 1, "bos": 0, "eos": 2, "unk": 3})
+    runner = Runner(bundle, providers=["CPUExecutionProvider"])
+    texts = [t for t in hard_texts(80, 4, extra=["</s>", "<s>"]) if t.strip()] + ["héllo 日本!", "the  cat"]
+    assert runner.encode_texts(texts) == [bart(t).input_ids for t in texts]
+    for out in random_ids(bart.get_vocab(), 100, 4):
+        want = bart.decode(out, skip_special_tokens=True)
+        assert runner.decode_tokens(out) == want or "\ufffd" in want
+        assert streamed(runner, out) == runner.decode_tokens(out)
+    assert runner.decode_tokens([0, *runner.encode_texts(["the cat"])[0]]) == "the cat"
 
 
 # ----- spans: where each source id stands in the text ----------------------------------------------
