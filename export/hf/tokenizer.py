@@ -13,8 +13,9 @@ What the bundle records (interface/generation.py, docs/bundle-format.md):
                 source_prefix (what it puts before a source that is not a language id: BART's
                 [bos]); its rules (suppress_ids, ...) come from the generation config
                 (export/pretrained.py)
-    languages   many-to-many models only: code -> id of its language token, the source prefixed
-                with its language, the first generated token forced to the target language
+    languages   many-to-many models only (M2M100, NLLB, mBART-50: "en_XX", ...): code -> id of its
+                language token, the source prefixed with its language, the first generated token
+                forced to the target language
     source_language  Marian only, when its tokenizer states one: the tokenizer's source_lang
                 (tokenizer_config.json), the language the model reads; M2M100 / NLLB read the
                 request's source language instead
@@ -32,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from export.hf.spm_model import pieces_and_scores, precompiled_charsmap
 from interface.generation import (
     SOURCE_LANGUAGE,
     parse_generation,
@@ -43,6 +45,7 @@ from model.config import ModelConfig
 
 VOCAB_FILE = "vocab.json"
 TOKENIZERS_FILE = "tokenizer.json"  # kind "tokenizers"
+MBART_SPM = "sentencepiece.bpe.model"  # mBART-50's (and M2M100 / NLLB's) SentencePiece model
 NLLB_CODE = re.compile(r"[a-z]{3}_[A-Z][a-z]{3}")  # eng_Latn, fra_Latn, ...
 SAMPLE = "a b"  # encoded with and without special tokens to find the affixes
 
@@ -90,15 +93,32 @@ class TokenizerImport:
         return out
 
 
-def load_hf_tokenizer(model_dir: Path) -> Any:
-    """The checkpoint's transformers tokenizer, from local files only."""
+def load_hf_tokenizer(model_dir: Path, family: str = "") -> Any:
+    """The checkpoint's transformers tokenizer, from local files only; an mBART-50 directory whose
+    SentencePiece model transformers cannot read (no tokenizer.json) through `mbart50_from_spm`."""
     from transformers import AutoTokenizer
 
     try:
         return AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
     except Exception as e:  # a missing file surfaces as OSError, TypeError or AssertionError
+        bare = (model_dir / MBART_SPM).is_file() and not (model_dir / TOKENIZERS_FILE).is_file()
+        if family == "mbart" and bare:
+            return mbart50_from_spm(model_dir)
         raise FileNotFoundError(f"cannot load the tokenizer of {model_dir} (are its tokenizer files there?): "
                                 f"{type(e).__name__}: {e}") from e
+
+
+def mbart50_from_spm(model_dir: Path) -> Any:
+    """An MBart50Tokenizer of the directory's bare sentencepiece.bpe.model (its pieces and scores, its
+    normalizer's charsmap: export/hf/spm_model.py) and tokenizer_config.json's src_lang / tgt_lang."""
+    from transformers import MBart50Tokenizer
+
+    path = model_dir / "tokenizer_config.json"
+    settings = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    spm = model_dir / MBART_SPM
+    charsmap = precompiled_charsmap(spm) or None
+    return MBart50Tokenizer(vocab=pieces_and_scores(spm), _spm_precompiled_charsmap=charsmap,
+                            src_lang=settings.get("src_lang") or "en_XX", tgt_lang=settings.get("tgt_lang"))
 
 
 def affixes(tok: Any) -> tuple[list[int], list[int]]:
@@ -183,7 +203,7 @@ def tokenizer_files(tok: Any, model_dir: Path, family: str) -> tuple[dict[str, A
 
 def read_tokenizer(model_dir: Path, family: str, cfg: ModelConfig) -> TokenizerImport:
     """The bundle's tokenizer of a supported checkpoint (export/hf/mapping.py family)."""
-    tok = load_hf_tokenizer(model_dir)
+    tok = load_hf_tokenizer(model_dir, family)
     spec, files, texts = tokenizer_files(tok, model_dir, family)
     vocab = {str(p): int(i) for p, i in tok.get_vocab().items()}
     codes = language_codes(tok) if family in ("m2m_100", "mbart") else {}

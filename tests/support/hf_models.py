@@ -208,6 +208,31 @@ def m2m100_dir(root: Path, shape: Shape, seed: int = 0, nllb: bool = False, step
 M2M_CODES = ("en", "ha", "is", "ja", "cs", "ru", "zh", "de")  # transformers' M2M100 "wmt21" codes
 
 
+def mbart50_dir(root: Path, shape: Shape, seed: int = 0, steps: int = 120) -> Path:
+    """A tiny MBartForConditionalGeneration directory with an MBart50Tokenizer over a unigram
+    sentencepiece.bpe.model trained here (fairseq ids, then the 52 mBART-50 language codes, then <mask>)."""
+    from transformers import MBart50Tokenizer, MBartConfig, MBartForConditionalGeneration
+
+    root.mkdir(parents=True, exist_ok=True)
+    pairs = parallel(300, seed)
+    spm = train_spm(root / "sentencepiece.bpe.model", [x for p in pairs for x in p], 90)
+    sp = sentencepiece.SentencePieceProcessor(model_file=str(spm))
+    scores = [(sp.id_to_piece(i), sp.get_score(i)) for i in range(sp.get_piece_size())]
+    tok = MBart50Tokenizer(vocab=scores, _spm_precompiled_charsmap=charsmap(spm), src_lang="en_XX",
+                           tgt_lang="de_DE")
+    torch.manual_seed(seed)
+    config = MBartConfig(vocab_size=len(tok), **dimensions(shape), pad_token_id=1, bos_token_id=0,
+                         eos_token_id=2, decoder_start_token_id=2, forced_eos_token_id=None,
+                         attention_dropout=0.0, activation_dropout=0.0)
+    model = MBartForConditionalGeneration(config)
+    fit(model, tok, pairs, steps, seed)
+    with torch.no_grad():  # a bias the mapping must carry (zeros at first)
+        model.final_logits_bias.normal_(0.0, 0.3, generator=torch.Generator().manual_seed(seed))
+    model.save_pretrained(root)
+    tok.save_pretrained(root)
+    return root
+
+
 def bart_dir(root: Path, shape: Shape, seed: int = 0, steps: int = 120, tokenizer_json: bool = False) -> Path:
     """A tiny BartForConditionalGeneration directory with a byte-level BPE trained here (vocab.json +
     merges.txt as BART's hub checkpoints have them, or only tokenizer.json with `tokenizer_json`)."""
