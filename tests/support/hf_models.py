@@ -20,6 +20,8 @@ from typing import Any
 import sentencepiece
 import torch
 
+from export.hf.spm_model import pieces_and_scores, precompiled_charsmap
+
 WORDS = {  # source word -> its "translation"
     "the": "die", "cat": "katze", "saw": "sah", "anna": "anna", "big": "gross", "red": "rote",
     "apples": "aepfel", "on": "am", "day": "tag", "we": "wir", "house": "haus", "tree": "baum",
@@ -78,42 +80,6 @@ def spm_pieces(path: Path) -> list[str]:
     """The pieces of a SentencePiece model, in id order."""
     sp = sentencepiece.SentencePieceProcessor(model_file=str(path))
     return [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
-
-
-def _fields(data: bytes):
-    """(field number, wire type, value) of a protobuf message; value: int, or bytes for wire type 2."""
-    i = 0
-
-    def varint() -> int:
-        nonlocal i
-        shift = value = 0
-        while True:
-            byte = data[i]
-            i += 1
-            value |= (byte & 0x7F) << shift
-            shift += 7
-            if byte < 0x80:
-                return value
-
-    while i < len(data):
-        key = varint()
-        number, wire = key >> 3, key & 7
-        if wire == 0:
-            yield number, wire, varint()
-        elif wire == 2:
-            n = varint()
-            yield number, wire, data[i : i + n]
-            i += n
-        else:  # fixed 64 / 32 bits
-            i += 8 if wire == 1 else 4
-            yield number, wire, None
-
-
-def charsmap(spm: Path) -> bytes:
-    """The NFKC charsmap of a SentencePiece model (ModelProto.normalizer_spec.precompiled_charsmap),
-    read from the wire format: sentencepiece's own protobuf module needs protobuf >= 7, the venv has 6."""
-    spec = next(v for n, w, v in _fields(spm.read_bytes()) if n == 3 and w == 2)
-    return next(v for n, w, v in _fields(spec) if n == 2 and w == 2)
 
 
 def fit(model: Any, tok: Any, pairs: list[tuple[str, str]], steps: int, seed: int) -> None:
@@ -189,7 +155,7 @@ def m2m100_dir(root: Path, shape: Shape, seed: int = 0, nllb: bool = False, step
     if nllb:
         tok = NllbTokenizer(vocab=vocab, merges=generate_merges({p: i for i, p in enumerate(pieces)}),
                             extra_special_tokens=list(NLLB_CODES), src_lang="eng_Latn", tgt_lang="deu_Latn",
-                            _spm_precompiled_charsmap=charsmap(spm))  # as the hub's tokenizer.json
+                            _spm_precompiled_charsmap=precompiled_charsmap(spm))  # as the hub tokenizer.json
     else:
         (root / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
         tok = M2M100Tokenizer(str(root / "vocab.json"), str(spm), language_codes="wmt21", src_lang="en",
@@ -216,9 +182,8 @@ def mbart50_dir(root: Path, shape: Shape, seed: int = 0, steps: int = 120) -> Pa
     root.mkdir(parents=True, exist_ok=True)
     pairs = parallel(300, seed)
     spm = train_spm(root / "sentencepiece.bpe.model", [x for p in pairs for x in p], 90)
-    sp = sentencepiece.SentencePieceProcessor(model_file=str(spm))
-    scores = [(sp.id_to_piece(i), sp.get_score(i)) for i in range(sp.get_piece_size())]
-    tok = MBart50Tokenizer(vocab=scores, _spm_precompiled_charsmap=charsmap(spm), src_lang="en_XX",
+    tok = MBart50Tokenizer(vocab=pieces_and_scores(spm), _spm_precompiled_charsmap=precompiled_charsmap(spm),
+                           src_lang="en_XX",
                            tgt_lang="de_DE")
     torch.manual_seed(seed)
     config = MBartConfig(vocab_size=len(tok), **dimensions(shape), pad_token_id=1, bos_token_id=0,
