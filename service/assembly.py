@@ -74,6 +74,8 @@ def build_scheduler(config: ServerConfig, runner: Runner, model: ModelSettings |
         watchdog_s=config.watchdog_s)
     limits = runner.limits(max_beam=config.max_beam, max_source_tokens=config.max_source_tokens,
                            max_output_tokens=config.max_output_tokens)
+    if model.glossary is not None:
+        limits = replace(limits, glossary=model.glossary)
     return Scheduler(runner, make_policy(pick("batching"), settings), settings, limits, recorder, cache)
 
 

@@ -67,7 +67,7 @@ def model_config(model: ServedModel) -> dict[str, Any]:
         "max_output_tokens": scheduler.limits.max_output_tokens,
         "max_source_tokens": scheduler.limits.max_source_tokens,
         "execution_provider": runner.provider, "variant": runner.variant_name,
-        "stream_parameter": parameters.STREAM,
+        "stream_parameter": parameters.STREAM, "glossary_terms": len(scheduler.limits.glossary),
     }
     config["parameters"] = {key: {"string_value": str(value)} for key, value in values.items()}
     config |= {"backend": "onnxruntime", "model_transaction_policy": {"decoupled": False}, "runtime": ""}

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from service.domain.errors import InvalidInput
+from service.domain.glossary import Glossary
 from service.domain.languages import Languages
 from service.domain.options import (
     DEFAULT_MAX_BEAM,
@@ -33,7 +34,8 @@ CHAR_SLACK = 2  # normalizers may shrink a text a little: refuse unseen only tex
 @dataclass(frozen=True)
 class RequestLimits:
     """The model's max_len, the widest beam, most source tokens (incl. eos) and output tokens per
-    text, the character bound they imply, the model's languages, request defaults and target vocabulary."""
+    text, the character bound they imply, the model's languages, request defaults, target vocabulary and
+    glossary."""
 
     max_len: int
     max_beam: int
@@ -43,6 +45,7 @@ class RequestLimits:
     languages: Languages = Languages()
     defaults: ModelDefaults = ModelDefaults()
     vocab_size: int = 0  # target ids a request may name (0: unchecked)
+    glossary: Glossary = Glossary()  # the model's own terms (its repository's glossary file)
 
     @classmethod
     def of(cls, max_len: int, longest_token: int, max_beam: int = DEFAULT_MAX_BEAM,

@@ -28,10 +28,13 @@ from typing import Any
 
 from interface.names import BUNDLE_FILE
 from service.domain.errors import InvalidInput, UnknownModel
+from service.domain.glossary import MAX_MODEL_TERMS, Glossary
 from service.domain.text import shown
 from service.models.naming import NAME, RESERVED, VERSION, check_name, inside
 
 SETTINGS_FILE = "model.json"
+GLOSSARY_FILE = "glossary.tsv"  # the model's glossary: `source term<TAB>target term` lines (read_glossary)
+MAX_GLOSSARY_BYTES = 16 << 20
 LOAD_ORIGIN = "load parameter 'config'"  # where a load's settings come from, as its errors name it
 BATCHING_MODES = ("none", "dynamic", "continuous")
 LIMITS = ("max_batch_size", "max_batch_tokens", "queue_size", "max_queue_delay_ms")  # the flags' ceilings
@@ -85,6 +88,7 @@ class ModelSettings:
     max_queue_delay_ms: float | None = None
     variant: str | None = None
     version_policy: VersionPolicy | None = None
+    glossary: Glossary | None = None  # from the model's GLOSSARY_FILE, never from JSON
 
     @property
     def policy(self) -> VersionPolicy:
@@ -108,7 +112,7 @@ class ModelSettings:
         """Settings from a JSON object (InvalidInput naming `origin` for unknown keys or bad values)."""
         if not isinstance(data, dict):
             raise InvalidInput(f"{origin}: settings must be a JSON object")
-        known = {f.name for f in fields(cls)}
+        known = {f.name for f in fields(cls)} - {"glossary"}
         if unknown := sorted(set(data) - known):
             raise InvalidInput(f"{origin}: unknown settings {unknown}; known: {sorted(known)}")
         values: dict[str, Any] = {}
@@ -240,4 +244,29 @@ class RepositoryLayout:
             except (OSError, ValueError) as exc:
                 raise InvalidInput(f"{name}/{SETTINGS_FILE}: not readable JSON: {exc}") from exc
             settings = ModelSettings.parse(text, f"{name}/{SETTINGS_FILE}")
+        if (folder / GLOSSARY_FILE).is_file():
+            glossary = read_glossary(folder / GLOSSARY_FILE, f"{name}/{GLOSSARY_FILE}")
+            settings = replace(settings, glossary=glossary)
         return ModelEntry(name, versions, settings)
+
+
+def read_glossary(path: Path, origin: str) -> Glossary:
+    """A glossary file: UTF-8, one `source term<TAB>target term` per line, blank lines and lines starting
+    with "#" skipped, several lines of one source term its alternatives; InvalidInput naming `origin` and
+    the line for anything else (service/domain/glossary.py states the limits)."""
+    try:
+        if path.stat().st_size > MAX_GLOSSARY_BYTES:
+            raise InvalidInput(f"{origin}: over {MAX_GLOSSARY_BYTES >> 20} MiB")
+        text = path.read_text(encoding="utf-8-sig")
+    except (OSError, ValueError) as exc:
+        raise InvalidInput(f"{origin}: not readable UTF-8 text: {exc}") from None
+    entries = []
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        parts = line.split("\t")
+        if len(parts) != 2:
+            raise InvalidInput(f"{origin}, line {n}: {len(parts) - 1} tabs (one separates source and target "
+                               f"terms): {shown(line)}")
+        entries.append((f"{origin}, line {n}", parts[0], parts[1]))
+    return Glossary.from_entries(entries, origin, MAX_MODEL_TERMS)

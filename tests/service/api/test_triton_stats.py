@@ -92,6 +92,7 @@ def test_model_config_of_continuous_server(client, runner):
         "max_queue_delay_ms": "5.0", "queue_size": "40", "max_beam_size": str(runner.max_beam),
         "max_output_tokens": str(runner.max_len - 1), "max_source_tokens": str(runner.max_len),
         "execution_provider": "CPUExecutionProvider", "variant": "base", "stream_parameter": "stream",
+        "glossary_terms": "0",  # a --bundle model has no repository folder, so no glossary file
     }
     with pytest.raises(triton.InferenceServerException, match="unknown model 'nope'"):
         client.get_model_config("nope")

@@ -138,3 +138,36 @@ def test_a_bundle_is_a_repository_of_one(tmp_path):
     assert layout.entry("translator").versions == {1: tmp_path}
     with pytest.raises(UnknownModel, match="unknown model 'other'"):
         layout.entry("other")
+
+
+def _model_with_glossary(tmp_path, content: bytes):
+    (tmp_path / "m" / "1").mkdir(parents=True)
+    (tmp_path / "m" / "1" / "bundle.json").write_text("{}")
+    (tmp_path / "m" / "glossary.tsv").write_bytes(content)
+    return RepositoryLayout(root=tmp_path)
+
+
+def test_a_glossary_file_is_read_with_the_models_entry(tmp_path):
+    layout = _model_with_glossary(tmp_path, "\ufeff# terms\n\nbank\tBank\nbank\tUfer\nNew York\tNueva York\n"
+                                            .encode())
+    glossary = layout.entry("m").settings.glossary
+    assert glossary is not None and len(glossary) == 2
+    assert glossary.required("a bank in new york") == [("Bank", "Ufer"), ("Nueva York",)]
+    assert RepositoryLayout(root=tmp_path).entry("m").settings == layout.entry("m").settings  # read twice
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (b"bank\tBank\nriver\tFluss\textra\n", "m/glossary.tsv, line 2: 2 tabs"),
+    (b"bank\tBank\nriver\n", "m/glossary.tsv, line 2: 0 tabs"),
+    (b"# c\nbank\t\n", "m/glossary.tsv, line 2 (target): empty term"),
+    (b"ba\x07nk\tBank\n", "m/glossary.tsv, line 1 (source): control character U+0007"),
+    (b"bank\t\xff\xfe\n", "m/glossary.tsv: not readable UTF-8"),
+])
+def test_a_bad_glossary_file_is_refused_naming_its_line(tmp_path, content, message):
+    with pytest.raises(InvalidInput, match=re.escape(message)):
+        _model_with_glossary(tmp_path, content).entry("m")
+
+
+def test_a_settings_file_cannot_set_a_glossary(tmp_path):
+    with pytest.raises(InvalidInput, match="unknown settings \\['glossary'\\]"):
+        ModelSettings.parse(json.dumps({"glossary": {"a": "b"}}))
