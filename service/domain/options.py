@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from service.domain.constraints import ConstraintSet, Phrase, check_text, required
 from service.domain.errors import InvalidInput
 from service.domain.languages import Languages
 from service.domain.text import shown
@@ -65,6 +66,8 @@ class DecodeOptions:
     repetition_penalty: float | None = None  # CTRL / transformers: > 1 discourages repeats
     no_repeat_ngram_size: int | None = None  # no n-gram of this size appears twice
     suppress_sequences: Sequence[str | Sequence[int]] = ()  # never produced (transformers' bad_words_ids)
+    # each must appear: a text, ids, or a list of forms any one of which will do (domain/constraints.py)
+    required_phrases: Sequence[str | Sequence[int] | Sequence[str | Sequence[int]]] = ()
     disable_unk: bool = False  # the unknown token is never produced
     temperature: float | None = None  # sampling: > 0 samples, 0 is greedy
     top_k: int = 0  # sampling among the k most likely tokens (0: all)
@@ -130,11 +133,16 @@ class DecodeOptions:
                                f"max_output_tokens ({budget} after the target language) to leave a "
                                "token free")
         suppressed = self._suppressed(texts)
+        constraints = required(self.required_phrases, texts.forms).without(suppressed)
+        if constraints and (self.stream or alternatives or sampling):
+            raise InvalidInput("required_phrases are placed by beam search: no streaming, sampling or "
+                               "return_alternatives with them")
         return ResolvedOptions(
             int(beam), int(self.n_best), None if penalty is None else float(penalty), int(steps),
             bool(self.return_alignment), bool(self.stream), self.source_language, self.target_language,
             target_prefix=tuple(target_prefix), return_alternatives=alternatives,
-            suppress_sequences=suppressed, disable_unk=bool(self.disable_unk), **controls,
+            suppress_sequences=suppressed, required_phrases=constraints, disable_unk=bool(self.disable_unk),
+            **controls,
             source_prefix=prefix, forced_first=forced)
 
     def _controls(self, d: ModelDefaults, sampling: bool, beam: int, alternatives: bool) -> dict[str, Any]:
@@ -178,12 +186,12 @@ class DecodeOptions:
                                f"got {shown(given)}")
         if len(given) > MAX_SUPPRESSED:
             raise InvalidInput(f"suppress_sequences lists {len(given)} sequences; at most {MAX_SUPPRESSED}")
-        out = []
+        out: list[Phrase] = []
         for i, item in enumerate(given):
-            ids = texts.ids(f"suppress_sequences[{i}]", item)
-            if not ids:
+            forms = texts.forms(f"suppress_sequences[{i}]", item)
+            if not forms or not all(forms):
                 raise InvalidInput(f"suppress_sequences[{i}] is empty")
-            out.append(tuple(ids))
+            out += forms
         return tuple(dict.fromkeys(out))
 
 
@@ -200,6 +208,7 @@ class ResolvedOptions(DecodeOptions):
     repetition_penalty: float = 1.0
     no_repeat_ngram_size: int = 0
     suppress_sequences: tuple[tuple[int, ...], ...] = ()
+    required_phrases: ConstraintSet = ConstraintSet()  # placed by constrained beam search
     temperature: float | None = None  # None: not sampling
     source_prefix: tuple[int, ...] = ()  # ids before a source's pieces (its language)
     forced_first: int | None = None  # the first generated token (the target language), forced
@@ -265,6 +274,16 @@ class _Texts:
             bound = f"[0, {self.vocab_size})" if self.vocab_size else ">= 0"
             raise InvalidInput(f"{name}: token ids must be integers in {bound}, got {shown(bad[0])}")
         return [int(t) for t in value]
+
+    def forms(self, name: str, value: Any) -> list[Phrase]:
+        """The forms of a phrase: a text's ids standalone and after a space (both when they differ: a word
+        first in a sentence and inside one), or the ids given; empty texts give [()]."""
+        if not isinstance(value, str):
+            return [tuple(self.ids(name, value))]
+        check_text(name, value)
+        if self.encode is None or not value.strip():
+            return [tuple(self.ids(name, value))]
+        return list(dict.fromkeys(tuple(ids) for ids in self.encode([value, " " + value])))
 
 
 def _is_int(x: Any) -> bool:

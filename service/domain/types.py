@@ -61,6 +61,7 @@ class Hypothesis:
     score: float
     finish_reason: FinishReason
     alignment: list[list[float]] | None = None  # (len(tokens), src_len incl. eos)
+    unmet_phrases: tuple[int, ...] = ()  # indexes of the required phrases it lacks (no room for them)
 
 
 @dataclass

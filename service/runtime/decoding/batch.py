@@ -278,7 +278,8 @@ class DecodeBatch:
         detok = self._tokenizer.decode
         return FinishedEvent(act.request, [
             Hypothesis(h.tokens, detok(h.tokens), h.log_prob, h.score, h.finish_reason,
-                       None if h.alignment is None else h.alignment.tolist()) for h in act.search.results()])
+                       None if h.alignment is None else h.alignment.tolist(), h.unmet)
+            for h in act.search.results()])
 
     # ----- cache bookkeeping --------------------------------------------------------------
     def _reset(self) -> None:

@@ -34,6 +34,7 @@ class RawHypothesis:
     score: float
     finish_reason: FinishReason
     alignment: np.ndarray | None  # (len(tokens), src_len)
+    unmet: tuple[int, ...] = ()  # required phrases it lacks (constrained_beam.py), by their index
 
 
 class GreedySearch:

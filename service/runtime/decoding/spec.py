@@ -15,6 +15,7 @@ import numpy as np
 from interface.names import ATTENTION_MASK, INPUT_IDS
 from service.domain.errors import InvalidInput
 from service.domain.types import Request, ResolvedOptions
+from service.runtime.decoding.constrained_beam import ConstrainedBeamSearch
 from service.runtime.decoding.pooled_beam import PooledBeamSearch
 from service.runtime.decoding.rules import StepRules
 from service.runtime.decoding.search import BeamSearch, GreedySearch
@@ -44,11 +45,15 @@ class ModelSpec:
         return self.max_len - 1
 
     def new_search(self, options: ResolvedOptions, src_len: int) -> GreedySearch | BeamSearch:
-        """The search of a request's rows: greedy for beam_size 1, else the bundle's beam search; the
+        """The search of a request's rows: the constrained beam search when phrases are required, else
+        greedy for beam_size 1, else the bundle's beam search; the
         forced tokens are the "transformers" search's prompt when a target prefix is among them
         (transformers gets them as decoder_input_ids, the target language included), else a forced
         target language is generated."""
         eos, pad, limit = self.special.eos, self.special.pad, self.rules.eos_at_limit
+        if options.required_phrases:  # any beam_size, 1 included (constrained_beam.py)
+            return ConstrainedBeamSearch(options, src_len, eos, pad, limit,
+                                         transformers_penalty=self.beam_search == "transformers")
         if options.beam_size == 1:
             return GreedySearch(options, src_len, eos, limit)
         if self.beam_search == "transformers":
@@ -89,4 +94,7 @@ class ModelSpec:
         if request.options.max_output_tokens > self.max_output_tokens:
             raise InvalidInput(f"request {request.id}: max_output_tokens {request.options.max_output_tokens} "
                                f"exceeds the model's limit of {self.max_output_tokens}")
+        for i, c in enumerate(request.options.required_phrases.constraints):
+            if any(self.special.eos in form for form in c.forms):
+                raise InvalidInput(f"required_phrases[{i}] holds the end-of-sequence id {self.special.eos}")
         return request.options

@@ -1,0 +1,162 @@
+"""Lexically constrained beam search: every hypothesis holds the request's required phrases, unless
+max_output_tokens leaves no room for them (then the hypothesis says which it lacks).
+
+Dynamic beam allocation (Post & Vilar 2018, "Fast Lexically Constrained Decoding with Dynamic Beam
+Allocation"), over the request's k rows, on the beam search of service/runtime/decoding/search.py (a finished
+beam stays in the beam with a frozen score; GNMT's length penalty, or transformers' for a bundle whose search
+is transformers'). Each step:
+
+1. a row that has not met every phrase may not end (eos is -inf for it), except at the last step
+   max_output_tokens allows; a row whose remaining room is no more than the tokens its unmet phrases
+   still need (constraints.py `needed`) may only take tokens that lower that need, when one of them is
+   possible (not -inf): phrases that fit are then always placed;
+2. candidates: the k best continuations over all rows, each row's best token, and each row's tokens that
+   continue or start an unmet phrase (its constraint tokens), -inf ones left out;
+3. each candidate's bank is its progress (tokens of the phrases placed, constraints.py); the k rows are
+   dealt out over the banks in stripes, as fairseq's LexicallyConstrainedBeamSearch does: the best of every
+   bank first (the better scores first among them), then the second best of every bank, and so on, so that
+   every level of progress keeps a share of the beam and banks with too few candidates leave their share
+   to the others.
+
+A finished row's only candidate is itself (padding at no cost), in its bank. The hypotheses are ranked
+with those that met every phrase first, then by score; with a beam wide enough to keep every candidate the
+search is exhaustive. With beam_size 1 the stripe is the best candidate: the greedy token unless a phrase
+must be placed now, so an unconstrained greedy output that holds the phrases is unchanged.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from service.domain.types import ResolvedOptions
+from service.runtime.decoding.constraints import Tracker
+from service.runtime.decoding.search import BeamSearch, RawHypothesis
+
+
+class ConstrainedBeamSearch(BeamSearch):
+    """Beam search of one request's k rows that places its required phrases (module doc)."""
+
+    def __init__(self, options: ResolvedOptions, src_len: int, eos: int, pad: int,
+                 eos_at_limit: bool = False, *, transformers_penalty: bool = False) -> None:
+        super().__init__(options, src_len, eos, pad, eos_at_limit)
+        self.tracker = Tracker(options.required_phrases)
+        self.states, self.met = self.tracker.start(len(self.scores))
+        self.transformers_penalty = transformers_penalty
+
+    def advance(self, logp: np.ndarray, attn: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """Consume logp (k, V) of this step; returns (parent beam of each new beam (k,), next tokens (k,))."""
+        k, v = logp.shape
+        logp = logp.astype(np.float32, copy=True)
+        logp[self.finished] = -np.inf
+        logp[self.finished, self.pad] = 0.0
+        live = np.flatnonzero(~self.finished & (self.scores > -np.inf))
+        need = {int(j): self.tracker.needed(self.states[j], self.met[j]) for j in live}
+        self._no_early_end(logp, need)
+        cand = self.scores[:, None] + logp  # (k, V)
+        parent, word = self._candidates(cand, need)
+        progress, states, met = self._progress(parent, word)
+        room = max(self.options.max_output_tokens - self.steps - 1 - int(self.eos_at_limit), 0)
+        over = np.maximum(self.tracker.total - progress - room, 0)  # tokens of phrases that cannot fit
+        over[self.finished[parent]] = 0
+        fits = over == over.min()  # those whose phrases still fit (else those that place the most)
+        parent, word, progress, states, met = (x[fits] for x in (parent, word, progress, states, met))
+        pick, dealt = self._stripes(cand[parent, word], progress, k)
+        parent, word = parent[pick], word[pick]
+        t = self.steps
+        self.scores = cand[parent, word]
+        self.scores[dealt:] = -np.inf  # rows left without a candidate
+        self.states, self.met = states[pick], met[pick]
+        self.tokens[:, :t] = self.tokens[parent, :t]
+        self.tokens[:, t] = word
+        was_finished = self.finished[parent]
+        self.lengths = self.lengths[parent] + ~was_finished
+        self.finished = was_finished | (word == self.eos)
+        if self.attn is not None and attn is not None:
+            self.attn[:, :t] = self.attn[parent, :t]
+            self.attn[:, t] = attn[parent, : self.src_len]
+        self.steps += 1
+        return parent, word
+
+    def _no_early_end(self, logp: np.ndarray, need: dict[int, int]) -> None:
+        """No eos for a row that has not met every phrase, in place (but at the last step, or where eos is
+        the row's only choice)."""
+        if self.steps >= self.options.max_output_tokens - 1:
+            return
+        for j, n in need.items():
+            if n and np.isfinite(np.delete(logp[j], self.eos)).any():
+                logp[j, self.eos] = -np.inf
+
+    def _candidates(self, cand: np.ndarray, need: dict[int, int]) -> tuple[np.ndarray, np.ndarray]:
+        """(parent, token) of every candidate of step 2, finite ones only, each once."""
+        k, v = cand.shape
+        flat = cand.reshape(-1)
+        top = np.argpartition(-flat, k - 1)[:k]
+        pairs = [top // v, top % v, np.arange(k), cand.argmax(axis=1)]
+        extra_rows, extra_words = [], []
+        for j, n in need.items():
+            if n:
+                tokens = self.tracker.advancing(self.states[j], self.met[j])
+                extra_rows += [j] * len(tokens)
+                extra_words += tokens
+        parent = np.concatenate([pairs[0], pairs[2], np.array(extra_rows, np.int64)])
+        word = np.concatenate([pairs[1], pairs[3], np.array(extra_words, np.int64)])
+        code = np.unique(parent * v + word)
+        code = code[np.isfinite(flat[code])]
+        return code // v, code % v
+
+    def _progress(self, parent: np.ndarray, word: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Each candidate's bank, and the states and met flags its row would have."""
+        tracker = self.tracker
+        states = np.empty((len(parent), self.states.shape[1]), np.int64)
+        met = np.empty((len(parent), self.met.shape[1]), bool)
+        progress = np.empty(len(parent), np.int64)
+        for i, (j, t) in enumerate(zip(parent.tolist(), word.tolist(), strict=True)):
+            if self.finished[j]:
+                states[i], met[i] = self.states[j], self.met[j]
+            else:
+                states[i], met[i] = tracker.step(self.states[j], self.met[j], t)
+            progress[i] = tracker.total - tracker.needed(states[i], met[i])
+        return progress, states, met
+
+    @staticmethod
+    def _stripes(scores: np.ndarray, progress: np.ndarray, k: int) -> tuple[np.ndarray, int]:
+        """Indexes of the k candidates dealt out over the banks (step 3), best score first, and how many
+        were dealt (fewer candidates than rows: the last one repeats over the rest)."""
+        order = np.lexsort((-scores, progress))  # by bank, best first within each
+        banks = progress[order]
+        start = np.searchsorted(banks, banks, side="left")
+        rank = np.arange(len(order)) - start  # rank within its bank
+        rank[np.argmax(scores[order])] = -1  # the best candidate of all comes first
+        dealt = order[np.lexsort((-banks, rank))][:k]
+        chosen = dealt[np.argsort(-scores[dealt], kind="stable")]
+        dealt_n = len(chosen)
+        if dealt_n < k:
+            chosen = np.concatenate([chosen, np.full(k - dealt_n, chosen[-1])])
+        return chosen, dealt_n
+
+    def results(self) -> list[RawHypothesis]:
+        """The n best beams: those that met every phrase first, then by score; each names its unmet ones."""
+        hyps = self._rows()
+        hyps.sort(key=lambda h: (len(h.unmet), -h.score))
+        return hyps[: self.options.n_best]
+
+    def _rows(self) -> list[RawHypothesis]:
+        """Each row's hypothesis with its unmet phrases (a repeated row once)."""
+        hyps, seen = [], set()
+        for j, h in zip(self._live_rows(), super()._rows(), strict=True):
+            key = tuple(h.tokens)
+            if key in seen:
+                continue
+            seen.add(key)
+            h.unmet = self.tracker.unmet(self.met[j])
+            if self.transformers_penalty:
+                n = int(self.lengths[j])
+                given = self.options.length_penalty
+                h.score = h.log_prob / (max(n, 1) ** (1.0 if given is None else given))
+            hyps.append(h)
+        return hyps
+
+    def _live_rows(self) -> list[int]:
+        """The rows BeamSearch._rows reports, in its order."""
+        return [j for j in range(len(self.scores)) if self.scores[j] != -np.inf]
+
