@@ -67,9 +67,10 @@ def check_pair_count(sources: int, targets: int, max_batch_size: int) -> None:
 
 def streams_pieces(options: DecodeOptions, defaults: ModelDefaults) -> bool:
     """Whether a request can stream its pieces as generated: one hypothesis decoded greedily or by sampling
-    (beam_size 1, the model's default when unset unless it samples, and no alternatives)."""
+    (beam_size 1, the model's default when unset unless it samples, no alternatives and no required
+    phrases: those are placed by beam search, known at the end)."""
     beam = (1 if options.sampling else defaults.beam_size) if options.beam_size is None else options.beam_size
-    return beam == 1 and not options.return_alternatives
+    return beam == 1 and not options.return_alternatives and not options.required_phrases
 
 
 @dataclass(frozen=True)
@@ -231,8 +232,11 @@ class DataPlane(DocumentCalls):
                                "has a single response)")
         answer = await self.translate(request.model, request.version, texts, asked.options, Want(),
                                       earliest(deadline, asked.deadline))
+        required = asked.options.required_phrases
+        unmet = kserve.unmet_parameters([r.unmet for r in answer.results]) if required else {}
         return kserve.InferResponse(answer.model_name, answer.model_version, request.id,
-                                    [kserve.translation_output([r.text for r in answer.results])])
+                                    [kserve.translation_output([r.text for r in answer.results])],
+                                    parameters=unmet)
 
     async def _documents(self, request: kserve.InferRequest, fmt: str, protect: list[str],
                          given: dict[str, Any], deadline: float | None) -> kserve.InferResponse:

@@ -9,6 +9,7 @@ scored instead. Every rejection is an InvalidTensor that says what to change.
 
 from __future__ import annotations
 
+import json
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -91,6 +92,7 @@ class InferResponse:
     id: str
     outputs: list[Output] = field(default_factory=list)
     final: bool | None = None
+    parameters: dict[str, str] = field(default_factory=dict)  # response parameters (strings) beside `final`
 
 
 def serialize_bytes(elements: Iterable[bytes]) -> bytes:
@@ -236,6 +238,15 @@ def score_pairs(request: InferRequest, most: int | None = None) -> tuple[list[st
         if name not in SCORE_OUTPUTS:
             raise InvalidTensor(f"unknown output {shown(name)}: scoring gives {', '.join(SCORE_OUTPUTS)}")
     return sources, targets
+
+
+UNMET = "unmet_required_phrases"  # response parameter: per text, the required phrases its translation lacks
+
+
+def unmet_parameters(unmet: Sequence[Sequence[int]]) -> dict[str, str]:
+    """The response parameter of a translation that required phrases: per text, the indexes of those its
+    translation lacks, as a JSON array of arrays (a string, as gRPC's parameters carry lists)."""
+    return {UNMET: json.dumps([list(u) for u in unmet])}
 
 
 def translation_output(texts: Sequence[str]) -> Output:

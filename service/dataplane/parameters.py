@@ -34,6 +34,7 @@ RESERVED_PREFIX = "triton_"
 
 # kinds of values
 WHOLE, COUNT, REAL, FLAG, TEXT, IDS, SEQUENCES = "whole", "count", "real", "flag", "text", "ids", "sequences"
+PHRASES = "phrases"  # texts, arrays of token ids, and arrays of such forms (a phrase's alternatives)
 
 # decoding options: wire name (a DecodeOptions field) -> kind
 DECODING: dict[str, str] = {
@@ -41,6 +42,7 @@ DECODING: dict[str, str] = {
     "min_output_tokens": COUNT, "length_penalty": REAL, "max_length_ratio": REAL, "repetition_penalty": REAL,
     "no_repeat_ngram_size": COUNT, "temperature": REAL, "top_k": COUNT, "top_p": REAL, "seed": COUNT,
     "disable_unk": FLAG, "target_prefix": TEXT, "target_prefix_ids": IDS, "suppress_sequences": SEQUENCES,
+    "required_phrases": PHRASES,
 }
 # another wire name of an option -> its field
 ALIASES = {"max_tokens": "max_output_tokens", "min_tokens": "min_output_tokens",
@@ -48,14 +50,15 @@ ALIASES = {"max_tokens": "max_output_tokens", "min_tokens": "min_output_tokens",
 LANGUAGES = ("source_language", "target_language")
 RESULTS = ("n_best", "return_alternatives", "return_scores", "return_alignment", "return_tokens")
 SCORING = ("return_alignment", "return_tokens")
-LIST_KINDS = (IDS, SEQUENCES)
+LIST_KINDS = (IDS, SEQUENCES, PHRASES)
 LIST_NAMES = tuple(name for name, kind in DECODING.items() if kind in LIST_KINDS)
 # other systems' names of our options, for the suggestion
 OTHER_NAMES = {"min_length": "min_output_tokens", "max_length": "max_output_tokens",
                "max_new_tokens": "max_output_tokens", "num_beams": "beam_size", "alpha": "length_penalty",
                "num_return_sequences": "n_best", "bad_words": "suppress_sequences",
                "bad_words_ids": "suppress_sequences", "forced_bos_token": "target_language",
-               "src_lang": "source_language", "tgt_lang": "target_language"}
+               "src_lang": "source_language", "tgt_lang": "target_language",
+               "force_words_ids": "required_phrases", "constraints": "required_phrases"}
 
 
 @dataclass(frozen=True)
@@ -198,8 +201,19 @@ def _value(name: str, kind: str, value: Any) -> Any:
     if kind == IDS:
         return token_ids(name, array(name, value))
     items = array(name, value)  # SEQUENCES: texts and arrays of token ids
+    if kind == PHRASES:
+        return tuple(_phrase(f"{name}[{i}]", item) for i, item in enumerate(items))
     return tuple(item if isinstance(item, str) else token_ids(f"{name}[{i}]", item) for i,
                  item in enumerate(items))
+
+
+def _phrase(name: str, item: Any) -> str | tuple[int, ...] | tuple[str | tuple[int, ...], ...]:
+    """A required phrase: a text, an array of token ids, or an array of forms (texts, arrays of ids)."""
+    if isinstance(item, str):
+        return item
+    if isinstance(item, list) and item and all(isinstance(x, str | list) for x in item):
+        return tuple(x if isinstance(x, str) else token_ids(f"{name}[{j}]", x) for j, x in enumerate(item))
+    return token_ids(name, item)
 
 
 def decoding_options(parameters: Mapping[str, Any]) -> DecodeOptions:

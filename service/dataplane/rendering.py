@@ -29,6 +29,7 @@ class Hypothesis:
     score: float | None = None
     log_prob: float | None = None
     alignment: list[list[float]] | None = None  # (len(token_ids), len(source ids))
+    unmet_required_phrases: list[int] | None = None  # indexes of required phrases it lacks (None: none)
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,11 @@ class Translation:
     def text(self) -> str:
         """The best translation ("" when cancelled)."""
         return self.hypotheses[0].text if self.hypotheses else ""
+
+    @property
+    def unmet(self) -> list[int]:
+        """The required phrases the best translation lacks, by index."""
+        return (self.hypotheses[0].unmet_required_phrases or []) if self.hypotheses else []
 
 
 @dataclass(frozen=True)
@@ -86,7 +92,8 @@ def translation(result: Result, want: Want, tokenizer: TextTokenizer) -> Transla
         finish_reason=FinishReason.CANCELLED if cancelled else h.finish_reason,
         tokens=_strings(tokenizer, h.tokens) if want.tokens else None,
         score=h.score if want.scores else None, log_prob=h.log_prob if want.scores else None,
-        alignment=h.alignment if want.alignment else None) for h in result.hypotheses]
+        alignment=h.alignment if want.alignment else None,
+        unmet_required_phrases=list(h.unmet_phrases) or None) for h in result.hypotheses]
     return Translation(
         hypotheses, result.finish_reason, result.timings,
         source_token_ids=list(result.source_ids) if want.alignment or want.tokens else None,

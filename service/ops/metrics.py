@@ -85,6 +85,11 @@ SENTENCE_CACHE_HITS = Counter("translator_sentence_cache_hits_total",
                               "Texts answered from the sentence cache, not decoded.", MODEL_LABELS)
 SENTENCE_CACHE_MISSES = Counter("translator_sentence_cache_misses_total",
                                 "Texts looked up in the sentence cache and decoded.", MODEL_LABELS)
+CONSTRAINED_TEXTS = Counter("translator_constrained_texts_total",
+                            "Texts decoded with required phrases (constrained beam search).", MODEL_LABELS)
+UNMET_PHRASES = Counter("translator_unmet_required_phrases_total",
+                        "Required phrases missing from a best translation (no room within its max length).",
+                        MODEL_LABELS)
 SENTENCE_CACHE_BYTES = Gauge("translator_sentence_cache_bytes", "Bytes held by the server's sentence cache.")
 SENTENCE_CACHE_ENTRIES = Gauge("translator_sentence_cache_entries", "Results held by the sentence cache.")
 MODEL = Info("translator_model", "A loaded model version: provider, batching mode, variant.", MODEL_LABELS)

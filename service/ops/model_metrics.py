@@ -18,7 +18,8 @@ _live_lock = threading.Lock()
 PER_MODEL = (metrics.QUEUE_TIME, metrics.TIME_TO_FIRST_TOKEN, metrics.TIME_PER_OUTPUT_TOKEN,
              metrics.ENCODER_COMPUTE, metrics.DECODER_STEP, metrics.BATCH_SIZE, metrics.INPUT_TOKENS,
              metrics.OUTPUT_TOKENS, metrics.QUEUE_DEPTH, metrics.ACTIVE_SEQUENCES, metrics.DOCUMENTS,
-             metrics.DOCUMENT_SEGMENTS, metrics.SENTENCE_CACHE_HITS, metrics.SENTENCE_CACHE_MISSES)
+             metrics.DOCUMENT_SEGMENTS, metrics.SENTENCE_CACHE_HITS, metrics.SENTENCE_CACHE_MISSES,
+             metrics.CONSTRAINED_TEXTS, metrics.UNMET_PHRASES)
 
 
 class ModelMetrics:
@@ -38,6 +39,7 @@ class ModelMetrics:
         self._queue_depth, self._active = (m.labels(**labels) for m in PER_MODEL[8:10])
         self._documents, self._segments = (m.labels(**labels) for m in PER_MODEL[10:12])
         self._cache_hits, self._cache_misses = (m.labels(**labels) for m in PER_MODEL[12:14])
+        self._constrained, self._unmet = (m.labels(**labels) for m in PER_MODEL[14:16])
         metrics.init_model_request_counts(model, version)
 
     def admitted(self, waited_s: float, source_tokens: int) -> None:
@@ -64,8 +66,14 @@ class ModelMetrics:
         """A text's first token, `seconds` after its submission."""
         self._ttft.observe(seconds)
 
-    def finished(self, output_tokens: int | None, per_token_s: float | None) -> None:
-        """A text finished: its best hypothesis' length and its mean time per token after the first."""
+    def finished(self, output_tokens: int | None, per_token_s: float | None, required: int = 0,
+                 unmet: int = 0) -> None:
+        """A text finished: its best hypothesis' length, its mean time per token after the first, and the
+        phrases it was required to hold and of them those its best hypothesis lacks."""
+        if required:
+            self._constrained.inc()
+            if unmet:
+                self._unmet.inc(unmet)
         if output_tokens is not None:
             self._output_tokens.observe(output_tokens)
         if per_token_s is not None:

@@ -267,7 +267,9 @@ class Worker(WorkerControl):
         self._timed.discard(job)
         after_first = self._steps - job.first_token_step  # steps after the run that gave the first token
         per_token = (now - job.first_token) / after_first if after_first > 0 and job.first_token else None
-        self.recorder.finished(len(hyps[0].tokens) if hyps else None, per_token)
+        required = len(getattr(job.request.options, "required_phrases", ()))
+        self.recorder.finished(len(hyps[0].tokens) if hyps else None, per_token, required,
+                               len(hyps[0].unmet_phrases) if hyps else 0)
         timings = Timings((job.admitted - job.enqueued) * 1e3, (now - job.admitted) * 1e3,
                           (now - job.submitted) * 1e3)
         reason = hyps[0].finish_reason if hyps else FinishReason.CANCELLED

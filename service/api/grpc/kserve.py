@@ -66,6 +66,8 @@ def infer_response(response: kserve.InferResponse) -> pb.ModelInferResponse:
         message.raw_output_contents.append(output.raw())
     if response.final is not None:
         message.parameters[kserve.FINAL].bool_param = response.final
+    for key, value in response.parameters.items():
+        message.parameters[key].string_param = value
     return message
 
 

@@ -36,7 +36,7 @@ DEFAULTS = ("max_output_tokens", "beam_size", "n_best", "length_penalty", "min_o
 
 
 ZERO_IS_UNSET = ("beam_size", "max_output_tokens", "source_language", "target_language")  # proto3 defaults
-SPECIAL = {"n_best", "target_prefix", "suppress_sequences"}
+SPECIAL = {"n_best", "target_prefix", "suppress_sequences", "required_phrases"}
 
 
 def _prefix(options: pb.TranslateOptions) -> str | list[int] | None:
@@ -63,8 +63,9 @@ def decode_options(options: pb.TranslateOptions) -> DecodeOptions:
             given[name] = getattr(options, name)
     suppressed: list[str | list[int]] = [*options.suppress_sequences]
     suppressed += [list(s.ids) for s in options.suppress_sequence_ids]
+    required = tuple([*p.texts, *(list(f.ids) for f in p.ids)] for p in options.required_phrases)
     return DecodeOptions(**given, n_best=options.n_best or 1, target_prefix=_prefix(options),
-                         suppress_sequences=tuple(suppressed))
+                         suppress_sequences=tuple(suppressed), required_phrases=required)
 
 
 def document_format(value: int) -> str:
@@ -89,7 +90,7 @@ def _timings(t: Any) -> pb.Timings:
 def _hypothesis(h: Hypothesis) -> pb.Hypothesis:
     """One Hypothesis message."""
     message = pb.Hypothesis(text=h.text, token_ids=h.token_ids, finish_reason=FINISH_REASONS[h.finish_reason],
-                            tokens=h.tokens or [])
+                            tokens=h.tokens or [], unmet_required_phrases=h.unmet_required_phrases or [])
     if h.score is not None:
         message.score, message.log_prob = h.score, h.log_prob
     if h.alignment is not None:

@@ -12,9 +12,11 @@ leave the batch.
 Parameters (in `parameters`, or as other properties of the request object, as the extension allows) are the
 options of docs/api.md, read by service/dataplane/parameters.py as for every protocol; an unknown name is
 refused. generate also takes `n_best`, `return_alternatives`, `return_scores`, `return_alignment` and
-`return_tokens`: with any of them the answer gains `"hypotheses"` (each with `"text"`, `"token_ids"`,
-`"finish_reason"`, and `"score"` / `"log_prob"`, `"alignment"`, `"tokens"` as asked), `"source_token_ids"`
-(with alignment or tokens), `"source_tokens"` (with tokens), and with several hypotheses `"text_outputs"`.
+`return_tokens`; with `required_phrases` the answer has `"unmet_required_phrases"` (the indexes of
+those the best translation lacks; each hypothesis lists its own). With any of them the answer gains
+`"hypotheses"` (each with `"text"`, `"token_ids"`, `"finish_reason"`, and `"score"` / `"log_prob"`,
+`"alignment"`, `"tokens"` as asked), `"source_token_ids"` (with alignment or tokens), `"source_tokens"`
+(with tokens), and with several hypotheses `"text_outputs"`.
 generate_stream refuses them. With `"format"` (`text`, `html` or `markdown`; and `"protect"`, a list of
 regular expressions) generate translates text_input as a whole document (service/dataplane/documents.py) and
 adds `"segments"` and `"split"` to the answer, as the document route's headers say them (docs/documents.md);
@@ -97,6 +99,8 @@ async def generate(request: web.Request) -> web.Response:
     (result,) = answer.results
     payload = {"model_name": answer.model_name, "model_version": answer.model_version,
                "text_output": result.text}
+    if asked.options.required_phrases:
+        payload["unmet_required_phrases"] = result.unmet
     return json_response(payload | result_fields(result, asked))
 
 

@@ -173,8 +173,9 @@ def infer_response(response: kserve.InferResponse, binary: bool) -> tuple[dict[s
     payload: dict[str, Any] = {"model_name": response.model_name, "model_version": response.model_version}
     if response.id:
         payload["id"] = response.id
-    if response.final is not None:
-        payload["parameters"] = {kserve.FINAL: response.final}
+    if response.final is not None or response.parameters:
+        final = {} if response.final is None else {kserve.FINAL: response.final}
+        payload["parameters"] = final | response.parameters
     outputs, data = [], []
     for output in response.outputs:
         entry: dict[str, Any] = {"name": output.name, "datatype": output.datatype,
