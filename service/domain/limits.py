@@ -46,18 +46,19 @@ class RequestLimits:
     defaults: ModelDefaults = ModelDefaults()
     vocab_size: int = 0  # target ids a request may name (0: unchecked)
     glossary: Glossary = Glossary()  # the model's own terms (its repository's glossary file)
+    eos: int | None = None  # the end id, which no required phrase may hold (None: unchecked)
 
     @classmethod
     def of(cls, max_len: int, longest_token: int, max_beam: int = DEFAULT_MAX_BEAM,
            max_source_tokens: int = 0, max_output_tokens: int = 0,
            languages: Languages | None = None, defaults: ModelDefaults | None = None,
-           vocab_size: int = 0) -> RequestLimits:
+           vocab_size: int = 0, eos: int | None = None) -> RequestLimits:
         """The limits of a model (its max_len, longest vocabulary entry in bytes and languages), lowered
         by the given values (0: the model's own)."""
         source = min(max_len, max_source_tokens or max_len)
         output = min(max_len - 1, max_output_tokens or max_len - 1)
         return cls(max_len, max_beam, source, output, source * max(1, longest_token) * CHAR_SLACK,
-                   languages or Languages(), defaults or ModelDefaults(), vocab_size)
+                   languages or Languages(), defaults or ModelDefaults(), vocab_size, eos)
 
     def check_texts(self, texts: Sequence[Any]) -> None:
         """InvalidInput for a text too long in characters to fit max_source_tokens (before tokenizing)."""
@@ -81,6 +82,9 @@ class RequestLimits:
             raise InvalidInput(f"options must be DecodeOptions, got {type(asked).__name__}")
         resolved = asked.resolved(self.max_len, self.max_beam, self.languages, self.defaults, self.vocab_size,
                                   encode_target)
+        for i, c in enumerate(resolved.required_phrases.constraints):
+            if self.eos is not None and any(self.eos in form for form in c.forms):
+                raise InvalidInput(f"required_phrases[{i}] holds the end-of-sequence id {self.eos}")
         if resolved.max_output_tokens <= self.max_output_tokens:
             return resolved
         if asked.max_output_tokens is not None:

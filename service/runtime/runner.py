@@ -217,7 +217,7 @@ class Runner:
         max_beam = lowered.pop("max_beam", self.max_beam)
         return RequestLimits.of(self.max_len, self.longest_token, max_beam, **lowered,
                                 languages=self.languages, defaults=self.bounded_defaults(max_beam),
-                                vocab_size=self.vocab_size)
+                                vocab_size=self.vocab_size, eos=self.special.eos)
 
     def bounded_defaults(self, max_beam: int) -> ModelDefaults:
         """The model's defaults with the beam no wider than max_beam (a server's --max-beam bounds them)."""

@@ -94,7 +94,4 @@ class ModelSpec:
         if request.options.max_output_tokens > self.max_output_tokens:
             raise InvalidInput(f"request {request.id}: max_output_tokens {request.options.max_output_tokens} "
                                f"exceeds the model's limit of {self.max_output_tokens}")
-        for i, c in enumerate(request.options.required_phrases.constraints):
-            if any(self.special.eos in form for form in c.forms):
-                raise InvalidInput(f"required_phrases[{i}] holds the end-of-sequence id {self.special.eos}")
         return request.options
