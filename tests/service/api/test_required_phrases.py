@@ -1,7 +1,7 @@
-"""Required phrases on the wire: translator.v1 `required_phrases`, the KServe v2 gRPC and generate parameter of
-the same name; the unmet ones answered per hypothesis (translator.v1), in `unmet_required_phrases` (generate)
-and as KServe's response parameter; hostile values (too many, empty, control characters, ids out of range,
-wrong kinds) refused with INVALID_ARGUMENT / 400 naming what was wrong."""
+"""Required phrases on the wire: translator.v1 `required_phrases`, the KServe v2 gRPC and generate parameter
+of the same name; the unmet ones answered per hypothesis (translator.v1), in `unmet_required_phrases`
+(generate) and as KServe's response parameter; hostile values (too many, empty, control characters, ids out
+of range, wrong kinds) refused with INVALID_ARGUMENT / 400 naming what was wrong."""
 
 from __future__ import annotations
 
@@ -58,11 +58,13 @@ def test_every_protocol_places_and_reports(server: BackgroundServer, channel: gr
     stub = pb_grpc.TranslatorStub(channel)
     options = pb.TranslateOptions(max_output_tokens=MAX_NEW, beam_size=2,
                                   required_phrases=[Phrase(texts=["seven"])])
-    (h,) = stub.Translate(pb.TranslateRequest(texts=[TEXT], options=options), timeout=60).results[0].hypotheses
+    (result,) = stub.Translate(pb.TranslateRequest(texts=[TEXT], options=options), timeout=60).results
+    (h,) = result.hypotheses
     assert any(holds(list(h.token_ids), f) for f in forms) and list(h.unmet_required_phrases) == []
     tight = pb.TranslateOptions(max_output_tokens=4, required_phrases=[Phrase(texts=["thousand"]),
                                                                          Phrase(texts=["seven"])])
-    (h,) = stub.Translate(pb.TranslateRequest(texts=[TEXT], options=tight), timeout=60).results[0].hypotheses
+    (result,) = stub.Translate(pb.TranslateRequest(texts=[TEXT], options=tight), timeout=60).results
+    (h,) = result.hypotheses
     unmet = list(h.unmet_required_phrases)  # "thousand" cannot fit in 4 tokens; each protocol says the same
     assert 0 in unmet
     url = f"http://{server.http_address}/v2/models/translator/generate"
@@ -92,7 +94,8 @@ def test_hostile_phrases_are_refused_naming_the_fault(server: BackgroundServer, 
         status, _, body = post_json(url, {"text_input": TEXT, "parameters": {"required_phrases": value}})
         assert status == 400 and named in json.loads(body)["error"], (value, body)
         with triton_client(server.address) as client, pytest.raises(Exception) as info:
-            client.infer("translator", [text_input([TEXT])], parameters={"required_phrases": json.dumps(value)})
+            client.infer("translator", [text_input([TEXT])],
+                         parameters={"required_phrases": json.dumps(value)})
         assert "INVALID_ARGUMENT" in str(info.value.status()) and named in info.value.message(), value
     bad = pb.TranslateOptions(required_phrases=[Phrase(texts=["a\x00"])])
     with pytest.raises(grpc.RpcError) as error:

@@ -25,7 +25,8 @@ def placed(runner: Runner, tokens: list[int], phrases: list) -> bool:
 
 def test_mixed_rows_in_one_batch(runner: Runner, texts: list[str]) -> None:
     plain = [DecodeOptions(beam_size=4, max_output_tokens=MAX_NEW), DecodeOptions(max_output_tokens=MAX_NEW)]
-    asked = {0: plain[0], 1: DecodeOptions(beam_size=4, max_output_tokens=MAX_NEW, required_phrases=["seven"]),
+    asked = {0: plain[0],
+             1: DecodeOptions(beam_size=4, max_output_tokens=MAX_NEW, required_phrases=["seven"]),
              2: plain[1], 3: DecodeOptions(max_output_tokens=MAX_NEW, required_phrases=[["dollars", "euros"],
                                                                                         "thousand"]),
              4: DecodeOptions(beam_size=2, n_best=2, max_output_tokens=MAX_NEW, target_prefix="we",
@@ -48,7 +49,8 @@ def test_mixed_rows_in_one_batch(runner: Runner, texts: list[str]) -> None:
 
 def test_phrases_too_long_for_the_length_are_named(runner: Runner, texts: list[str]) -> None:
     phrases = ["thousand", "dollars", "seven"]
-    (h,) = reference(runner, texts[0], DecodeOptions(beam_size=4, max_output_tokens=9, required_phrases=phrases))
+    options = DecodeOptions(beam_size=4, max_output_tokens=9, required_phrases=phrases)
+    (h,) = reference(runner, texts[0], options)
     assert h.unmet_phrases and len(h.unmet_phrases) < len(phrases)
     for i, phrase in enumerate(phrases):
         assert placed(runner, h.tokens, [phrase]) == (i not in h.unmet_phrases)
