@@ -58,7 +58,7 @@ class RequestLimits:
         source = min(max_len, max_source_tokens or max_len)
         output = min(max_len - 1, max_output_tokens or max_len - 1)
         return cls(max_len, max_beam, source, output, source * max(1, longest_token) * CHAR_SLACK,
-                   languages or Languages(), defaults or ModelDefaults(), vocab_size, eos)
+                   languages or Languages(), defaults or ModelDefaults(), vocab_size, eos=eos)
 
     def check_texts(self, texts: Sequence[Any]) -> None:
         """InvalidInput for a text too long in characters to fit max_source_tokens (before tokenizing)."""
