@@ -18,6 +18,11 @@ only log-probs, cross-attention weights and the log-normalizer come back to the 
 only when the CUDA provider is really active (or when asked to, which the tests do on the CPU device to
 exercise the binding and device-memory logic).
 
+`IoBindingBackend.transfers` counts what crosses between host and device (`Transfers`): the bytes each
+encoder run and each decoder step binds from host memory and reads back into it, so a profile can state
+the bytes copied per step (bench/gpu). Device-to-device row copies and the cache are not counted: they
+never cross.
+
 Every run first calls the backend's `fault_hook` (tests inject failures and stalls through it).
 
 `decode` returns (log-probs, cross-attention, presents, log-normalizer): the last is the logsumexp of the
@@ -30,6 +35,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -214,11 +220,29 @@ class HostBackend(_SessionBackend):
         return logp, attn, [], None if lse is None else _float32(lse)
 
 
+@dataclass
+class Transfers:
+    """Bytes between host and device, counted by the IO-binding backend since its start (or a reset)."""
+
+    encoder_runs: int = 0
+    decoder_steps: int = 0
+    encoder_to_device: int = 0  # the encoder's host inputs
+    encoder_to_host: int = 0  # nothing while its outputs stay on the device
+    step_to_device: int = 0  # each decoder step's host inputs: ids, positions, lengths
+    step_to_host: int = 0  # each decoder step's host outputs: log-probs, cross-attention, normalizer
+
+    def per_step(self) -> dict[str, float]:
+        """Mean bytes per decoder step each way (0 before any step)."""
+        steps = max(self.decoder_steps, 1)
+        return {"to_device": self.step_to_device / steps, "to_host": self.step_to_host / steps}
+
+
 class IoBindingBackend(_SessionBackend):
     """Runs both graphs through IO binding; the KV cache is device OrtValues that stay on the device."""
 
     def __init__(self, sessions: Sessions, n_layers: int, device: str = "cuda", device_id: int = 0) -> None:
         super().__init__(sessions, n_layers)
+        self.transfers = Transfers()
         self.device, self.device_id = device, device_id
         self.memory = DeviceMemory(device, device_id)
         self.presents = list(self.in_place.values())  # present.{i}.decoder.key/value, in the graph's order
@@ -233,6 +257,8 @@ class IoBindingBackend(_SessionBackend):
         for name in self._encoder_outputs:
             binding.bind_output(name, self.device, self.device_id)
         self.sessions.encoder.run_with_iobinding(binding)
+        self.transfers.encoder_runs += 1
+        self.transfers.encoder_to_device += sum(a.nbytes for a in feeds.values())
         return binding.get_outputs()
 
     def decode(
@@ -263,4 +289,8 @@ class IoBindingBackend(_SessionBackend):
         # copies: on the CPU device numpy() is a view of memory that dies with the OrtValue
         logp, attn = (np.array(x.numpy(), copy=True) for x in out[:2])
         lse = np.array(out[2].numpy(), np.float32, copy=True) if self.has_normalizer else None
+        counted = self.transfers
+        counted.decoder_steps += 1
+        counted.step_to_device += sum(np.asarray(a).nbytes for a in feeds.values())
+        counted.step_to_host += logp.nbytes + attn.nbytes + (0 if lse is None else lse.nbytes)
         return logp, attn, [] if inplace else list(out[len(host):]), lse
