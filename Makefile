@@ -101,8 +101,9 @@ charts: $(STAMP)
 	$(PY) -m bench.charts
 
 # On a machine with an NVIDIA GPU: the GPU test tier (`pytest -m gpu`, required to run: no skipping),
-# then the GPU benchmark (bench/gpu: engine fp16 / fp32 at batch 1, 32, 128, server at concurrency 1
-# and 64, CTranslate2 on CUDA when it loads); under 10 minutes on one GPU (docs/testing.md).
+# then the GPU benchmark (bench/gpu: the opus-mt-shaped model, engine fp16 / fp32 at batch 1, 32, 128,
+# server at concurrency 1, 32, 128, CTranslate2 on CUDA when it loads, memory, bandwidth floor); target
+# under 8 minutes on one GPU, --quick under 4 (docs/testing.md).
 # - Online (no KIT): the driver only; the `cuda` extra brings CUDA 13 and cuDNN 9 from PyPI.
 # - Offline (KIT=DIR, the folder of a kit's parts and manifest.json that `make gpu-kit` made): no
 #   network; $(PYTHON) must be the kit's Python. The parts are verified and joined, the packages
@@ -128,9 +129,10 @@ KIT_OUT ?= .gpu-kit
 KIT_PYTHON ?= 3.12
 KIT_PLATFORM ?= manylinux_2_28_x86_64
 PART_MIB ?= 20
+KIT_OPUS ?= full
 gpu-kit: $(STAMP) protos
 	$(PY) -m gpukit build --out $(KIT_OUT) --python $(KIT_PYTHON) --platform $(KIT_PLATFORM) \
-	  --part-mib $(PART_MIB) $(if $(KIT_CUDA),--with-cuda-libraries)
+	  --part-mib $(PART_MIB) --opus-mt $(KIT_OPUS) $(if $(KIT_CUDA),--with-cuda-libraries)
 
 # Soak with faults (bench/soak, docs/reliability.md): 10,000 requests of every kind, valid and
 # hostile, against a server on the default bundle, every 2000th decoder step failing; about 10 min

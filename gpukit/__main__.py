@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from gpukit.build import DEFAULT_PART_MIB, DEFAULT_PLATFORM, DEFAULT_PYTHON, build
+from gpukit.build import DEFAULT_PART_MIB, DEFAULT_PLATFORM, DEFAULT_PYTHON, OPUS_MT, build
 from gpukit.check import run_check
 from gpukit.parts import KitError
 
@@ -23,6 +23,8 @@ def main(argv: list[str] | None = None) -> int:
     builder.add_argument("--with-cuda-libraries", action="store_true",
                          help="add NVIDIA's CUDA 13 / cuDNN 9 / cuBLAS wheels (several GB) for a host with a "
                               "driver only")
+    builder.add_argument("--opus-mt", choices=OPUS_MT, default="full",
+                         help="the opus-mt skeleton's shape (%(default)s; quick: small, for tests)")
     check = sub.add_parser("check", help="verify, install and run the GPU check with no network")
     check.add_argument("--kit", type=Path, required=True, help="folder holding manifest.json and the parts")
     check.add_argument("--out", type=Path, default=Path("runs/gpu-check"), help="folder of the log and JSON")
@@ -31,7 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "build":
         if args.part_mib <= 0:
             ap.error("--part-mib must be positive")
-        build(args.out, args.python, args.platform, args.part_mib, args.with_cuda_libraries)
+        build(args.out, args.python, args.platform, args.part_mib, args.with_cuda_libraries,
+              opus_mt=args.opus_mt)
         return 0
     try:
         return run_check(args.kit, args.out, [a for a in args.bench_args if a != "--"])

@@ -9,7 +9,11 @@ The archive holds:
 - requirements.txt: what the target installs from wheels/ with `--no-index`;
 - protos/: the generated gRPC modules, so the target needs no grpcio-tools;
 - fixtures/: the tiny bundles and texts the GPU tier decodes (tests/support/tiny.py), so the target
-  needs no torch.
+  needs no torch;
+- opus-mt/: the opus-mt-shaped model's skeleton (gpukit/skeleton.py, a few MiB): bench/gpu materializes
+  the bundle (fp32 + fp16) and CTranslate2's model of the same weights from it with numpy alone, so the
+  kit carries neither torch nor 300 MB of weights; with CTranslate2's wheel (the `bench` extra's pin) for
+  the comparison.
 The manifest records the target, the GPU tier's test files and every file's and part's sha256.
 """
 
@@ -31,6 +35,9 @@ DEFAULT_PYTHON = "3.12"
 DEFAULT_PLATFORM = "manylinux_2_28_x86_64"  # glibc >= 2.28: every CUDA 13 base image
 DEFAULT_PART_MIB = 20
 TEST_RUNNER = ("pytest", "pytest-timeout")  # from the dev extra: what runs the GPU tier
+BENCH = ("ctranslate2",)  # from the bench extra: bench/gpu's reference engine
+OPUS_MT = ("full", "quick", "none")  # the opus-mt skeleton's shape (quick: bench/marian's small shape)
+SKELETON_DIR = "opus-mt"
 REQUIREMENTS = "requirements.txt"
 _NAME = re.compile(r"^[A-Za-z0-9._-]+")
 _MACHINE = re.compile(r"(x86_64|aarch64|ppc64le|s390x)$")
@@ -46,13 +53,14 @@ def _canonical(requirement: str) -> str:
 def requirements(with_cuda_libraries: bool = False, pyproject: Path = REPO_ROOT / "pyproject.toml"
                  ) -> list[str]:
     """The pinned requirements of the GPU check: the project's dependencies, the `serve` extra, the test
-    runner from the `dev` extra and, when asked, the `cuda` extra."""
+    runner from the `dev` extra, CTranslate2 from the `bench` extra and, when asked, the `cuda` extra."""
     project = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]
     extras = project["optional-dependencies"]
     runner = [r for r in extras["dev"] if _canonical(r) in TEST_RUNNER]
     if len(runner) != len(TEST_RUNNER):
         raise RuntimeError(f"pyproject.toml's dev extra must pin {', '.join(TEST_RUNNER)}")
-    wanted = [*project["dependencies"], *extras["serve"], *runner,
+    bench = [r for r in extras["bench"] if _canonical(r) in BENCH]
+    wanted = [*project["dependencies"], *extras["serve"], *runner, *bench,
               *(extras["cuda"] if with_cuda_libraries else ())]
     return list(dict.fromkeys(wanted))
 
@@ -131,7 +139,7 @@ def clear_kit(out: Path) -> None:
 
 def build(out: Path, python: str = DEFAULT_PYTHON, platform: str = DEFAULT_PLATFORM,
           part_mib: float = DEFAULT_PART_MIB, with_cuda_libraries: bool = False,
-          log=print) -> Manifest:
+          log=print, opus_mt: str = "full") -> Manifest:
     """Build the kit into out: its parts and manifest.json."""
     out.mkdir(parents=True, exist_ok=True)
     staging = out / ".build"
@@ -147,6 +155,12 @@ def build(out: Path, python: str = DEFAULT_PYTHON, platform: str = DEFAULT_PLATF
         generated_protos(root)
         log("gpu-kit: the GPU tier's fixtures (tiny model trained and exported)")
         fixtures(root / "fixtures")
+        if opus_mt != "none":  # its export cached in out/.opus-mt-<shape>/ for the next kit
+            log(f"gpu-kit: the opus-mt skeleton ({opus_mt} shape)")
+            from gpukit.skeleton_build import build_skeleton
+
+            build_skeleton(root / SKELETON_DIR, out / f".opus-mt-{opus_mt}", quick=opus_mt == "quick",
+                           log=log)
         log("gpu-kit: collecting the GPU tier")
         tests = gpu_test_files()
         archive = staging / ARCHIVE
@@ -156,6 +170,7 @@ def build(out: Path, python: str = DEFAULT_PYTHON, platform: str = DEFAULT_PLATF
         wheels = sorted(p.name for p in (root / "wheels").iterdir())
         info = {"python": python, "platform": platform, "machine": machine_of(platform),
                 "requirements": reqs, "with_cuda_libraries": with_cuda_libraries, "gpu_tests": tests,
+                "opus_mt": opus_mt,
                 "pip": next(w for w in wheels if w.startswith("pip-")), "wheels": wheels,
                 "created": datetime.now(UTC).isoformat(timespec="seconds")}
         manifest = Manifest(parts=parts, archive=entry_of(archive), files=files, info=info)

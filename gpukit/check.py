@@ -12,7 +12,8 @@ Steps, each logged to OUT/check.log and recorded in OUT/summary.json:
    LD_LIBRARY_PATH), or the kit's (a kit built with --with-cuda-libraries);
 4. tier: `pytest -m gpu` on the kit's GPU test files with TRANSLATOR_REQUIRE_GPU=1 and the prebuilt
    fixtures (OUT/gpu-tier.xml): no CUDA device is a usage error naming what is missing;
-5. bench: `python -m bench.gpu`, its last line in OUT/bench-gpu.json.
+5. bench: `python -m bench.gpu` (with the kit's opus-mt skeleton, materialized into KIT/models once),
+   its last line in OUT/bench-gpu.json.
 """
 
 from __future__ import annotations
@@ -211,7 +212,11 @@ def run_check(kit: Path, out: Path, bench_args: Sequence[str] = ()) -> int:
     if steps.done("tier", rc) != 0:
         log(f"gpu-check: the GPU tier failed (exit {rc}); the log is {out / 'check.log'}")
         return rc
-    rc, output = log.run([str(python), "-m", "bench.gpu", *bench_args], env=env)
+    skeleton = work / "opus-mt"
+    model = ["--skeleton", str(skeleton), "--work", str(kit / "models")]
+    if not (skeleton / "skeleton.json").is_file():  # a kit made with --opus-mt none
+        model = ["--model", "default"]
+    rc, output = log.run([str(python), "-m", "bench.gpu", *model, *bench_args], env=env)
     lines = output.strip().splitlines()
     if rc == 0 and lines:
         (out / "bench-gpu.json").write_text(lines[-1] + "\n", encoding="utf-8")
