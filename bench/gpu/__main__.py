@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.gpu.engine import ENGINES, VARIANT, engine, model_job
+from bench.gpu.engine import BATCHES, ENGINES, VARIANT, engine, model_job
 from bench.gpu.footprint import copy_bandwidth, engine_memory, floors
 from bench.gpu.models import Model, default_model, make_skeleton, opus_model
 from bench.gpu.serve import server
@@ -71,7 +71,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skeleton", type=Path, help="the opus-mt skeleton (the GPU kit's opus-mt/)")
     ap.add_argument("--work", type=Path, help="where models are materialized (default: a temporary folder)")
     ap.add_argument("--parts", default="engine,server,footprint", help="comma-separated parts to run")
+    ap.add_argument("--sizes", default=",".join(map(str, BATCHES)),
+                    help="the engine's batch sizes and the server's concurrencies, comma-separated")
     args = ap.parse_args(argv)
+    sizes = tuple(int(n) for n in args.sizes.split(","))
     start = time.perf_counter()
     parts = set(args.parts.split(","))
     with tempfile.TemporaryDirectory() as tmp:
@@ -89,10 +92,10 @@ def main(argv: list[str] | None = None) -> int:
 
         ids = Runner(model.bundle, providers=["CPUExecutionProvider"]).encode_texts(model.texts[:256])
         if "engine" in parts:
-            report["engine"] = engine(model, args.device, ids, args.quick)
+            report["engine"] = engine(model, args.device, ids, args.quick, sizes)
             print(json.dumps(report["engine"]), file=sys.stderr)
         if "server" in parts:
-            report["server"] = server(model, args.device, ids, args.quick)
+            report["server"] = server(model, args.device, ids, args.quick, sizes)
         if "footprint" in parts:
             step_ms = report.get("engine", {}).get("step_ms_b1", {})
             gbps = copy_bandwidth(args.device, 256 if args.quick else 1024)

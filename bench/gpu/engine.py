@@ -69,7 +69,8 @@ def same_tokens(ours: list[int], theirs: list[int], free: int | None) -> bool:
     return ours == (theirs[:free] if free is not None else theirs)
 
 
-def engine(model: Model, device: str, ids: list[list[int]], quick: bool) -> dict[str, Any]:
+def engine(model: Model, device: str, ids: list[list[int]], quick: bool,
+           batches: tuple[int, ...] = BATCHES) -> dict[str, Any]:
     """Sentences per second of every engine at every batch size, tokens compared with our first engine's."""
     job = model_job(model)
     names = [e for e in ENGINES[device] if model.ct2_dir or not e.startswith("ct2")]
@@ -83,7 +84,7 @@ def engine(model: Model, device: str, ids: list[list[int]], quick: bool) -> dict
                               "new_tokens": model.new_tokens, "sentences_per_s": {}, "same_tokens": {}}
     if model.ct2_skipped:
         result["ct2_skipped"] = model.ct2_skipped
-    for batch in BATCHES:
+    for batch in batches:
         n = batch * (2 if quick else 4) if batch > 1 else (4 if quick else 16)
         sources = (ids * (n // len(ids) + 1))[:n]
         outputs = {}
@@ -103,7 +104,7 @@ def engine(model: Model, device: str, ids: list[list[int]], quick: bool) -> dict
     rates = result["sentences_per_s"]
     for name in names[1:]:
         result.setdefault("ratios", {})[f"{ours}_vs_{name}"] = {
-            f"b{b}": round(rates[ours][f"b{b}"] / rates[name][f"b{b}"], 2) for b in BATCHES}
+            f"b{b}": round(rates[ours][f"b{b}"] / rates[name][f"b{b}"], 2) for b in batches}
     steps = model.new_tokens or 1
     result["step_ms_b1"] = {VARIANT[n]: 1e3 / (rates[n]["b1"] * steps) for n in names if n in VARIANT}
     return result

@@ -10,10 +10,8 @@ from typing import Any
 from bench.common.loadgen import summarize
 from bench.common.serverproc import ServerProcess
 from bench.common.translator import closed_loop_at, wait_ready
-from bench.gpu.engine import build_decoder, model_job, time_decoder
+from bench.gpu.engine import BATCHES, build_decoder, model_job, time_decoder
 from bench.gpu.models import Model
-
-CONCURRENCY = (1, 32, 128)
 
 
 def requests_at(concurrency: int, quick: bool) -> int:
@@ -21,7 +19,8 @@ def requests_at(concurrency: int, quick: bool) -> int:
     return (8 if quick else 32) if concurrency == 1 else concurrency * (2 if quick else 4)
 
 
-def server(model: Model, device: str, ids: list[list[int]], quick: bool) -> dict[str, Any]:
+def server(model: Model, device: str, ids: list[list[int]], quick: bool,
+           concurrencies: tuple[int, ...] = BATCHES) -> dict[str, Any]:
     """Requests per second, p50 and p99 of the server at each concurrency; CTranslate2's sentences per
     second at the same batch size on the same texts; their ratio."""
     from service.runtime.model.sessions import CUDA
@@ -32,7 +31,7 @@ def server(model: Model, device: str, ids: list[list[int]], quick: bool) -> dict
     out: dict[str, Any] = {"reference": reference if ct2 else None}
     with ServerProcess(model.bundle, "continuous", args) as proc:
         asyncio.run(wait_ready(proc.address))
-        for c in CONCURRENCY:
+        for c in concurrencies:
             n = requests_at(c, quick)
             texts = (model.texts * (n // len(model.texts) + 1))[:n]
             asyncio.run(closed_loop_at(proc.address, texts, c, min(n, 2 * c), beam_size=1,
