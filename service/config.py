@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from service.api.restrictions import GRPC, HTTP, Protocol, Restrictions, check_table, restriction_table
+from service.domain.detection import DEFAULT_MIN_CONFIDENCE
 from service.domain.types import DEFAULT_MAX_BEAM, BatchingMode
 from service.models.repository import ControlMode
 from service.runtime.model.sessions import DEFAULT_PROVIDERS
@@ -67,6 +68,7 @@ class ServerConfig:
     max_document_bytes: int = 1 << 20  # largest document of a document call (UTF-8 bytes)
     max_document_sentences: int = 10_000  # most sentences of one document
     sentence_cache_bytes: int = 64 << 20  # LRU of deterministic sentence results; 0 = no cache
+    detect_min_confidence: float = DEFAULT_MIN_CONFIDENCE  # source_language auto: floor of a detection
     tls_cert: Path | None = None
     tls_key: Path | None = None
     tls_client_ca: Path | None = None
@@ -116,6 +118,7 @@ class ServerConfig:
             "--max-document-bytes": self.max_document_bytes >= 1,
             "--max-document-sentences": self.max_document_sentences >= 1,
             "--sentence-cache-bytes": self.sentence_cache_bytes >= 0,
+            "--detect-min-confidence": 0.0 <= self.detect_min_confidence <= 1.0,
         }
         bad = [flag for flag, ok in checks.items() if not ok]
         if bad:
@@ -230,6 +233,9 @@ _FLAGS: list[tuple[str, Any, str]] = [
     ("--max-document-sentences", int, "most sentences of one document; beyond it INVALID_ARGUMENT / 400"),
     ("--sentence-cache-bytes", _bytes, "bytes of the LRU cache of sentence results (deterministic decoding "
      "only; every model and document shares it; docs/documents.md); 0 = no cache"),
+    ("--detect-min-confidence", float, "source_language auto: a detected language below this confidence "
+     "(0 to 1) is refused, naming it, not guessed; a request's min_language_confidence overrides it "
+     "(docs/api.md)"),
     ("--tls-cert", _optional_path, "PEM certificate chain; with --tls-key serves TLS"),
     ("--tls-key", _optional_path, "PEM private key"),
     ("--tls-client-ca", _optional_path, "PEM CA certificate(s): require client certificates signed by it "

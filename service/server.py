@@ -234,7 +234,8 @@ async def serve(config: ServerConfig, runner: Runner | None = None) -> RunningSe
     metrics.init_request_counts(counted_methods(config.modelmesh),
                                 model_methods=model_methods(config.modelmesh))
     plane = DataPlane(models, lambda: readiness.ready, config.queue_size,
-                      DocumentLimits(config.max_document_bytes, config.max_document_sentences))
+                      DocumentLimits(config.max_document_bytes, config.max_document_sentences),
+                      config.detect_min_confidence)
     translator_pb2_grpc.add_TranslatorServicer_to_server(TranslatorServicer(plane), server)
     grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(plane), server)
     if config.modelmesh:  # its design assumes a port that only the pod's ModelMesh container reaches

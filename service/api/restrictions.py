@@ -43,14 +43,15 @@ GRPC_METHOD_GROUPS: dict[str, str] = {  # "package.Service/Method" -> group
     **{f"{_TRANSLATOR}/{m}": "inference"
        for m in ("Translate", "TranslateStream", "TranslateDocument", "TranslateDocumentStream")},
     f"{_TRANSLATOR}/GetModelInfo": "metadata", f"{_TRANSLATOR}/Score": SCORE,
+    f"{_TRANSLATOR}/Detect": "inference",
     **{f"{_MESH}/{m}": MODELMESH
        for m in ("loadModel", "unloadModel", "predictModelSize", "modelSize", "runtimeStatus")},
 }
 _MODEL_ROUTES = {"": "metadata", "/ready": "health", "/config": "model-config", "/stats": "statistics",
                  "/infer": "inference", "/generate": "inference", "/generate_stream": "inference",
-                 "/score": SCORE, "/document": "inference"}
+                 "/score": SCORE, "/document": "inference", "/detect": "inference"}
 HTTP_ROUTE_GROUPS: dict[str, str] = {  # the route's path pattern (aiohttp's canonical) -> group
-    "/v2": "metadata", "/v2/health/live": "health", "/v2/health/ready": "health",
+    "/v2": "metadata", "/v2/detect": "inference", "/v2/health/live": "health", "/v2/health/ready": "health",
     "/v2/models/stats": "statistics", "/v2/repository/index": MODEL_REPOSITORY,
     "/v2/repository/models/{model}/load": MODEL_REPOSITORY,
     "/v2/repository/models/{model}/unload": MODEL_REPOSITORY,

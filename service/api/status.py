@@ -16,6 +16,7 @@ INTERNAL = "INTERNAL"
 
 CODES: dict[type[errors.ServiceError], str] = {  # gRPC status code names
     errors.InvalidInput: "INVALID_ARGUMENT",  # InvalidTensor included
+    errors.LanguageUndetermined: "INVALID_ARGUMENT",  # source_language "auto" found no language to use
     errors.UnknownModel: "NOT_FOUND",
     errors.RepositoryRefused: "FAILED_PRECONDITION",
     errors.MemoryBudgetExceeded: "RESOURCE_EXHAUSTED",

@@ -16,16 +16,19 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from service.dataplane import kserve, parameters, triton
+from service.dataplane import detection, kserve, parameters, triton
 from service.dataplane.document_calls import DocumentCalls
 from service.dataplane.documents import DocumentLimits, document_parameters
 from service.dataplane.rendering import Piece, Score, Translation, Want, score, translation
+from service.domain.detection import DEFAULT_MIN_CONFIDENCE, Detection
 from service.domain.errors import InvalidInput, InvalidTensor, UnknownModel
 from service.domain.options import ResolvedOptions
 from service.domain.text import shown
 from service.domain.types import BatchingMode, DecodeOptions, ModelDefaults, ScoreOptions, TokenEvent
 from service.models.layout import LOAD_ORIGIN, ModelSettings
 from service.models.repository import IndexEntry, ModelRepository
+from service.models.served import ServedModel
+from service.ops import metrics
 
 T = TypeVar("T")
 LOAD_CONFIG = "config"  # repository load: JSON settings over the model's own (Triton's `config`)
@@ -85,10 +88,12 @@ class Answer(Generic[T]):
 
 @dataclass(frozen=True)
 class Opened:
-    """The start of a streamed translation: the model that answers it, named as the request named it."""
+    """The start of a streamed translation: the model that answers it, named as the request named it, and
+    the source language detected (source_language auto)."""
 
     model_name: str
     model_version: str
+    detected: Detection | None = None
 
 
 @dataclass(frozen=True)
@@ -121,11 +126,14 @@ class DataPlane(DocumentCalls):
     document calls are DocumentCalls'."""
 
     def __init__(self, models: ModelRepository, ready: Callable[[], bool], stream_slots: int = 256,
-                 documents: DocumentLimits | None = None) -> None:
+                 documents: DocumentLimits | None = None,
+                 min_language_confidence: float = DEFAULT_MIN_CONFIDENCE) -> None:
         """Serve the repository's models; `ready` reports the server's readiness; a KServe stream runs at
-        most `stream_slots` requests at once; documents are taken up to `documents`."""
+        most `stream_slots` requests at once; documents are taken up to `documents`; source_language auto
+        refuses detections under `min_language_confidence`."""
         self.models, self._ready, self.stream_slots = models, ready, stream_slots
         self.documents = documents or DocumentLimits()
+        self.min_language_confidence = min_language_confidence
 
     # ----- the server and its models ----------------------------------------------------------------
     def ready(self) -> bool:
@@ -179,16 +187,51 @@ class DataPlane(DocumentCalls):
                 batching_mode=scheduler.mode,
                 defaults=limits.resolve(DecodeOptions(source_language=source, target_language=target)))
 
+    # ----- language detection ---------------------------------------------------------------------
+    async def detect(self, text: str, name: str = "", version: str = "",
+                     deadline: float | None = None) -> tuple[str, str, Detection]:
+        """A text's language with its alternatives (model name and version "" when none is named); with a
+        model, its code of the language too (None: the model lacks it) and the model's text limit."""
+        if not name:
+            found = detection.detect(text)
+            metrics.DETECTED_LANGUAGES.labels(model=metrics.NO_MODEL, language=found.language).inc()
+            return "", "", found
+        async with self.models.use(name, version, deadline) as model:
+            model.scheduler.limits.check_texts([text])
+            found = detection.detect(text, model.runner.languages.names)
+            if found.model_code is not None:
+                metrics.DETECTED_LANGUAGES.labels(model=model.name, language=found.model_code).inc()
+            return name, str(model.version), found
+
+    def _detected(self, model: ServedModel, texts: Sequence[str],
+                  options: DecodeOptions) -> tuple[DecodeOptions, list[Detection] | None]:
+        """The options as submitted and each text's detection (None: no detection asked or used)."""
+        languages = model.runner.languages
+        if not detection.wanted(options, languages):
+            return detection.unasked(options), None
+        model.scheduler.limits.check_texts(texts)
+        floor = detection.floor_of(options, self.min_language_confidence)
+        return options, detection.resolve(texts, languages, floor, model.name)
+
     # ----- translation and scoring ----------------------------------------------------------------
     async def translate(self, name: str, version: str, texts: Sequence[str], options: DecodeOptions,
                         want: Want, deadline: float | None) -> Answer[Translation]:
-        """Translate every text with the same options; results in order."""
+        """Translate every text with the same options (source_language auto: each text's detected one);
+        results in order."""
         async with self.models.use(name, version, deadline) as model:
             check_text_count(len(texts), model.scheduler.settings.max_batch_size)
-            results = await model.scheduler.submit(list(texts), options, deadline)
+            options, found = self._detected(model, texts, options)
+
+            async def submit(some: list[str], asked: DecodeOptions) -> list:
+                return await model.scheduler.submit(some, asked, deadline)
+
+            results = await (submit(list(texts), options) if found is None
+                             else detection.by_language(submit, texts, options, found))
             tokenizer = model.runner.tokenizer
-            return Answer(name or model.name, str(model.version),
-                          [translation(r, want, tokenizer) for r in results])
+            shown = [translation(r, want, tokenizer) for r in results]
+            if found is not None:
+                shown = [dataclasses.replace(t, detected=d) for t, d in zip(shown, found, strict=True)]
+            return Answer(name or model.name, str(model.version), shown)
 
     async def stream(self, name: str, version: str, text: str, options: DecodeOptions, want: Want,
                      deadline: float | None) -> AsyncIterator[Opened | Piece | Final]:
@@ -196,10 +239,15 @@ class DataPlane(DocumentCalls):
         result; a beam's best is only known at the end: then the Final alone."""
         async with self.models.use(name, version, deadline) as model:
             scheduler, tokenizer = model.scheduler, model.runner.tokenizer
-            yield Opened(name or model.name, str(model.version))
+            options, found = self._detected(model, [text], options)
+            detected = None if found is None else found[0]
+            if detected is not None:
+                options = dataclasses.replace(options, source_language=detected.model_code)
+            yield Opened(name or model.name, str(model.version), detected)
             if not streams_pieces(options, scheduler.limits.defaults):
                 (result,) = await scheduler.submit([text], options, deadline)
-                yield Final(translation(result, want, tokenizer), streamed=False)
+                yield Final(dataclasses.replace(translation(result, want, tokenizer), detected=detected),
+                            streamed=False)
                 return
             index = 0
             async for event in scheduler.stream(text, dataclasses.replace(options, stream=True), deadline):
@@ -207,7 +255,8 @@ class DataPlane(DocumentCalls):
                     yield Piece(index, event.token, tokenizer.token(event.token), event.text)
                     index += 1
                 else:
-                    yield Final(translation(event, want, tokenizer), streamed=True)
+                    yield Final(dataclasses.replace(translation(event, want, tokenizer), detected=detected),
+                                streamed=True)
 
     async def score(self, name: str, version: str, sources: Sequence[str], targets: Sequence[str],
                     options: ScoreOptions, want: Want, deadline: float | None) -> Answer[Score]:

@@ -4,8 +4,11 @@ translated through its model's scheduler, whole or streamed in parts (service/da
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import re
 from collections.abc import AsyncIterator, Sequence
 
+from service.dataplane import detection
 from service.dataplane.documents import (
     DocumentAnswer,
     DocumentLimits,
@@ -15,8 +18,11 @@ from service.dataplane.documents import (
     document_parts,
     read_document,
 )
+from service.domain.detection import MAX_DETECT_CHARS
 from service.domain.types import DecodeOptions, Result
 from service.models.repository import ModelRepository
+
+MARKUP = re.compile(r"<[^>]*>")  # tags, left out of the text a document's language is detected on
 
 
 class DocumentCalls:
@@ -24,6 +30,7 @@ class DocumentCalls:
 
     models: ModelRepository
     documents: DocumentLimits
+    min_language_confidence: float
 
     async def document(self, name: str, version: str, text: str, fmt: str, options: DecodeOptions,
                        protect: Sequence[str], deadline: float | None) -> DocumentAnswer:
@@ -46,6 +53,12 @@ class DocumentCalls:
         check_document(fmt, options)
         async with self.models.use(name, version, deadline) as model:
             scheduler, runner = model.scheduler, model.runner
+            if detection.wanted(options, runner.languages):  # the document's language, from its first text
+                sample = " ".join(MARKUP.sub(" ", text[:MAX_DETECT_CHARS]).split())
+                floor = detection.floor_of(options, self.min_language_confidence)
+                (found,) = detection.resolve([sample], runner.languages, floor, model.name)
+                options = dataclasses.replace(options, source_language=found.model_code)
+            options = detection.unasked(options)
             language = options.source_language or runner.source_language  # else English (segmentation.py)
             document = await asyncio.to_thread(read_document, text, fmt, language, protect, self.documents)
             yield DocumentStart(name or model.name, str(model.version), len(document.segments))

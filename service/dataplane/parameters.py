@@ -39,6 +39,7 @@ PHRASES = "phrases"  # texts, arrays of token ids, and arrays of such forms (a p
 # decoding options: wire name (a DecodeOptions field) -> kind
 DECODING: dict[str, str] = {
     "max_output_tokens": WHOLE, "beam_size": WHOLE, "source_language": TEXT, "target_language": TEXT,
+    "min_language_confidence": REAL,
     "min_output_tokens": COUNT, "length_penalty": REAL, "max_length_ratio": REAL, "repetition_penalty": REAL,
     "no_repeat_ngram_size": COUNT, "temperature": REAL, "top_k": COUNT, "top_p": REAL, "seed": COUNT,
     "disable_unk": FLAG, "target_prefix": TEXT, "target_prefix_ids": IDS, "suppress_sequences": SEQUENCES,

@@ -4,7 +4,9 @@ alignment) of a translation or a score, filled once, as the request asked; adapt
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+from service.domain.detection import Detection
 from service.domain.types import FinishReason, Result, ScoreResult, Timings
 from service.runtime.model.tokenization import TextTokenizer
 
@@ -41,6 +43,7 @@ class Translation:
     timings: Timings
     source_token_ids: list[int] | None = None
     source_tokens: list[str] | None = None
+    detected: Detection | None = None  # the source language detected (source_language auto)
 
     @property
     def text(self) -> str:
@@ -109,3 +112,9 @@ def score(result: ScoreResult, want: Want, tokenizer: TextTokenizer) -> Score:
         source_tokens=_strings(tokenizer, result.source_ids) if want.tokens else None,
         source_token_ids=list(result.source_ids) if want.alignment or want.tokens else None,
         alignment=result.alignment if want.alignment else None)
+
+
+def detected_fields(d: Detection) -> dict[str, Any]:
+    """A detection as JSON fields: language, confidence, model_language (None: none) and alternatives."""
+    return {"language": d.language, "confidence": d.confidence, "model_language": d.model_code,
+            "alternatives": [{"language": g.language, "confidence": g.confidence} for g in d.alternatives]}

@@ -21,6 +21,11 @@ class InvalidTensor(InvalidInput):
     """A KServe v2 request whose tensors or parameters break the protocol's rules."""
 
 
+class LanguageUndetermined(InvalidInput):
+    """source_language "auto": the detected language is below the confidence floor or not one the model
+    translates from (the message names it and its confidence)."""
+
+
 class UnknownModel(ServiceError):
     """A request named a model (or version) that the server's model repository does not have."""
 

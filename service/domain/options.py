@@ -59,6 +59,7 @@ class DecodeOptions:
     stream: bool = False  # emit a TokenEvent per generated token (greedy only)
     source_language: str | None = None
     target_language: str | None = None
+    min_language_confidence: float | None = None  # source_language "auto": the floor (None: the server's)
     target_prefix: str | Sequence[int] | None = None  # the forced start of every hypothesis
     return_alternatives: bool = False  # n_best continuations at the first position after the prefix
     min_output_tokens: int | None = None  # eos is not generated before this many tokens

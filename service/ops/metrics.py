@@ -28,6 +28,9 @@ Names (all prefixed `translator_`):
   series above exist while the repository serves it: set as it starts serving (a reload of the same
   version keeps them, with the new copy's values), removed once its unloaded or evicted copy has
   closed and no copy of that version is served.
+- `detected_languages_total{model, language}` counter: source languages detected and used (source_language
+  "auto"), by the model's code; a detect call that names no model counts under model "" by the detector's
+  code (its 176 languages bound the labels).
 - The sentence cache, one per server (no labels): `sentence_cache_bytes`, `sentence_cache_entries` gauges.
 Time histograms use millisecond-suited buckets from 0.5 ms to 10 s.
 """
@@ -90,6 +93,9 @@ CONSTRAINED_TEXTS = Counter("translator_constrained_texts_total",
 UNMET_PHRASES = Counter("translator_unmet_required_phrases_total",
                         "Required phrases missing from a best translation (no room within its max length).",
                         MODEL_LABELS)
+DETECTED_LANGUAGES = Counter("translator_detected_languages_total",
+                             "Source languages detected and used, by model and language (the model's code).",
+                             ["model", "language"])
 SENTENCE_CACHE_BYTES = Gauge("translator_sentence_cache_bytes", "Bytes held by the server's sentence cache.")
 SENTENCE_CACHE_ENTRIES = Gauge("translator_sentence_cache_entries", "Results held by the sentence cache.")
 MODEL = Info("translator_model", "A loaded model version: provider, batching mode, variant.", MODEL_LABELS)

@@ -20,6 +20,7 @@ from service.api.grpc.context import deadline_of
 from service.dataplane.calls import DataPlane, Final, ModelInfo, Opened
 from service.dataplane.documents import DocumentStart
 from service.dataplane.rendering import Hypothesis, Score, Translation, Want
+from service.domain.detection import Detection
 from service.domain.errors import InvalidInput
 from service.domain.types import BatchingMode, DecodeOptions, FinishReason, ScoreOptions
 
@@ -98,12 +99,23 @@ def _hypothesis(h: Hypothesis) -> pb.Hypothesis:
     return message
 
 
+def detected_message(d: Detection) -> pb.DetectedLanguage:
+    """One DetectedLanguage message."""
+    return pb.DetectedLanguage(
+        best=pb.LanguageGuess(language=d.language, confidence=d.confidence),
+        model_language=d.model_code or "",
+        alternatives=[pb.LanguageGuess(language=g.language, confidence=g.confidence) for g in d.alternatives])
+
+
 def result_message(t: Translation) -> pb.TranslationResult:
     """One TranslationResult message."""
-    return pb.TranslationResult(hypotheses=[_hypothesis(h) for h in t.hypotheses],
-                                timings=_timings(t.timings),
-                                source_token_ids=t.source_token_ids or [],
-                                source_tokens=t.source_tokens or [])
+    message = pb.TranslationResult(hypotheses=[_hypothesis(h) for h in t.hypotheses],
+                                   timings=_timings(t.timings),
+                                   source_token_ids=t.source_token_ids or [],
+                                   source_tokens=t.source_tokens or [])
+    if t.detected is not None:
+        message.detected_language.CopyFrom(detected_message(t.detected))
+    return message
 
 
 def score_message(s: Score) -> pb.ScoreResult:
@@ -206,6 +218,14 @@ class TranslatorServicer(pb_grpc.TranslatorServicer):
             else:
                 part = pb.DocumentPart(text=item.text, done=item.done, split=item.split)
                 yield pb.TranslateDocumentStreamResponse(part=part, request_id=request_id)
+
+    async def Detect(  # noqa: N802 - gRPC method name
+        self, request: pb.DetectRequest, context: aio.ServicerContext
+    ) -> pb.DetectResponse:
+        """The text's language, with the named model's code of it."""
+        name, version, found = await self.plane.detect(request.text, request.model, request.model_version,
+                                                       deadline_of(context))
+        return pb.DetectResponse(detected=detected_message(found), model=name, model_version=version)
 
     async def GetModelInfo(  # noqa: N802 - gRPC method name
         self, request: pb.GetModelInfoRequest, context: aio.ServicerContext

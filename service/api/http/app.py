@@ -24,7 +24,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from service.api.http import document, generate, kserve_rest, score
+from service.api.http import detect, document, generate, kserve_rest, score
 from service.api.http.body import LIMITS_KEY
 from service.api.http.context import PLANE_KEY
 from service.api.http.errors import MODEL_LABEL_KEY, Handler, RequestRejected, method_label, observe
@@ -77,6 +77,7 @@ def make_app(plane: DataPlane, max_body_bytes: int, read_timeout_s: float,
     generate.add_routes(app)
     score.add_routes(app)
     document.add_routes(app)
+    detect.add_routes(app)
     # every route's series from the start, as gRPC's: rate() sees the first request of each
     routes = sorted({r.canonical for r in app.router.resources()})
     metrics.init_request_counts(routes, protocol="http", model_methods=[r for r in routes if "{model}" in r])

@@ -39,7 +39,7 @@ from service.api.status import http_status_of
 from service.dataplane import parameters
 from service.dataplane.calls import Final, Opened
 from service.dataplane.documents import DocumentStart, document_parameters
-from service.dataplane.rendering import Piece, Translation, Want
+from service.dataplane.rendering import Piece, Translation, Want, detected_fields
 from service.domain.errors import InvalidInput
 from service.domain.text import shown
 
@@ -101,6 +101,8 @@ async def generate(request: web.Request) -> web.Response:
                "text_output": result.text}
     if asked.options.required_phrases:
         payload["unmet_required_phrases"] = result.unmet
+    if result.detected is not None:  # source_language auto
+        payload["detected_language"] = detected_fields(result.detected)
     return json_response(payload | result_fields(result, asked))
 
 
