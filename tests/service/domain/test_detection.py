@@ -44,7 +44,8 @@ def test_the_text_script_picks_among_scripts() -> None:
 
 
 @pytest.mark.parametrize(("text", "says"), [
-    ("", "empty"), ("  \n", "empty"), (7, "must be a string"), ("a\x00b", "control character (U+0000) at index 1"),
+    ("", "empty"), ("  \n", "empty"), (7, "must be a string"),
+    ("a\x00b", "control character (U+0000) at index 1"),
     ("x" * 100_001, "100001 characters"),
 ])
 def test_bad_texts_are_refused(text: object, says: str) -> None:

@@ -1,12 +1,13 @@
-"""The language detector on held-out text: the UDHR sentences of data/detect_udhr.json (30 languages, each with
-its M2M100, NLLB and mBART-50 code), short (3 to 6 words) and long (a paragraph), mapped to each family's codes
-as the server maps them.
+"""The language detector on held-out text: the UDHR sentences of data/detect_udhr.json (30 languages, each
+with its M2M100, NLLB and mBART-50 code), short (3 to 6 words) and long (a paragraph), mapped to each family's
+codes as the server maps them.
 
 The floors come from `python -m bench.detect` over every language of the three lists (docs/api.md, "Source
-language detection"): mBART-50's languages (the widely spoken ones, as here) 90% right short and 98% long, the
-worst of them right on about half their short samples. So: every language at least 3 of its 4 paragraphs and
-2 of its 4 short samples, 95% of all paragraphs and 85% of all short samples; and at the server's default
-confidence floor (0.5), 90% of the short samples it keeps right.
+language detection"): on mBART-50's languages (the widely spoken ones, as here) py3langid is 94.6% right on
+short samples and 98.7% on long ones; its worst language, Indonesian (read as Malay), 35% short. So: every
+language at least 1 of its 4 short samples and 2 of its 4 paragraphs right, 90% of all short samples and 95%
+of all paragraphs; and at the server's default confidence floor (0.5), 90% of the short samples it keeps
+right.
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ import pytest
 from service.domain.detection import DEFAULT_MIN_CONFIDENCE, Guess, model_code
 from service.runtime import detector
 
-CASES = json.loads((Path(__file__).parent / "data" / "detect_udhr.json").read_text(encoding="utf-8"))["languages"]
+DATA = Path(__file__).parent / "data" / "detect_udhr.json"
+CASES = json.loads(DATA.read_text(encoding="utf-8"))["languages"]
 FAMILIES = ("m2m100", "nllb", "mbart50")
-LEAST = {"long": (3, 0.95), "short": (2, 0.85)}  # per language (of 4), overall
+LEAST = {"long": (2, 0.95), "short": (1, 0.90)}  # per language (of 4), overall
 
 
 @pytest.fixture(scope="module")
@@ -60,14 +62,7 @@ def test_guesses_are_ranked_probabilities() -> None:
     assert [g.confidence for g in found] == sorted((g.confidence for g in found), reverse=True)
 
 
-def test_wikipedia_codes_are_renamed() -> None:
-    # lid.176's "als" is Alemannic (Wikipedia's code), not ISO's Tosk Albanian (NLLB's als_Latn)
-    assert detector.guess_of("__label__als", 0.9) == Guess("gsw", "gsw", 0.9)
-    assert model_code(detector.guess_of("__label__als", 0.9), ["als_Latn", "deu_Latn"]) is None
-    assert model_code(detector.guess_of("__label__sq", 0.9), ["als_Latn", "deu_Latn"]) == "als_Latn"
-
-
-def test_every_label_has_an_iso639_3_code() -> None:
-    languages = detector.FastText.languages()
-    assert len(languages) == 176
-    assert all(len(g.iso639_3) == 3 for g in languages)
+def test_every_language_has_an_iso639_3_code() -> None:
+    languages = detector.detector().languages()
+    assert len(languages) > 130 and all(len(g.iso639_3) == 3 for g in languages)
+    assert detector.guess_of("sw", 0.5) == Guess("sw", "swa", 0.5)
