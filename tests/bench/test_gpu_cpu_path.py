@@ -1,5 +1,5 @@
 """bench.gpu's CPU path (`--device cpu --quick`, batch sizes and concurrencies 1 and 4) on the default model:
-every part runs and reports (the folder is not named gpu: pytest would take that for the `gpu` mark)."""
+every part runs and reports (not in a folder named gpu: pytest would take that for the `gpu` mark)."""
 
 from __future__ import annotations
 
