@@ -245,18 +245,24 @@ def converse(grpc_address: str, http_address: str) -> list[dict[str, Any]]:
         return [{"name": name, "answer": normalised(play())} for name, play in plays]
 
 
+def server_config(root: Path):
+    """The server the conversation is recorded and replayed with: a two-model repository of the default
+    bundle under `root`, --modelmesh (the conversation has ModelMesh's calls too), no sentence cache (every
+    text it sends decoded, repeats too)."""
+    from service.config import ServerConfig
+
+    return ServerConfig(bundle=BUNDLE, model_repository=repository(root), model_control_mode="explicit",
+                        load_model=(MODEL,), port=0, http_port=0, metrics_port=-1,
+                        providers=("CPUExecutionProvider",), max_batch_size=8, modelmesh=True,
+                        sentence_cache_bytes=0)
+
+
 def main(argv: list[str]) -> int:
     """Record the conversation with a fresh server of the default bundle into argv[0]."""
-    from service.config import ServerConfig
     from service.server import BackgroundServer
 
-    with tempfile.TemporaryDirectory() as tmp:
-        config = ServerConfig(bundle=BUNDLE, model_repository=repository(Path(tmp)),
-                              model_control_mode="explicit", load_model=(MODEL,), port=0, http_port=0,
-                              metrics_port=-1, providers=("CPUExecutionProvider",), max_batch_size=8,
-                              modelmesh=True)
-        with BackgroundServer(config) as server:
-            record = converse(server.address, server.http_address)
+    with tempfile.TemporaryDirectory() as tmp, BackgroundServer(server_config(Path(tmp))) as server:
+        record = converse(server.address, server.http_address)
     Path(argv[0]).write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     print(f"{len(record)} exchanges recorded in {argv[0]}")
     return 0

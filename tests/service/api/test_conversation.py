@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from service.config import ServerConfig
 from service.server import BackgroundServer
 from tests.support import answers as wire
 from tests.support import conversation
@@ -22,13 +21,8 @@ from tests.support import conversation
 
 @pytest.fixture(scope="module")
 def answers(tmp_path_factory) -> Iterator[list[dict[str, Any]]]:
-    """The conversation played against a fresh server of a two-model repository of the default bundle
-    (--modelmesh: the conversation has ModelMesh's calls too)."""
-    root = conversation.repository(tmp_path_factory.mktemp("conversation"))
-    config = ServerConfig(bundle=conversation.BUNDLE, model_repository=root, model_control_mode="explicit",
-                          load_model=(conversation.MODEL,), port=0, http_port=0, metrics_port=-1,
-                          providers=("CPUExecutionProvider",), max_batch_size=8, modelmesh=True,
-                          sentence_cache_bytes=0)  # recorded decoding every text it sends, repeats too
+    """The conversation played against a fresh server of the recording's configuration."""
+    config = conversation.server_config(tmp_path_factory.mktemp("conversation"))
     with BackgroundServer(config) as server:
         yield conversation.converse(server.address, server.http_address)
 
