@@ -64,15 +64,15 @@ class ConstraintSet:
         """A set of phrases given as their forms' ids (a glossary's, or a test's)."""
         return cls(tuple(Constraint(tuple(tuple(int(t) for t in f) for f in forms)) for forms in phrases))
 
-    def without(self, forbidden: Sequence[Phrase]) -> ConstraintSet:
+    def without(self, forbidden: Sequence[Phrase], name: str = "") -> ConstraintSet:
         """Each phrase less the forms that hold a forbidden sequence (they could never be generated);
-        InvalidInput when a phrase has no form left."""
+        InvalidInput naming the phrase (`name`, else required_phrases[i]) when one has no form left."""
         out = []
         for i, c in enumerate(self.constraints):
             kept = tuple(f for f in c.forms if not any(_holds(f, bad) for bad in forbidden))
             if not kept:
-                raise InvalidInput(f"{NAME}[{i}] holds a sequence of suppress_sequences: it cannot be both "
-                                   "required and suppressed")
+                raise InvalidInput(f"{name or f'{NAME}[{i}]'} holds a sequence of suppress_sequences: it "
+                                   "cannot be both required and suppressed")
             out.append(Constraint(kept))
         return ConstraintSet(tuple(out))
 
@@ -102,21 +102,29 @@ def required(given: Any, forms_of: FormsOf) -> ConstraintSet:
     for i, item in enumerate(given):
         name = f"{NAME}[{i}]"
         alternatives = _alternatives(name, item)
-        forms: list[Phrase] = []
-        for j, alt in enumerate(alternatives):
-            label = name if len(alternatives) == 1 and alternatives[0] is item else f"{name}[{j}]"
-            found = forms_of(label, alt)
-            if not found or not all(found):
-                raise InvalidInput(f"{label} is empty")
-            forms += found
-        forms = list(dict.fromkeys(forms))
-        if len(forms) > MAX_FORMS:
-            raise InvalidInput(f"{name} has {len(forms)} forms; at most {MAX_FORMS}")
-        longest = max(len(f) for f in forms)
-        if longest > MAX_PHRASE_TOKENS:
-            raise InvalidInput(f"{name} is {longest} tokens long; at most {MAX_PHRASE_TOKENS}")
-        out.append(Constraint(tuple(forms)))
+        labels = [name if len(alternatives) == 1 and alternatives[0] is item else f"{name}[{j}]"
+                  for j in range(len(alternatives))]
+        out.append(constraint(name, list(zip(labels, alternatives, strict=True)), forms_of))
     return ConstraintSet(tuple(out))
+
+
+def constraint(name: str, alternatives: Sequence[tuple[str, Any]], forms_of: FormsOf,
+               most_forms: int = MAX_FORMS) -> Constraint:
+    """One phrase of (label, text or ids) alternatives: their forms deduplicated; InvalidInput naming the
+    label of an empty one, or `name` for more than `most_forms` forms or a form too long."""
+    forms: list[Phrase] = []
+    for label, alt in alternatives:
+        found = forms_of(label, alt)
+        if not found or not all(found):
+            raise InvalidInput(f"{label} is empty")
+        forms += found
+    forms = list(dict.fromkeys(forms))
+    if len(forms) > most_forms:
+        raise InvalidInput(f"{name} has {len(forms)} forms; at most {most_forms}")
+    longest = max(len(f) for f in forms)
+    if longest > MAX_PHRASE_TOKENS:
+        raise InvalidInput(f"{name} is {longest} tokens long; at most {MAX_PHRASE_TOKENS}")
+    return Constraint(tuple(forms))
 
 
 def _alternatives(name: str, item: Any) -> list[Any]:

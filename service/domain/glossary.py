@@ -126,15 +126,27 @@ class Glossary:
 
     @classmethod
     def from_request(cls, value: Any, origin: str = "glossary") -> Glossary:
-        """A request's glossary: {source: target or [targets]} or [[source, target], ...]."""
+        """A request's glossary: {source: target or [targets]} or [[source, target or [targets]], ...];
+        InvalidInput naming the entry for a bad term, a source without targets, too many terms or forms."""
         if isinstance(value, Mapping):
-            pairs = [(f"{origin}[{shown(s, 40)}]", s, t) for s, ts in value.items()
-                     for t in (ts if isinstance(ts, list) else [ts])]
-        elif isinstance(value, list) and all(isinstance(p, list | tuple) and len(p) == 2 for p in value):
-            pairs = [(f"{origin}[{i}]", *p) for i, p in enumerate(value)]
+            items = [(f"{origin}[{shown(s, 40)}]", s, ts) for s, ts in value.items()]
+        elif isinstance(value, list | tuple) and all(isinstance(p, list | tuple) and len(p) == 2
+                                                     for p in value):
+            items = [(f"{origin}[{i}]", *p) for i, p in enumerate(value)]
         else:
             raise InvalidInput(f"{origin} must be an object of source term -> target term(s) or a list of "
                                f"[source, target] pairs, got {shown(value)}")
+        if len(items) > MAX_REQUEST_TERMS * MAX_ALTERNATIVES:
+            raise InvalidInput(f"{origin}: {len(items)} entries; at most {MAX_REQUEST_TERMS} source terms")
+        pairs = []
+        for where, source, targets in items:
+            many = targets if isinstance(targets, list | tuple) else [targets]
+            if not many:
+                raise InvalidInput(f"{where}: no target term for {shown(source, 40)}")
+            if len(many) > MAX_ALTERNATIVES:
+                raise InvalidInput(f"{where}: more than {MAX_ALTERNATIVES} target forms of "
+                                   f"{shown(source, 40)}")
+            pairs += [(where, source, t) for t in many]
         return cls.from_entries(pairs, origin, MAX_REQUEST_TERMS)
 
     def __len__(self) -> int:
@@ -150,9 +162,18 @@ class Glossary:
         """Every term, in the order first given."""
         return tuple(self._terms.values())
 
+    def __bool__(self) -> bool:
+        return bool(self._terms)
+
     def over(self, base: Glossary) -> Glossary:
-        """This glossary's terms over `base`'s: a source term in both takes this one's targets."""
-        return Glossary([*base.terms(), *self.terms()])
+        """This glossary's terms over `base`'s: a source term in both takes this one's targets (either one
+        itself when the other is empty; a model's large glossary is not re-indexed per request)."""
+        if not self._terms or not base._terms:
+            return self if self._terms else base
+        merged = Glossary()
+        merged._terms = {**base._terms, **self._terms}
+        merged._lengths = sorted({*base._lengths, *self._lengths}, reverse=True)
+        return merged
 
     def matches(self, sentence: str) -> list[TermMatch]:
         """The terms that occur in the sentence by the matching rule, in sentence order, none overlapping."""
@@ -170,10 +191,14 @@ class Glossary:
             i += hit
         return found
 
+    def terms_in(self, sentence: str) -> list[Term]:
+        """The distinct terms that occur in the sentence, in sentence order (the ones it applies)."""
+        seen: dict[str, Term] = {}
+        for m in self.matches(sentence):
+            seen.setdefault(fold(m.term.source), m.term)
+        return list(seen.values())
+
     def required(self, sentence: str) -> list[tuple[str, ...]]:
         """The target forms the translation of `sentence` must hold, one tuple of alternatives per
         distinct source term found (in sentence order)."""
-        seen: dict[str, tuple[str, ...]] = {}
-        for m in self.matches(sentence):
-            seen.setdefault(fold(m.term.source), m.term.targets)
-        return list(seen.values())
+        return [t.targets for t in self.terms_in(sentence)]

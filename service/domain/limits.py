@@ -24,6 +24,7 @@ from service.domain.options import (
     ResolvedOptions,
     TargetEncoder,
 )
+from service.domain.text import shown
 
 # a translation's text over the source limit: what to do instead (a plain call is one text, one sequence)
 AS_DOCUMENT = ("; to have a long text translated sentence by sentence, send it as a document (parameter "
@@ -85,10 +86,27 @@ class RequestLimits:
         for i, c in enumerate(resolved.required_phrases.constraints):
             if self.eos is not None and any(self.eos in form for form in c.forms):
                 raise InvalidInput(f"required_phrases[{i}] holds the end-of-sequence id {self.eos}")
+        resolved = dataclasses.replace(resolved, glossary=resolved.glossary.over(self.glossary))
         if resolved.max_output_tokens <= self.max_output_tokens:
             return resolved
         if asked.max_output_tokens is not None:
             raise InvalidInput(f"max_output_tokens {asked.max_output_tokens} exceeds this server's limit of "
                                f"{self.max_output_tokens} (--max-output-tokens)")
         return dataclasses.replace(resolved, max_output_tokens=self.max_output_tokens)
+
+    def for_text(self, resolved: ResolvedOptions, text: str,
+                 encode_target: TargetEncoder | None = None) -> ResolvedOptions:
+        """The options one text of a request decodes with: the request's resolved options with the terms of
+        its glossary (the request's over the model's) that the text holds as required phrases after its own
+        (ResolvedOptions.with_terms); a text holding none decodes exactly as without a glossary."""
+        terms = resolved.glossary.terms_in(text) if resolved.glossary and isinstance(text, str) else []
+        if not terms:
+            return dataclasses.replace(resolved, glossary=Glossary()) if resolved.glossary else resolved
+        own = resolved.with_terms(terms, encode_target, self.vocab_size)
+        for c, source in zip(own.required_phrases.constraints[len(resolved.required_phrases):],
+                             own.glossary_terms, strict=False):
+            if self.eos is not None and any(self.eos in form for form in c.forms):
+                raise InvalidInput(f"glossary term {shown(source, 40)} holds the end-of-sequence id "
+                                   f"{self.eos}")
+        return own
 

@@ -13,6 +13,7 @@ in `max_output_tokens` (the token budget of the output, as before).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
@@ -20,8 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from service.domain.constraints import ConstraintSet, Phrase, check_text, required
+from service.domain.constraints import MAX_REQUIRED, ConstraintSet, Phrase, check_text, constraint, required
 from service.domain.errors import InvalidInput
+from service.domain.glossary import MAX_ALTERNATIVES, Glossary, Term
 from service.domain.languages import Languages
 from service.domain.text import shown
 
@@ -69,6 +71,9 @@ class DecodeOptions:
     suppress_sequences: Sequence[str | Sequence[int]] = ()  # never produced (transformers' bad_words_ids)
     # each must appear: a text, ids, or a list of forms any one of which will do (domain/constraints.py)
     required_phrases: Sequence[str | Sequence[int] | Sequence[str | Sequence[int]]] = ()
+    # source term -> target term(s) (domain/glossary.py, or what Glossary.from_request takes): the terms a
+    # text holds become its required phrases after these (RequestLimits.for_text), over the model's glossary
+    glossary: Glossary | Any = Glossary()
     disable_unk: bool = False  # the unknown token is never produced
     temperature: float | None = None  # sampling: > 0 samples, 0 is greedy
     top_k: int = 0  # sampling among the k most likely tokens (0: all)
@@ -138,12 +143,17 @@ class DecodeOptions:
         if constraints and (self.stream or alternatives or sampling):
             raise InvalidInput("required_phrases are placed by beam search: no streaming, sampling or "
                                "return_alternatives with them")
+        glossary = self.glossary
+        glossary = glossary if isinstance(glossary, Glossary) else Glossary.from_request(glossary)
+        if glossary and (self.stream or alternatives or sampling):
+            raise InvalidInput("glossary terms are placed by beam search: no streaming, sampling or "
+                               "return_alternatives with a glossary")
         return ResolvedOptions(
             int(beam), int(self.n_best), None if penalty is None else float(penalty), int(steps),
             bool(self.return_alignment), bool(self.stream), self.source_language, self.target_language,
             target_prefix=tuple(target_prefix), return_alternatives=alternatives,
-            suppress_sequences=suppressed, required_phrases=constraints, disable_unk=bool(self.disable_unk),
-            **controls,
+            suppress_sequences=suppressed, required_phrases=constraints, glossary=glossary,
+            disable_unk=bool(self.disable_unk), **controls,
             source_prefix=prefix, forced_first=forced)
 
     def _controls(self, d: ModelDefaults, sampling: bool, beam: int, alternatives: bool) -> dict[str, Any]:
@@ -210,6 +220,9 @@ class ResolvedOptions(DecodeOptions):
     no_repeat_ngram_size: int = 0
     suppress_sequences: tuple[tuple[int, ...], ...] = ()
     required_phrases: ConstraintSet = ConstraintSet()  # placed by constrained beam search
+    glossary: Glossary = Glossary()  # the request's over the model's, until a text's own options leave it out
+    glossary_terms: tuple[str, ...] = ()  # one text's: the source terms it holds (with_terms)
+    glossary_placed: int = 0  # of them, the first ones: the last required phrases
     temperature: float | None = None  # None: not sampling
     source_prefix: tuple[int, ...] = ()  # ids before a source's pieces (its language)
     forced_first: int | None = None  # the first generated token (the target language), forced
@@ -242,6 +255,32 @@ class ResolvedOptions(DecodeOptions):
                  encode_target: TargetEncoder | None = None) -> ResolvedOptions:
         """Already resolved: itself."""
         return self
+
+    def with_terms(self, terms: Sequence[Term], encode_target: TargetEncoder | None = None,
+                   vocab_size: int = 0) -> ResolvedOptions:
+        """Itself for one text holding glossary `terms` (the glossary itself left out): their sources in
+        glossary_terms, and as many of them as MAX_REQUIRED leaves room for after the request's own
+        phrases appended to required_phrases (none when it samples, streams or returns alternatives: beam
+        search places them); InvalidInput naming a term whose targets cannot be placed."""
+        placeable = not (self.sampling or self.stream or self.return_alternatives)
+        room = max(MAX_REQUIRED - len(self.required_phrases), 0) if placeable else 0
+        texts = _Texts(encode_target, vocab_size)
+        placed = []
+        for term in terms[:room]:
+            name = f"glossary term {shown(term.source, 40)}"
+            c = constraint(name, [(name, t) for t in term.targets], texts.forms, 2 * MAX_ALTERNATIVES)
+            c = ConstraintSet((c,)).without(self.suppress_sequences, name)
+            placed += c.constraints
+        phrases = ConstraintSet(self.required_phrases.constraints + tuple(placed))
+        return dataclasses.replace(self, glossary=Glossary(), required_phrases=phrases,
+                                   glossary_terms=tuple(t.source for t in terms), glossary_placed=len(placed))
+
+    def split_unmet(self, unmet: Sequence[int]) -> tuple[tuple[int, ...], tuple[str, ...]]:
+        """A hypothesis' unmet phrases (indexes into required_phrases) as the request's own ones it lacks
+        and the glossary terms it lacks (by source; the terms not placed included)."""
+        own = len(self.required_phrases) - self.glossary_placed
+        terms = [self.glossary_terms[i - own] for i in unmet if i >= own]
+        return tuple(i for i in unmet if i < own), (*terms, *self.glossary_terms[self.glossary_placed :])
 
     def limited_to(self, source_len: int) -> ResolvedOptions:
         """Itself with max_output_tokens lowered to ceil(max_length_ratio * source_len) (never below the

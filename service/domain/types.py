@@ -62,6 +62,7 @@ class Hypothesis:
     finish_reason: FinishReason
     alignment: list[list[float]] | None = None  # (len(tokens), src_len incl. eos)
     unmet_phrases: tuple[int, ...] = ()  # indexes of the required phrases it lacks (no room for them)
+    unmet_terms: tuple[str, ...] = ()  # source terms of the glossary terms it lacks (Result.glossary_terms)
 
 
 @dataclass
@@ -101,6 +102,7 @@ class Result:
     source_ids: list[int]  # what the encoder read: language prefix + tokenizer ids + suffix (eos)
     finish_reason: FinishReason  # of the best hypothesis, or CANCELLED
     timings: Timings
+    glossary_terms: tuple[str, ...] = ()  # source terms of the glossary terms the text holds (applied)
 
 
 @dataclass(frozen=True)
