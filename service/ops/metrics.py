@@ -96,6 +96,11 @@ UNMET_PHRASES = Counter("translator_unmet_required_phrases_total",
 DETECTED_LANGUAGES = Counter("translator_detected_languages_total",
                              "Source languages detected and used, by model and language (the model's code).",
                              ["model", "language"])
+GLOSSARY_TEXTS = Counter("translator_glossary_texts_total",
+                         "Texts holding glossary terms (applied as required phrases).", MODEL_LABELS)
+UNMET_GLOSSARY_TERMS = Counter("translator_unmet_glossary_terms_total",
+                               "Glossary terms a text held that its best translation lacks (no room, or "
+                               "not placeable: sampling, more terms than a text may require).", MODEL_LABELS)
 SENTENCE_CACHE_BYTES = Gauge("translator_sentence_cache_bytes", "Bytes held by the server's sentence cache.")
 SENTENCE_CACHE_ENTRIES = Gauge("translator_sentence_cache_entries", "Results held by the sentence cache.")
 MODEL = Info("translator_model", "A loaded model version: provider, batching mode, variant.", MODEL_LABELS)

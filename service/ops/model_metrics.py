@@ -19,7 +19,8 @@ PER_MODEL = (metrics.QUEUE_TIME, metrics.TIME_TO_FIRST_TOKEN, metrics.TIME_PER_O
              metrics.ENCODER_COMPUTE, metrics.DECODER_STEP, metrics.BATCH_SIZE, metrics.INPUT_TOKENS,
              metrics.OUTPUT_TOKENS, metrics.QUEUE_DEPTH, metrics.ACTIVE_SEQUENCES, metrics.DOCUMENTS,
              metrics.DOCUMENT_SEGMENTS, metrics.SENTENCE_CACHE_HITS, metrics.SENTENCE_CACHE_MISSES,
-             metrics.CONSTRAINED_TEXTS, metrics.UNMET_PHRASES)
+             metrics.CONSTRAINED_TEXTS, metrics.UNMET_PHRASES, metrics.GLOSSARY_TEXTS,
+             metrics.UNMET_GLOSSARY_TERMS)
 
 
 class ModelMetrics:
@@ -40,6 +41,7 @@ class ModelMetrics:
         self._documents, self._segments = (m.labels(**labels) for m in PER_MODEL[10:12])
         self._cache_hits, self._cache_misses = (m.labels(**labels) for m in PER_MODEL[12:14])
         self._constrained, self._unmet = (m.labels(**labels) for m in PER_MODEL[14:16])
+        self._glossary_texts, self._unmet_terms = (m.labels(**labels) for m in PER_MODEL[16:18])
         metrics.init_model_request_counts(model, version)
 
     def admitted(self, waited_s: float, source_tokens: int) -> None:
@@ -78,6 +80,13 @@ class ModelMetrics:
             self._output_tokens.observe(output_tokens)
         if per_token_s is not None:
             self._tpot.observe(per_token_s)
+
+    def glossary(self, terms: int, unmet: int) -> None:
+        """A decoded text held `terms` glossary terms, `unmet` of which its best hypothesis lacks."""
+        if terms:
+            self._glossary_texts.inc()
+            if unmet:
+                self._unmet_terms.inc(unmet)
 
     def documented(self, segments: int) -> None:
         """A document call succeeded, its text cut into `segments` segments."""

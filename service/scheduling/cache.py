@@ -37,8 +37,9 @@ OPTIONS_BYTES = 400  # one distinct ResolvedOptions, kept once for every entry d
 _owners = itertools.count(1)
 
 Key = tuple[int, ResolvedOptions, bytes]
-# a hypothesis kept: token bytes, text, log-prob, score, finish reason, alignment bytes, alignment columns
-_Stored = tuple[bytes, str, float, float, FinishReason, bytes | None, int]
+# a hypothesis kept: token bytes, text, log-prob, score, finish reason, alignment bytes, alignment columns,
+# unmet required phrases and glossary terms
+_Stored = tuple[bytes, str, float, float, FinishReason, bytes | None, int, tuple[int, ...], tuple[str, ...]]
 
 
 def new_owner() -> int:
@@ -80,17 +81,21 @@ class SentenceCache:
         return len(self._entries)
 
     @staticmethod
-    def keys(owner: int, options: ResolvedOptions, sources: Sequence[Sequence[int]]) -> list[Key] | None:
-        """The key of each source decoded with `options` by `owner`; None when the results are not
-        cacheable (sampling without a seed, or options that do not hash)."""
-        if not cacheable(options):
+    def keys(owner: int, options: ResolvedOptions | Sequence[ResolvedOptions],
+             sources: Sequence[Sequence[int]]) -> list[Key] | None:
+        """The key of each source decoded by `owner` with `options` (one for all, or each source's own: a
+        text's glossary terms are among its options); None when the results are not cacheable (sampling
+        without a seed, or options that do not hash)."""
+        each = [options] * len(sources) if isinstance(options, ResolvedOptions) else list(options)
+        if not all(cacheable(o) for o in each):
             return None
-        plain = dataclasses.replace(options, return_alignment=False, stream=False)
+        distinct = {id(o): dataclasses.replace(o, return_alignment=False, stream=False) for o in each}
         try:
-            hash(plain)
+            hash(tuple(distinct.values()))
         except TypeError:
             return None
-        return [(owner, plain, np.asarray(ids, np.int32).tobytes()) for ids in sources]
+        return [(owner, distinct[id(o)], np.asarray(ids, np.int32).tobytes())
+                for o, ids in zip(each, sources, strict=True)]
 
     def get(self, key: Key, alignment: bool) -> Result | None:
         """The cached result of `key` (the most recently used now), alignment stripped unless `alignment`
@@ -101,9 +106,9 @@ class SentenceCache:
         self._entries.move_to_end(key)
         source = np.frombuffer(key[2], np.int32).tolist()
         hypotheses = [Hypothesis(np.frombuffer(tokens, np.int32).tolist(), text, log_prob, score, why,
-                                 _alignment(attn, columns) if alignment else None)
-                      for tokens, text, log_prob, score, why, attn, columns in entry.hypotheses]
-        return Result(hypotheses, source, entry.finish_reason, Timings(0.0, 0.0, 0.0))
+                                 _alignment(attn, columns) if alignment else None, unmet, terms)
+                      for tokens, text, log_prob, score, why, attn, columns, unmet, terms in entry.hypotheses]
+        return Result(hypotheses, source, entry.finish_reason, Timings(0.0, 0.0, 0.0), key[1].glossary_terms)
 
     def put(self, key: Key, result: Result) -> None:
         """Keep `result` under `key`, unless it is cancelled, larger than `max_bytes`, or a kept entry with
@@ -165,7 +170,8 @@ def entry_bytes(source: bytes, hypotheses: Sequence[_Stored]) -> int:
     """Bytes one entry holds: its source ids, each hypothesis' tokens, text and alignment (the objects'
     sizes) and the fixed overheads; its options are counted once per distinct options."""
     payload = sum(sys.getsizeof(tokens) + sys.getsizeof(text) + (0 if attn is None else sys.getsizeof(attn))
-                  for tokens, text, _, _, _, attn, _ in hypotheses)
+                  + (sys.getsizeof(unmet) if unmet else 0) + sum(map(sys.getsizeof, terms))
+                  for tokens, text, _, _, _, attn, _, unmet, terms in hypotheses)
     return ENTRY_OVERHEAD + sys.getsizeof(source) + HYPOTHESIS_OVERHEAD * len(hypotheses) + payload
 
 
@@ -177,7 +183,7 @@ def _stored(h: Hypothesis, aligned: bool) -> _Stored:
         columns = matrix.shape[1] if matrix.ndim == 2 else 0
         attn = matrix.tobytes()
     return (np.asarray(h.tokens, np.int32).tobytes(), h.text, float(h.log_prob), float(h.score),
-            h.finish_reason, attn, columns)
+            h.finish_reason, attn, columns, tuple(h.unmet_phrases), tuple(h.unmet_terms))
 
 
 def _alignment(attn: bytes | None, columns: int) -> list[list[float]] | None:

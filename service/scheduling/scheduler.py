@@ -175,13 +175,13 @@ class Scheduler:
     def _jobs(self, texts: Sequence[str], options: DecodeOptions, deadline: float | None,
               stream: bool) -> list[Job]:
         """Tokenize and validate texts into jobs (not queued yet)."""
-        resolved, sources, submitted = self._sources(texts, options, deadline)
-        return self._make_jobs(sources, resolved, deadline, submitted, stream)
+        each, sources, submitted = self._sources(texts, options, deadline)
+        return self._make_jobs(sources, each, deadline, submitted, stream)
 
     def _sources(self, texts: Sequence[str], options: DecodeOptions,
-                 deadline: float | None) -> tuple[ResolvedOptions, list[list[int]], float]:
-        """Validate a request and tokenize its texts: the resolved options, each text's source ids, and
-        when it was submitted."""
+                 deadline: float | None) -> tuple[list[ResolvedOptions], list[list[int]], float]:
+        """Validate a request and tokenize its texts: each text's resolved options (the request's, with the
+        glossary terms the text holds as its required phrases), source ids, and when it was submitted."""
         if not self._worker.started:
             raise NotReady("the scheduler is not started")
         if isinstance(texts, str) or not isinstance(texts, Sequence):
@@ -201,15 +201,17 @@ class Scheduler:
                                f"size {max_batch_size}")
         sources = self.runner.encode_texts(texts, resolved.source_prefix)
         self.limits.check_sources(sources, AS_DOCUMENT)
-        return resolved, sources, submitted
+        each = [self.limits.for_text(resolved, text, self.runner.encode_target) for text in texts]
+        return each, sources, submitted
 
-    def _make_jobs(self, sources: Sequence[list[int]], resolved: ResolvedOptions, deadline: float | None,
-                   submitted: float, stream: bool) -> list[Job]:
-        """One job per source, the later ones joining the first (queued whole or not at all)."""
+    def _make_jobs(self, sources: Sequence[list[int]], each: Sequence[ResolvedOptions],
+                   deadline: float | None, submitted: float, stream: bool) -> list[Job]:
+        """One job per source with its options, the later ones joining the first (queued whole or not at
+        all)."""
         loop = asyncio.get_running_loop()
         jobs: list[Job] = []
-        for ids in sources:
-            request = Request(ids, resolved)  # ids come from our tokenizer: in vocabulary, length checked
+        for ids, options in zip(sources, each, strict=True):
+            request = Request(ids, options)  # ids come from our tokenizer: in vocabulary, length checked
             sink: asyncio.Future | asyncio.Queue = asyncio.Queue() if stream else loop.create_future()
             request.tag = Job(request, loop, sink, deadline, submitted, joins_previous=bool(jobs))
             jobs.append(request.tag)
@@ -220,14 +222,14 @@ class Scheduler:
         """Decode texts; one Result per text, in order (see the module docstring for errors); texts the
         sentence cache holds are answered from it, not decoded."""
         with RequestTimer(self.recorder.stats) as timer:
-            resolved, sources, submitted = self._sources(texts, options, deadline)
+            each, sources, submitted = self._sources(texts, options, deadline)
             cache = None if self._worker.draining else self.cache  # a draining scheduler answers nothing
-            keys = None if cache is None else cache.keys(self.cache_owner, resolved, sources)
+            keys = None if cache is None else cache.keys(self.cache_owner, each, sources)  # each text's own
             if cache is None or keys is None:
-                jobs = self._make_jobs(sources, resolved, deadline, submitted, stream=False)
+                jobs = self._make_jobs(sources, each, deadline, submitted, stream=False)
                 return await self._wait(jobs, deadline, timer)
             looking = time.monotonic()
-            results = [cache.get(key, resolved.return_alignment) for key in keys]
+            results = [cache.get(key, bool(options.return_alignment)) for key in keys]
             misses = [i for i, result in enumerate(results) if result is None]
             self.recorder.cache_lookups(len(results) - len(misses), len(misses))
             hits = [result for result in results if result is not None]
@@ -235,7 +237,8 @@ class Scheduler:
                 self.recorder.stats.record_cache_hit(time.monotonic() - submitted)
                 return _answered(hits, submitted)
             looked = time.monotonic() - looking
-            jobs = self._make_jobs([sources[i] for i in misses], resolved, deadline, submitted, stream=False)
+            jobs = self._make_jobs([sources[i] for i in misses], [each[i] for i in misses], deadline,
+                                   submitted, stream=False)
             decoded = await self._wait(jobs, deadline, timer)
             storing = time.monotonic()
             for i, result in zip(misses, decoded, strict=True):

@@ -32,7 +32,15 @@ import math
 import time
 
 from service.domain.errors import BatchFailed, DeadlineExceeded, NotReady, ShuttingDown, error_id
-from service.domain.types import FinishReason, Hypothesis, Result, ScoreRequest, Timings, TokenEvent
+from service.domain.types import (
+    FinishReason,
+    Hypothesis,
+    ResolvedOptions,
+    Result,
+    ScoreRequest,
+    Timings,
+    TokenEvent,
+)
 from service.scheduling.control import WorkerControl
 from service.scheduling.jobs import Job, RequestStatus
 from service.scheduling.policies import QueueView
@@ -267,13 +275,20 @@ class Worker(WorkerControl):
         self._timed.discard(job)
         after_first = self._steps - job.first_token_step  # steps after the run that gave the first token
         per_token = (now - job.first_token) / after_first if after_first > 0 and job.first_token else None
-        required = len(getattr(job.request.options, "required_phrases", ()))
-        self.recorder.finished(len(hyps[0].tokens) if hyps else None, per_token, required,
-                               len(hyps[0].unmet_phrases) if hyps else 0)
+        options = job.request.options
+        terms: tuple[str, ...] = ()
+        if isinstance(options, ResolvedOptions):  # own phrases by index, the glossary's terms by source
+            terms = options.glossary_terms
+            for h in hyps:
+                h.unmet_phrases, h.unmet_terms = options.split_unmet(h.unmet_phrases)
+        self.recorder.finished(len(hyps[0].tokens) if hyps else None, per_token,
+                               len(options.required_phrases), len(hyps[0].unmet_phrases) if hyps else 0)
+        self.recorder.glossary(len(terms), len(hyps[0].unmet_terms) if hyps else 0)
         timings = Timings((job.admitted - job.enqueued) * 1e3, (now - job.admitted) * 1e3,
                           (now - job.submitted) * 1e3)
         reason = hyps[0].finish_reason if hyps else FinishReason.CANCELLED
-        self._outbox.append((job, Result(hyps, list(job.request.source), reason, timings)))
+        self._outbox.append((job, Result(hyps, list(job.request.source), reason, timings,
+                                         terms)))
 
     def _fail_batch(self, what: str) -> None:
         """Drop every active job with BatchFailed(what) and empty the batch."""
