@@ -68,12 +68,14 @@ def check_pair_count(sources: int, targets: int, max_batch_size: int) -> None:
                            "(max_batch_size)")
 
 
-def streams_pieces(options: DecodeOptions, defaults: ModelDefaults) -> bool:
+def streams_pieces(options: DecodeOptions, defaults: ModelDefaults, holds_terms: bool = False) -> bool:
     """Whether a request can stream its pieces as generated: one hypothesis decoded greedily or by sampling
-    (beam_size 1, the model's default when unset unless it samples, no alternatives and no required
-    phrases: those are placed by beam search, known at the end)."""
+    (beam_size 1, the model's default when unset unless it samples, no alternatives, no required phrases
+    or glossary, and a text holding none of the model's glossary terms: phrases are placed by beam search,
+    known at the end)."""
     beam = (1 if options.sampling else defaults.beam_size) if options.beam_size is None else options.beam_size
-    return beam == 1 and not options.return_alternatives and not options.required_phrases
+    placed = options.required_phrases or options.glossary or (holds_terms and not options.sampling)
+    return beam == 1 and not options.return_alternatives and not placed
 
 
 @dataclass(frozen=True)
@@ -119,6 +121,7 @@ class ModelInfo:
     limits: dict[str, int]
     batching_mode: BatchingMode
     defaults: ResolvedOptions
+    glossary_terms: int = 0  # source terms of the model's own glossary
 
 
 class DataPlane(DocumentCalls):
@@ -185,7 +188,8 @@ class DataPlane(DocumentCalls):
                         "max_output_tokens": limits.max_output_tokens,
                         "max_batch_tokens": scheduler.settings.max_batch_tokens},
                 batching_mode=scheduler.mode,
-                defaults=limits.resolve(DecodeOptions(source_language=source, target_language=target)))
+                defaults=limits.resolve(DecodeOptions(source_language=source, target_language=target)),
+                glossary_terms=len(limits.glossary))
 
     # ----- language detection ---------------------------------------------------------------------
     async def detect(self, text: str, name: str = "", version: str = "",
@@ -245,6 +249,9 @@ class DataPlane(DocumentCalls):
                 options = dataclasses.replace(options, source_language=detected.model_code)
             yield Opened(name or model.name, str(model.version), detected)
             if not streams_pieces(options, scheduler.limits.defaults):
+            yield Opened(name or model.name, str(model.version))
+            holds_terms = isinstance(text, str) and bool(scheduler.limits.glossary.matches(text))
+            if not streams_pieces(options, scheduler.limits.defaults, holds_terms):
                 (result,) = await scheduler.submit([text], options, deadline)
                 yield Final(dataclasses.replace(translation(result, want, tokenizer), detected=detected),
                             streamed=False)
@@ -283,6 +290,9 @@ class DataPlane(DocumentCalls):
                                       earliest(deadline, asked.deadline))
         required = asked.options.required_phrases
         unmet = kserve.unmet_parameters([r.unmet for r in answer.results]) if required else {}
+        if any(r.glossary_terms for r in answer.results):
+            unmet |= kserve.glossary_parameters([r.glossary_terms for r in answer.results],
+                                                [r.unmet_terms for r in answer.results])
         return kserve.InferResponse(answer.model_name, answer.model_version, request.id,
                                     [kserve.translation_output([r.text for r in answer.results])],
                                     parameters=unmet)

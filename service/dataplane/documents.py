@@ -100,12 +100,17 @@ def refuse_many(given: Mapping[str, object]) -> None:
 
 
 def check_document(fmt: str, options: DecodeOptions) -> None:
-    """InvalidInput for an unknown format or options that ask for more than one output per sentence."""
+    """InvalidInput for an unknown format, options that ask for more than one output per sentence, and
+    required phrases (every sentence would have to hold them: a glossary applies per sentence instead)."""
     if fmt not in FORMATS:
         raise InvalidInput(f"unknown document format {fmt!r}; this server reads {', '.join(FORMATS)}")
     if options.n_best != 1 or options.return_alternatives:
         raise InvalidInput("n_best and return_alternatives are refused for documents: a document comes back "
                            "as one text, one translation per sentence")
+    if options.required_phrases:
+        raise InvalidInput("required_phrases are refused for documents: each sentence would have to hold "
+                           "every phrase; give a glossary (source term -> target term) instead, applied to "
+                           "the sentences that hold its source terms")
 
 
 def read_document(text: str, fmt: str, language: str | None, protect: Sequence[str],

@@ -241,12 +241,21 @@ def score_pairs(request: InferRequest, most: int | None = None) -> tuple[list[st
 
 
 UNMET = "unmet_required_phrases"  # response parameter: per text, the required phrases its translation lacks
+TERMS = "glossary_terms"  # response parameter: per text, the glossary terms (by source) it holds
+UNMET_TERMS = "unmet_glossary_terms"  # response parameter: per text, the glossary terms its translation lacks
 
 
 def unmet_parameters(unmet: Sequence[Sequence[int]]) -> dict[str, str]:
     """The response parameter of a translation that required phrases: per text, the indexes of those its
     translation lacks, as a JSON array of arrays (a string, as gRPC's parameters carry lists)."""
     return {UNMET: json.dumps([list(u) for u in unmet])}
+
+
+def glossary_parameters(terms: Sequence[Sequence[str]], unmet: Sequence[Sequence[str]]) -> dict[str, str]:
+    """The response parameters of a translation that applied glossary terms: per text, the source terms it
+    holds and those its translation lacks, each a JSON array of arrays (a string, as unmet_parameters)."""
+    return {TERMS: json.dumps([list(t) for t in terms], ensure_ascii=False),
+            UNMET_TERMS: json.dumps([list(u) for u in unmet], ensure_ascii=False)}
 
 
 def translation_output(texts: Sequence[str]) -> Output:

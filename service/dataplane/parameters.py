@@ -2,8 +2,9 @@
 DecodeOptions, for every protocol whose options come as named parameters (KServe v2 gRPC and REST, generate,
 score).
 
-A value is plain data: bool, int, float, str or a list (what JSON gives; a gRPC InferParameter is unwrapped
-first). A number may come as a decimal string, a list as the string of a JSON array (what gRPC clients send).
+A value is plain data: bool, int, float, str, a list or (a glossary) an object (what JSON gives; a gRPC
+InferParameter is unwrapped first). A number may come as a decimal string, a list or an object as the string
+of its JSON (what gRPC clients send).
 An unknown name is refused with the nearest known one; the names Triton's and KServe's clients send on their
 own (RESERVED, and any `triton_` name) pass. A known name of the wrong kind is an InvalidTensor naming it; the
 values' ranges are the model's, checked once by DecodeOptions.resolved.
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from service.domain.errors import InvalidTensor
+from service.domain.glossary import Glossary
 from service.domain.text import shown
 from service.domain.types import DecodeOptions, ScoreOptions
 
@@ -35,6 +37,7 @@ RESERVED_PREFIX = "triton_"
 # kinds of values
 WHOLE, COUNT, REAL, FLAG, TEXT, IDS, SEQUENCES = "whole", "count", "real", "flag", "text", "ids", "sequences"
 PHRASES = "phrases"  # texts, arrays of token ids, and arrays of such forms (a phrase's alternatives)
+TERMS = "terms"  # a glossary: an object of source term -> target term(s), or an array of [source, target]
 
 # decoding options: wire name (a DecodeOptions field) -> kind
 DECODING: dict[str, str] = {
@@ -43,7 +46,7 @@ DECODING: dict[str, str] = {
     "min_output_tokens": COUNT, "length_penalty": REAL, "max_length_ratio": REAL, "repetition_penalty": REAL,
     "no_repeat_ngram_size": COUNT, "temperature": REAL, "top_k": COUNT, "top_p": REAL, "seed": COUNT,
     "disable_unk": FLAG, "target_prefix": TEXT, "target_prefix_ids": IDS, "suppress_sequences": SEQUENCES,
-    "required_phrases": PHRASES,
+    "required_phrases": PHRASES, "glossary": TERMS,
 }
 # another wire name of an option -> its field
 ALIASES = {"max_tokens": "max_output_tokens", "min_tokens": "min_output_tokens",
@@ -59,7 +62,8 @@ OTHER_NAMES = {"min_length": "min_output_tokens", "max_length": "max_output_toke
                "num_return_sequences": "n_best", "bad_words": "suppress_sequences",
                "bad_words_ids": "suppress_sequences", "forced_bos_token": "target_language",
                "src_lang": "source_language", "tgt_lang": "target_language",
-               "force_words_ids": "required_phrases", "constraints": "required_phrases"}
+               "force_words_ids": "required_phrases", "constraints": "required_phrases",
+               "terminology": "glossary"}
 
 
 @dataclass(frozen=True)
@@ -180,6 +184,21 @@ def token_ids(name: str, data: Any) -> tuple[int, ...]:
     return tuple(data)
 
 
+def glossary(name: str, value: Any) -> Glossary:
+    """A request's glossary (Glossary.from_request), given as JSON data or the string of a JSON object or
+    array (what gRPC clients send)."""
+    data = value
+    if isinstance(value, str):
+        try:
+            data = json.loads(value)
+        except (ValueError, RecursionError):
+            data = None
+        if not isinstance(data, dict | list):
+            raise InvalidTensor(f"parameter {name} must be a JSON object of source term -> target term(s) or "
+                                f"an array of [source, target] pairs, got string {shown(value)}")
+    return Glossary.from_request(data, name)
+
+
 def deadline_of(value: Any) -> float:
     """The time.monotonic() deadline of Triton's `timeout` (microseconds, an integer >= 1)."""
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -201,6 +220,8 @@ def _value(name: str, kind: str, value: Any) -> Any:
         return text(name, value)
     if kind == IDS:
         return token_ids(name, array(name, value))
+    if kind == TERMS:
+        return glossary(name, value)
     items = array(name, value)  # SEQUENCES: texts and arrays of token ids
     if kind == PHRASES:
         return tuple(_phrase(f"{name}[{i}]", item) for i, item in enumerate(items))

@@ -3,6 +3,7 @@ alignment) of a translation or a score, filled once, as the request asked; adapt
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +33,7 @@ class Hypothesis:
     log_prob: float | None = None
     alignment: list[list[float]] | None = None  # (len(token_ids), len(source ids))
     unmet_required_phrases: list[int] | None = None  # indexes of required phrases it lacks (None: none)
+    unmet_glossary_terms: list[str] | None = None  # source terms of the glossary terms it lacks (None: none)
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,7 @@ class Translation:
     source_token_ids: list[int] | None = None
     source_tokens: list[str] | None = None
     detected: Detection | None = None  # the source language detected (source_language auto)
+    glossary_terms: list[str] = dataclasses.field(default_factory=list)  # source terms the text holds
 
     @property
     def text(self) -> str:
@@ -54,6 +57,13 @@ class Translation:
     def unmet(self) -> list[int]:
         """The required phrases the best translation lacks, by index."""
         return (self.hypotheses[0].unmet_required_phrases or []) if self.hypotheses else []
+
+    @property
+    def unmet_terms(self) -> list[str]:
+        """The glossary terms (by source) the best translation lacks; all of them when cancelled."""
+        if not self.hypotheses:
+            return list(self.glossary_terms)
+        return self.hypotheses[0].unmet_glossary_terms or []
 
 
 @dataclass(frozen=True)
@@ -96,11 +106,13 @@ def translation(result: Result, want: Want, tokenizer: TextTokenizer) -> Transla
         tokens=_strings(tokenizer, h.tokens) if want.tokens else None,
         score=h.score if want.scores else None, log_prob=h.log_prob if want.scores else None,
         alignment=h.alignment if want.alignment else None,
-        unmet_required_phrases=list(h.unmet_phrases) or None) for h in result.hypotheses]
+        unmet_required_phrases=list(h.unmet_phrases) or None,
+        unmet_glossary_terms=list(h.unmet_terms) or None) for h in result.hypotheses]
     return Translation(
         hypotheses, result.finish_reason, result.timings,
         source_token_ids=list(result.source_ids) if want.alignment or want.tokens else None,
-        source_tokens=_strings(tokenizer, result.source_ids) if want.tokens else None)
+        source_tokens=_strings(tokenizer, result.source_ids) if want.tokens else None,
+        glossary_terms=list(result.glossary_terms))
 
 
 def score(result: ScoreResult, want: Want, tokenizer: TextTokenizer) -> Score:

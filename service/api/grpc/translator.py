@@ -22,6 +22,7 @@ from service.dataplane.documents import DocumentStart
 from service.dataplane.rendering import Hypothesis, Score, Translation, Want
 from service.domain.detection import Detection
 from service.domain.errors import InvalidInput
+from service.domain.glossary import Glossary
 from service.domain.types import BatchingMode, DecodeOptions, FinishReason, ScoreOptions
 
 FINISH_REASONS = {FinishReason.EOS: pb.FINISH_REASON_EOS, FinishReason.LENGTH: pb.FINISH_REASON_LENGTH,
@@ -37,7 +38,7 @@ DEFAULTS = ("max_output_tokens", "beam_size", "n_best", "length_penalty", "min_o
 
 
 ZERO_IS_UNSET = ("beam_size", "max_output_tokens", "source_language", "target_language")  # proto3 defaults
-SPECIAL = {"n_best", "target_prefix", "suppress_sequences", "required_phrases"}
+SPECIAL = {"n_best", "target_prefix", "suppress_sequences", "required_phrases", "glossary"}
 
 
 def _prefix(options: pb.TranslateOptions) -> str | list[int] | None:
@@ -65,8 +66,9 @@ def decode_options(options: pb.TranslateOptions) -> DecodeOptions:
     suppressed: list[str | list[int]] = [*options.suppress_sequences]
     suppressed += [list(s.ids) for s in options.suppress_sequence_ids]
     required = tuple([*p.texts, *(list(f.ids) for f in p.ids)] for p in options.required_phrases)
+    glossary = Glossary.from_request([[t.source, list(t.targets)] for t in options.glossary])
     return DecodeOptions(**given, n_best=options.n_best or 1, target_prefix=_prefix(options),
-                         suppress_sequences=tuple(suppressed), required_phrases=required)
+                         suppress_sequences=tuple(suppressed), required_phrases=required, glossary=glossary)
 
 
 def document_format(value: int) -> str:
@@ -91,7 +93,8 @@ def _timings(t: Any) -> pb.Timings:
 def _hypothesis(h: Hypothesis) -> pb.Hypothesis:
     """One Hypothesis message."""
     message = pb.Hypothesis(text=h.text, token_ids=h.token_ids, finish_reason=FINISH_REASONS[h.finish_reason],
-                            tokens=h.tokens or [], unmet_required_phrases=h.unmet_required_phrases or [])
+                            tokens=h.tokens or [], unmet_required_phrases=h.unmet_required_phrases or [],
+                            unmet_glossary_terms=h.unmet_glossary_terms or [])
     if h.score is not None:
         message.score, message.log_prob = h.score, h.log_prob
     if h.alignment is not None:
@@ -116,6 +119,10 @@ def result_message(t: Translation) -> pb.TranslationResult:
     if t.detected is not None:
         message.detected_language.CopyFrom(detected_message(t.detected))
     return message
+    return pb.TranslationResult(hypotheses=[_hypothesis(h) for h in t.hypotheses],
+                                timings=_timings(t.timings),
+                                source_token_ids=t.source_token_ids or [],
+                                source_tokens=t.source_tokens or [], glossary_terms=t.glossary_terms)
 
 
 def score_message(s: Score) -> pb.ScoreResult:
@@ -140,7 +147,8 @@ def model_info(info: ModelInfo) -> pb.GetModelInfoResponse:
         execution_providers=info.providers, variant=info.variant, languages=info.languages,
         limits=pb.Limits(**info.limits, batching_mode=BATCHING_MODES.get(info.batching_mode,
                                                                          pb.BATCHING_MODE_UNSPECIFIED)),
-        defaults=pb.TranslateOptions(**{name: getattr(d, name) for name in DEFAULTS}))
+        defaults=pb.TranslateOptions(**{name: getattr(d, name) for name in DEFAULTS}),
+        glossary_terms=info.glossary_terms)
 
 
 class TranslatorServicer(pb_grpc.TranslatorServicer):

@@ -13,7 +13,9 @@ Parameters (in `parameters`, or as other properties of the request object, as th
 options of docs/api.md, read by service/dataplane/parameters.py as for every protocol; an unknown name is
 refused. generate also takes `n_best`, `return_alternatives`, `return_scores`, `return_alignment` and
 `return_tokens`; with `required_phrases` the answer has `"unmet_required_phrases"` (the indexes of
-those the best translation lacks; each hypothesis lists its own). With any of them the answer gains
+those the best translation lacks; each hypothesis lists its own); with a `glossary`, or a text holding terms
+of the model's, `"glossary_terms"` (the source terms the text holds) and `"unmet_glossary_terms"` (those the
+best translation lacks; each hypothesis lists its own). With any of them the answer gains
 `"hypotheses"` (each with `"text"`, `"token_ids"`, `"finish_reason"`, and `"score"` / `"log_prob"`,
 `"alignment"`, `"tokens"` as asked), `"source_token_ids"` (with alignment or tokens), `"source_tokens"`
 (with tokens), and with several hypotheses `"text_outputs"`.
@@ -103,6 +105,9 @@ async def generate(request: web.Request) -> web.Response:
         payload["unmet_required_phrases"] = result.unmet
     if result.detected is not None:  # source_language auto
         payload["detected_language"] = detected_fields(result.detected)
+    if asked.options.glossary or result.glossary_terms:
+        payload["glossary_terms"] = result.glossary_terms
+        payload["unmet_glossary_terms"] = result.unmet_terms
     return json_response(payload | result_fields(result, asked))
 
 
