@@ -5,7 +5,8 @@ each scheduler (service/scheduling/scheduler.py) takes an `owner` id of its own 
 reloaded copy of a model version never sees its predecessor's entries, and drops them when it drains.
 
 Keys are (owner, options, source ids): the ids after tokenization (the language prefix included) and the
-`ResolvedOptions` with the result-shaping flags normalised (`return_alignment`, `stream` off), so a result
+text's own `ResolvedOptions` (its glossary terms among its required phrases) with the result-shaping flags
+normalised (`return_alignment`, `stream` off), so a result
 kept with its alignment answers a request that does not ask for it (stripped), not the other way round.
 Sampling without a seed is never cached (`cacheable`). Entries are stored compactly (token ids as int32
 bytes, alignment as float32 bytes) and their bytes counted (`entry_bytes`); the least recently used go

@@ -15,7 +15,8 @@ API (used by the gRPC servicers)::
 
 `deadline` is an absolute `time.monotonic()` value or None. `submit` resolves the options once against the
 `RequestLimits` (service/domain/limits.py; the languages of a many-to-many model too: the source's language
-prefix, the forced first token), tokenizes and validates before queueing, and raises InvalidInput (also for a
+prefix, the forced first token), then per text (`RequestLimits.for_text`: the glossary terms a text holds
+become its required phrases), tokenizes and validates before queueing, and raises InvalidInput (also for a
 beam wider than max_batch_size or more texts than queue_size), NotReady (not started), QueueFull (the bounded
 queue counts queued texts; a request is queued whole or not at all), ShuttingDown, DeadlineExceeded,
 BatchFailed (its batch failed; the worker keeps going). If one text of a submit fails, the others are

@@ -78,3 +78,19 @@ def test_a_bad_glossary_file_refuses_the_load_naming_its_line(server: Background
         assert "bad/glossary.tsv, line 2: 0 tabs" in error.value.message()
         (entry,) = [m for m in client.get_model_repository_index().models if m.name == "bad"]
         assert entry.state != "READY", entry
+
+
+def test_a_stream_of_a_text_holding_a_model_term_is_answered_whole(server: BackgroundServer,
+                                                                   runner: Runner) -> None:
+    """Greedy streams its pieces, but a text holding a term is placed by beam search: the result alone."""
+    with grpc.insecure_channel(server.address) as channel:
+        stub = pb_grpc.TranslatorStub(channel)
+        options = pb.TranslateOptions(max_output_tokens=20, beam_size=1)
+        held = list(stub.TranslateStream(pb.TranslateStreamRequest(model="g", text=HELD, options=options),
+                                         timeout=60))
+        other = list(stub.TranslateStream(pb.TranslateStreamRequest(model="g", text=OTHER, options=options),
+                                          timeout=60))
+    assert [m.WhichOneof("event") for m in held] == ["result"]
+    assert list(held[0].result.glossary_terms) == ["cat"]
+    assert holds(runner, list(held[0].result.hypotheses[0].token_ids), "seven")
+    assert len(other) > 1 and other[-1].WhichOneof("event") == "result"  # pieces, then the result
