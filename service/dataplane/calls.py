@@ -248,8 +248,6 @@ class DataPlane(DocumentCalls):
             if detected is not None:
                 options = dataclasses.replace(options, source_language=detected.model_code)
             yield Opened(name or model.name, str(model.version), detected)
-            if not streams_pieces(options, scheduler.limits.defaults):
-            yield Opened(name or model.name, str(model.version))
             holds_terms = isinstance(text, str) and bool(scheduler.limits.glossary.matches(text))
             if not streams_pieces(options, scheduler.limits.defaults, holds_terms):
                 (result,) = await scheduler.submit([text], options, deadline)

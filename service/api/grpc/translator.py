@@ -115,14 +115,10 @@ def result_message(t: Translation) -> pb.TranslationResult:
     message = pb.TranslationResult(hypotheses=[_hypothesis(h) for h in t.hypotheses],
                                    timings=_timings(t.timings),
                                    source_token_ids=t.source_token_ids or [],
-                                   source_tokens=t.source_tokens or [])
+                                   source_tokens=t.source_tokens or [], glossary_terms=t.glossary_terms)
     if t.detected is not None:
         message.detected_language.CopyFrom(detected_message(t.detected))
     return message
-    return pb.TranslationResult(hypotheses=[_hypothesis(h) for h in t.hypotheses],
-                                timings=_timings(t.timings),
-                                source_token_ids=t.source_token_ids or [],
-                                source_tokens=t.source_tokens or [], glossary_terms=t.glossary_terms)
 
 
 def score_message(s: Score) -> pb.ScoreResult:
