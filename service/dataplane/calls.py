@@ -20,18 +20,16 @@ from service.dataplane import detection, kserve, parameters, triton
 from service.dataplane.document_calls import DocumentCalls
 from service.dataplane.documents import DocumentLimits, document_parameters
 from service.dataplane.rendering import Piece, Score, Translation, Want, score, translation
+from service.dataplane.repository_calls import RepositoryCalls
 from service.domain.detection import DEFAULT_MIN_CONFIDENCE, Detection
-from service.domain.errors import InvalidInput, InvalidTensor, UnknownModel
+from service.domain.errors import InvalidInput, InvalidTensor
 from service.domain.options import ResolvedOptions
-from service.domain.text import shown
 from service.domain.types import BatchingMode, DecodeOptions, ModelDefaults, ScoreOptions, TokenEvent
-from service.models.layout import LOAD_ORIGIN, ModelSettings
-from service.models.repository import IndexEntry, ModelRepository
+from service.models.repository import ModelRepository
 from service.models.served import ServedModel
 from service.ops import metrics
 
 T = TypeVar("T")
-LOAD_CONFIG = "config"  # repository load: JSON settings over the model's own (Triton's `config`)
 
 
 def server_version() -> str:
@@ -124,9 +122,9 @@ class ModelInfo:
     glossary_terms: int = 0  # source terms of the model's own glossary
 
 
-class DataPlane(DocumentCalls):
+class DataPlane(DocumentCalls, RepositoryCalls):
     """Every call of every protocol on the repository's models (each model its own scheduler); the
-    document calls are DocumentCalls'."""
+    document calls are DocumentCalls', the repository's (index, load, unload) RepositoryCalls'."""
 
     def __init__(self, models: ModelRepository, ready: Callable[[], bool], stream_slots: int = 256,
                  documents: DocumentLimits | None = None,
@@ -359,33 +357,6 @@ class DataPlane(DocumentCalls):
         return kserve.InferResponse(answer.model_name, answer.model_version, request.id,
                                     kserve.score_outputs(answer.results, request.outputs))
 
-    # ----- the repository -------------------------------------------------------------------------
-    def index(self, repository: str = "", ready_only: bool = False) -> list[IndexEntry]:
-        """Every model of the repository with its state (only the ready ones if asked)."""
-        check_repository(repository)
-        return self.models.index(ready_only=ready_only)
-
-    async def load(self, name: str, given: dict[str, Any], repository: str = "") -> None:
-        """Load (or reload, with no gap) a model; `given`: the load parameters (only `config`, a JSON
-        string of model settings over the model's own)."""
-        check_repository(repository)
-        settings = None
-        for key, value in given.items():
-            if key != LOAD_CONFIG:
-                raise InvalidInput(f"unsupported load parameter {key!r}: only {LOAD_CONFIG!r} "
-                                   "(a JSON string of "
-                                   "model settings) is accepted")
-            if not isinstance(value, str):
-                raise InvalidInput(f"load parameter {LOAD_CONFIG!r} must be a JSON string of model settings, "
-                                   f"got {shown(value)}")
-            settings = ModelSettings.parse(value, LOAD_ORIGIN)  # checked against the server's limits at load
-        await self.models.load(name, settings)
-
-    async def unload(self, name: str, repository: str = "") -> None:
-        """Unload a model: new requests are refused, in-flight ones complete."""
-        check_repository(repository)
-        await self.models.unload(name)
-
 
 def kserve_translation(request: kserve.InferRequest, most: int | None = None
                        ) -> tuple[list[str], parameters.Asked]:
@@ -397,10 +368,3 @@ def kserve_translation(request: kserve.InferRequest, most: int | None = None
             raise InvalidTensor(f"parameter {name} is not offered here: the {kserve.OUTPUT} output holds "
                                 "one translation per text (translator.v1 Translate returns several)")
     return texts, parameters.read(request.parameters, stream=True)
-
-
-def check_repository(name: str) -> None:
-    """UnknownModel unless `name` is "" (the server's one model repository)."""
-    if name:
-        raise UnknownModel(f"unknown model repository {shown(name)}: this server has one, named by the empty "
-                           "string")
