@@ -43,14 +43,41 @@ class ConstrainedBeamSearch(BeamSearch):
         self.states, self.met = self.tracker.start(len(self.scores))
         self.transformers_penalty = transformers_penalty
 
+    @property
+    def done(self) -> bool:
+        """All beams ended, max_output_tokens reached, or no live beam can rank among the n best any more:
+        n_best beams ended holding every phrase, each scoring above the best any live beam could reach (its
+        log-prob only falls; over the most favourable length penalty of the lengths it may still end at)."""
+        if super().done:
+            return True
+        scored = self.scores > -np.inf
+        ended = self.finished & scored & self.met.all(axis=1)
+        if np.count_nonzero(ended) < self.options.n_best:
+            return False
+        log_prob = self.scores.astype(np.float64)
+        nth = np.sort(log_prob[ended] / self._penalty(self.lengths[ended]))[-self.options.n_best]
+        live = ~self.finished & scored
+        soonest, latest = self._penalty(self.lengths[live] + 1), self._penalty(self.options.max_output_tokens)
+        reach = np.maximum(log_prob[live] / soonest, log_prob[live] / latest)
+        return bool((reach < nth).all())
+
+    def _penalty(self, n: np.ndarray | int) -> np.ndarray:
+        """The length penalty that divides the log-prob of a hypothesis of n tokens (eos included) in its
+        score: GNMT's, or transformers' n ** length_penalty (module doc)."""
+        n = np.asarray(n, np.float64)
+        given = self.options.length_penalty
+        if self.transformers_penalty:
+            return np.maximum(n, 1.0) ** (1.0 if given is None else given)
+        return ((5.0 + n) / 6.0) ** (given or 0.0)
+
     def advance(self, logp: np.ndarray, attn: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """Consume logp (k, V) of this step; returns (parent beam of each new beam (k,), next tokens (k,))."""
         k, v = logp.shape
         logp = logp.astype(np.float32, copy=True)
         logp[self.finished] = -np.inf
         logp[self.finished, self.pad] = 0.0
-        live = np.flatnonzero(~self.finished & (self.scores > -np.inf))
-        need = {int(j): self.tracker.needed(self.states[j], self.met[j]) for j in live}
+        live = ~self.finished & (self.scores > -np.inf)
+        need = np.where(live, self.tracker.needed(self.states, self.met), 0)
         self._no_early_end(logp, need)
         cand = self.scores[:, None] + logp  # (k, V)
         parent, word = self._candidates(cand, need)
@@ -77,46 +104,38 @@ class ConstrainedBeamSearch(BeamSearch):
         self.steps += 1
         return parent, word
 
-    def _no_early_end(self, logp: np.ndarray, need: dict[int, int]) -> None:
+    def _no_early_end(self, logp: np.ndarray, need: np.ndarray) -> None:
         """No eos for a row that has not met every phrase, in place (but at the last step, or where eos is
         the row's only choice)."""
-        if self.steps >= self.options.max_output_tokens - 1:
+        rows = np.flatnonzero(need)
+        if self.steps >= self.options.max_output_tokens - 1 or not len(rows):
             return
-        for j, n in need.items():
-            if n and np.isfinite(np.delete(logp[j], self.eos)).any():
-                logp[j, self.eos] = -np.inf
+        best = logp[rows].argmax(axis=1)
+        other = (best != self.eos) & np.isfinite(logp[rows, best])  # the common case: a finite best token
+        for i in np.flatnonzero(~other):  # else any finite token but eos
+            other[i] = np.isfinite(np.delete(logp[rows[i]], self.eos)).any()
+        logp[rows[other], self.eos] = -np.inf
 
-    def _candidates(self, cand: np.ndarray, need: dict[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    def _candidates(self, cand: np.ndarray, need: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(parent, token) of every candidate of step 2, finite ones only, each once."""
         k, v = cand.shape
         flat = cand.reshape(-1)
         top = np.argpartition(-flat, k - 1)[:k]
-        pairs = [top // v, top % v, np.arange(k), cand.argmax(axis=1)]
-        extra_rows, extra_words = [], []
-        for j, n in need.items():
-            if n:
-                tokens = self.tracker.advancing(self.states[j], self.met[j])
-                extra_rows += [j] * len(tokens)
-                extra_words += tokens
-        parent = np.concatenate([pairs[0], pairs[2], np.array(extra_rows, np.int64)])
-        word = np.concatenate([pairs[1], pairs[3], np.array(extra_words, np.int64)])
-        code = np.unique(parent * v + word)
-        code = code[np.isfinite(flat[code])]
+        rows = np.flatnonzero(need)
+        extra_rows, extra_words = self.tracker.advancing(self.states[rows], self.met[rows])
+        parent = np.concatenate([top // v, np.arange(k), rows[extra_rows]])
+        word = np.concatenate([top % v, cand.argmax(axis=1), extra_words])
+        code = np.sort(parent * v + word)
+        code = code[np.isfinite(flat[code]) & np.append(True, code[1:] != code[:-1])]  # finite, each once
         return code // v, code % v
 
     def _progress(self, parent: np.ndarray, word: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Each candidate's bank, and the states and met flags its row would have."""
-        tracker = self.tracker
-        states = np.empty((len(parent), self.states.shape[1]), np.int64)
-        met = np.empty((len(parent), self.met.shape[1]), bool)
-        progress = np.empty(len(parent), np.int64)
-        for i, (j, t) in enumerate(zip(parent.tolist(), word.tolist(), strict=True)):
-            if self.finished[j]:
-                states[i], met[i] = self.states[j], self.met[j]
-            else:
-                states[i], met[i] = tracker.step(self.states[j], self.met[j], t)
-            progress[i] = tracker.total - tracker.needed(states[i], met[i])
-        return progress, states, met
+        """Each candidate's bank, and the states and met flags its row would have (a finished row's kept)."""
+        before, had = self.states[parent], self.met[parent]
+        states, met = self.tracker.advance(before, had, word)
+        finished = self.finished[parent]
+        states[finished], met[finished] = before[finished], had[finished]
+        return self.tracker.total - self.tracker.needed(states, met), states, met
 
     @staticmethod
     def _stripes(scores: np.ndarray, progress: np.ndarray, k: int) -> tuple[np.ndarray, int]:
@@ -136,9 +155,13 @@ class ConstrainedBeamSearch(BeamSearch):
 
     def results(self) -> list[RawHypothesis]:
         """The n best beams: those that met every phrase first, then by score; each names its unmet ones."""
+        return self.ranked()[: self.options.n_best]
+
+    def ranked(self) -> list[RawHypothesis]:
+        """Every beam's hypothesis (a repeated one once), those that met every phrase first, then by score."""
         hyps = self._rows()
         hyps.sort(key=lambda h: (len(h.unmet), -h.score))
-        return hyps[: self.options.n_best]
+        return hyps
 
     def _rows(self) -> list[RawHypothesis]:
         """Each row's hypothesis with its unmet phrases (a repeated row once)."""
@@ -150,9 +173,7 @@ class ConstrainedBeamSearch(BeamSearch):
             seen.add(key)
             h.unmet = self.tracker.unmet(self.met[j])
             if self.transformers_penalty:
-                n = int(self.lengths[j])
-                given = self.options.length_penalty
-                h.score = h.log_prob / (max(n, 1) ** (1.0 if given is None else given))
+                h.score = h.log_prob / float(self._penalty(int(self.lengths[j])))
             hyps.append(h)
         return hyps
 

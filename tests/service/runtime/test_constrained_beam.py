@@ -139,27 +139,24 @@ def test_the_automata_meet_a_phrase_exactly_when_the_tokens_hold_it() -> None:
     phrases = [[(2, 2, 3)], [(3, 2, 3, 2), (4,)], [(2, 3, 2, 2)]]
     tracker = Tracker(ConstraintSet.of(phrases))
     for _ in range(200):
-        states, met = tracker.start(1)
-        states, met = states[0], met[0]
-        seq: tuple[int, ...] = ()
-        for token in rng.integers(2, 5, 12).tolist():
-            states, met = tracker.step(states, met, token)
-            seq += (token,)
-            for form, s in zip(tracker.forms, states.tolist(), strict=True):
-                assert s == max(n for n in range(len(form) + 1) if seq[len(seq) - n :] == form[:n]
-                                or n == 0)
-            assert met.tolist() == [holds(seq, forms) for forms in phrases]
+        rows = rng.integers(2, 5, (8, 12))  # 8 rows advanced together
+        states, met = tracker.start(len(rows))
+        for step in range(rows.shape[1]):
+            states, met = tracker.advance(states, met, rows[:, step])
+            for row, row_states, row_met in zip(rows[:, : step + 1].tolist(), states, met, strict=True):
+                seq = tuple(row)
+                for form, s in zip(tracker.forms, row_states.tolist(), strict=True):
+                    assert s == max(n for n in range(len(form) + 1) if seq[len(seq) - n :] == form[:n]
+                                    or n == 0)
+                assert row_met.tolist() == [holds(seq, forms) for forms in phrases]
 
 
 def test_needed_is_the_fewest_tokens_for_distinct_phrases() -> None:
     """`needed` against brute force: the shortest continuation that makes the tokens hold every phrase."""
     phrases = [[(2, 3)], [(4,), (5, 5, 5)]]
     tracker = Tracker(ConstraintSet.of(phrases))
-    for seq in itertools.product((2, 3, 4, 5), repeat=3):
-        states, met = tracker.start(1)
-        states, met = states[0], met[0]
-        for token in seq:
-            states, met = tracker.step(states, met, token)
+    for seq in itertools.product((0, 2, 3, 4, 5), repeat=3):  # 0: a token outside every phrase
+        states, met = tracker.walk(seq)
         fewest = next(n for n in range(6) for tail in itertools.product((2, 3, 4, 5), repeat=n)
                       if all(holds(seq + tail, forms) for forms in phrases))
-        assert tracker.needed(states, met) == fewest, seq
+        assert tracker.needed(states, met).tolist() == [fewest], seq
