@@ -233,9 +233,15 @@ class ResolvedOptions(DecodeOptions):
         return self.temperature is not None
 
     @property
-    def rows(self) -> int:
-        """Rows of a decode batch the request holds: its beam, or one per alternative."""
+    def search_rows(self) -> int:
+        """Rows of one search: its beam, or one per alternative."""
         return self.n_best if self.return_alternatives else self.beam_size
+
+    @property
+    def rows(self) -> int:
+        """Rows of a decode batch the request holds: its search's, twice that with required phrases (the
+        plain search beside the constrained one: service/runtime/decoding/plain_first.py)."""
+        return self.search_rows * (2 if self.required_phrases else 1)
 
     @property
     def forced(self) -> tuple[int, ...]:

@@ -16,6 +16,7 @@ import numpy as np
 
 from service.domain.types import Request, ResolvedOptions
 from service.runtime.decoding.controls import RowGroup
+from service.runtime.decoding.plain_first import PlainFirstSearch
 from service.runtime.decoding.search import AlternativesSearch, BeamSearch, GreedySearch
 
 
@@ -26,7 +27,7 @@ class ActiveRequest:
     request: Request
     options: ResolvedOptions
     rows: np.ndarray  # (options.rows,) row indices
-    search: GreedySearch | BeamSearch | AlternativesSearch  # or the bundle's beam search (spec.py)
+    search: GreedySearch | BeamSearch | AlternativesSearch | PlainFirstSearch  # spec.py's choice
     stream: Callable[[int], str] | None  # the tokenizer's detokenizer of a streaming request
     rng: np.random.Generator | None = None  # a sampling request's own generator (sampling.py)
 

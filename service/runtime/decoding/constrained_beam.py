@@ -20,8 +20,13 @@ is transformers'). Each step:
 
 A finished row's only candidate is itself (padding at no cost), in its bank. The hypotheses are ranked
 with those that met every phrase first, then by score; with a beam wide enough to keep every candidate the
-search is exhaustive. With beam_size 1 the stripe is the best candidate: the greedy token unless a phrase
-must be placed now, so an unconstrained greedy output that holds the phrases is unchanged.
+search is exhaustive. The search ends when every row has ended, or when n_best rows ended holding every
+phrase and no live row can reach their scores (its log-prob only falls; the most favourable length penalty
+it may still end with), so rows of lower banks, which may not end, do not run to max_output_tokens. With
+beam_size 1 the stripe is the best candidate: the greedy token unless a phrase must be placed now (as
+`needed` counts, phrases not overlapping). Candidates' progress, banks and stripes are computed for all of
+them at once (constraints.py), no Python per candidate. An output that already holds its phrases is kept by
+the plain search beside this one (plain_first.py).
 """
 
 from __future__ import annotations

@@ -93,7 +93,7 @@ class BeamSearch:
 
     def __init__(self, options: ResolvedOptions, src_len: int, eos: int, pad: int,
                  eos_at_limit: bool = False) -> None:
-        k, t = options.rows, options.max_output_tokens
+        k, t = options.search_rows, options.max_output_tokens
         self.options, self.eos, self.pad, self.src_len, self.steps = options, eos, pad, src_len, 0
         self.eos_at_limit = eos_at_limit
         self.scores = np.full(k, -np.inf, np.float32)

@@ -7,15 +7,18 @@ reads nothing else of the Runner.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from interface.names import ATTENTION_MASK, INPUT_IDS
+from service.domain.constraints import ConstraintSet
 from service.domain.errors import InvalidInput
 from service.domain.types import Request, ResolvedOptions
 from service.runtime.decoding.constrained_beam import ConstrainedBeamSearch
+from service.runtime.decoding.plain_first import PlainFirstSearch
 from service.runtime.decoding.pooled_beam import PooledBeamSearch
 from service.runtime.decoding.rules import StepRules
 from service.runtime.decoding.search import BeamSearch, GreedySearch
@@ -44,16 +47,21 @@ class ModelSpec:
         """The most tokens a translation generates: eos, a forced language and a target prefix counted."""
         return self.max_len - 1
 
-    def new_search(self, options: ResolvedOptions, src_len: int) -> GreedySearch | BeamSearch:
-        """The search of a request's rows: the constrained beam search when phrases are required, else
-        greedy for beam_size 1, else the bundle's beam search; the
+    def new_search(self, options: ResolvedOptions, src_len: int
+                   ) -> GreedySearch | BeamSearch | PlainFirstSearch:
+        """The search of a request's rows: the constrained beam search beside the plain one when phrases
+        are required, else greedy for beam_size 1, else the bundle's beam search; the
         forced tokens are the "transformers" search's prompt when a target prefix is among them
         (transformers gets them as decoder_input_ids, the target language included), else a forced
         target language is generated."""
         eos, pad, limit = self.special.eos, self.special.pad, self.rules.eos_at_limit
         if options.required_phrases:  # any beam_size, 1 included (constrained_beam.py)
-            return ConstrainedBeamSearch(options, src_len, eos, pad, limit,
-                                         transformers_penalty=self.beam_search == "transformers")
+            constrained = ConstrainedBeamSearch(options, src_len, eos, pad, limit,
+                                                transformers_penalty=self.beam_search == "transformers")
+            bare = dataclasses.replace(options, required_phrases=ConstraintSet())
+            plain = BeamSearch(bare, src_len, eos, pad, limit) if options.beam_size == 1 else \
+                self.new_search(bare, src_len)  # beam 1: greedy, as rows of a beam search
+            return PlainFirstSearch(plain, constrained)  # the plain search beside it (plain_first.py)
         if options.beam_size == 1:
             return GreedySearch(options, src_len, eos, limit)
         if self.beam_search == "transformers":

@@ -1,13 +1,17 @@
 """Required phrases in the continuous batch of the tiny bundle: constrained and unconstrained requests in one
 batch (each its own constraints; the unconstrained decode as alone), every phrase placed beside a target
 prefix, n-best and repetition controls, phrases too long for max_output_tokens reported, and a greedy output
-that already holds its phrases unchanged."""
+that already holds its phrases unchanged at beam sizes 1, 2, 4 and 5."""
 
 from __future__ import annotations
 
-from service.domain.types import DecodeOptions
+import dataclasses
+
+import pytest
+
+from service.domain.types import DecodeOptions, Hypothesis
 from service.runtime.runner import Runner
-from tests.support.decoding import assert_same_hypotheses, drain, reference
+from tests.support.decoding import assert_distinct, assert_same_hypotheses, drain, reference
 
 MAX_NEW = 24
 
@@ -56,10 +60,36 @@ def test_phrases_too_long_for_the_length_are_named(runner: Runner, texts: list[s
         assert placed(runner, h.tokens, [phrase]) == (i not in h.unmet_phrases)
 
 
-def test_greedy_output_holding_its_phrases_is_unchanged(runner: Runner, texts: list[str]) -> None:
-    for text in texts[:3]:
-        options = DecodeOptions(max_output_tokens=MAX_NEW)
-        (want,) = reference(runner, text, options)
-        phrases = [want.tokens[1:3], want.tokens[-2:]]
-        (got,) = reference(runner, text, DecodeOptions(max_output_tokens=MAX_NEW, required_phrases=phrases))
-        assert got.tokens == want.tokens and got.unmet_phrases == ()
+def decode_all(runner: Runner, texts: list[str], options: list[DecodeOptions]) -> list[list[Hypothesis]]:
+    """Each text decoded with its options, all in one batch."""
+    requests = [runner.make_request(t, o) for t, o in zip(texts, options, strict=True)]
+    batch = runner.new_batch(sum(r.options.rows for r in requests))
+    batch.add(requests)
+    got = drain(batch)
+    return [got[r.id] for r in requests]
+
+
+def picks(tokens: list[int]) -> list[list]:
+    """Phrase lists the tokens hold: one token, a run of two, two phrases, two overlapping ones, a
+    disjunction with a form the output lacks (as ids)."""
+    n = len(tokens)
+    return [[tokens[n // 2 : n // 2 + 1]], [tokens[1:3]], [tokens[:2], tokens[-2:]],
+            [tokens[-3:-1], tokens[-2:]], [[tokens[-3:], [tokens[0]] * 5]]]
+
+
+@pytest.mark.parametrize("beam", [1, 2, 4, 5])
+def test_an_output_holding_its_phrases_is_unchanged(runner: Runner, texts: list[str], beam: int) -> None:
+    """Phrases taken from the unconstrained output itself, max_output_tokens just long enough for it (so
+    that phrases must be placed in time): the output, its log-prob and score unchanged."""
+    first = decode_all(runner, texts, [DecodeOptions(beam_size=beam, max_output_tokens=MAX_NEW)] * len(texts))
+    plain = [DecodeOptions(beam_size=beam, max_output_tokens=len(h[0].tokens) + 1) for h in first]
+    want = decode_all(runner, texts, plain)
+    assert_distinct([w[0].tokens for w in want])
+    cases = [(text, o, w[0], phrases) for text, o, w in zip(texts, plain, want, strict=True)
+             if len(w[0].tokens) >= 3 for phrases in picks(w[0].tokens)]
+    assert len(cases) >= 5 * (len(texts) - 1)
+    options = [dataclasses.replace(o, required_phrases=phrases) for _, o, _, phrases in cases]
+    got = decode_all(runner, [text for text, *_ in cases], options)
+    for (_, _, w, phrases), (g,) in zip(cases, got, strict=True):
+        assert g.tokens == w.tokens and g.unmet_phrases == (), phrases
+        assert_same_hypotheses([g], [w])

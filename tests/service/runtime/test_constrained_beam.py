@@ -17,24 +17,9 @@ from service.domain.types import DecodeOptions
 from service.runtime.decoding.constrained_beam import ConstrainedBeamSearch
 from service.runtime.decoding.constraints import Tracker
 from service.runtime.decoding.search import length_penalty
+from tests.support.phrase_model import EOS, PAD, WORDS, V, holds, model_logp
 
-PAD, EOS = 0, 1
-WORDS = (2, 3, 4, 5)  # the model's other tokens
-V = 6
 TIE = 1e-4  # scores closer than this are a tie (float32 sums against float64 ones)
-
-
-def model_logp(seed: int, history: tuple[int, ...]) -> np.ndarray:
-    """The purpose-made model: log-probs (V,) of the next token after `history`, a fixed function of both
-    (pad never)."""
-    logits = np.random.default_rng([seed, len(history), *history]).normal(0.0, 1.5, V)
-    logits[PAD] = -np.inf
-    return (logits - np.logaddexp.reduce(logits[1:])).astype(np.float32)
-
-
-def holds(tokens: tuple[int, ...], forms: list[tuple[int, ...]]) -> bool:
-    """Whether any form appears in tokens as a contiguous run."""
-    return any(tokens[i : i + len(f)] == f for f in forms for i in range(len(tokens) - len(f) + 1))
 
 
 def oracle(seed: int, phrases: list[list[tuple[int, ...]]], max_tokens: int, alpha: float
@@ -117,19 +102,6 @@ def test_phrases_too_long_for_the_length_are_reported() -> None:
         (best,) = decode(seed, phrases, 4, 4, 0.0)
         lacking = tuple(i for i, forms in enumerate(phrases) if not holds(tuple(best.tokens), forms))
         assert best.unmet == lacking and 1 <= len(lacking) < len(phrases)
-
-
-def test_unconstrained_greedy_output_holding_the_phrase_is_unchanged() -> None:
-    max_tokens = 6
-    for seed in range(4):
-        tokens: tuple[int, ...] = ()  # plain greedy decoding of the model
-        while len(tokens) < max_tokens and (not tokens or tokens[-1] != EOS):
-            tokens += (int(model_logp(seed, tokens).argmax()),)
-        body = tokens[:-1] if tokens[-1] == EOS else tokens
-        if len(body) < 2:
-            continue
-        got = decode(seed, [[body[-2:]], [body[:1]]], max_tokens, 1, 0.0)[0]
-        assert tuple(got.tokens) == body and got.unmet == ()
 
 
 def test_the_automata_meet_a_phrase_exactly_when_the_tokens_hold_it() -> None:
