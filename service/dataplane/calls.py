@@ -284,14 +284,8 @@ class DataPlane(DocumentCalls, RepositoryCalls):
                                "has a single response)")
         answer = await self.translate(request.model, request.version, texts, asked.options, Want(),
                                       earliest(deadline, asked.deadline))
-        required = asked.options.required_phrases
-        unmet = kserve.unmet_parameters([r.unmet for r in answer.results]) if required else {}
-        if any(r.glossary_terms for r in answer.results):
-            unmet |= kserve.glossary_parameters([r.glossary_terms for r in answer.results],
-                                                [r.unmet_terms for r in answer.results])
-        return kserve.InferResponse(answer.model_name, answer.model_version, request.id,
-                                    [kserve.translation_output([r.text for r in answer.results])],
-                                    parameters=unmet)
+        return kserve.translation_response(request, answer.model_name, answer.model_version, answer.results,
+                                           bool(asked.options.required_phrases))
 
     async def _documents(self, request: kserve.InferRequest, fmt: str, protect: list[str],
                          given: dict[str, Any], deadline: float | None) -> kserve.InferResponse:
@@ -323,9 +317,9 @@ class DataPlane(DocumentCalls, RepositoryCalls):
         if not asked.stream:
             answer = await self.translate(request.model, request.version, texts, asked.options, Want(),
                                           deadline)
-            yield kserve.InferResponse(answer.model_name, answer.model_version, request.id,
-                                       [kserve.translation_output([r.text for r in answer.results])],
-                                       final=True)
+            required = bool(asked.options.required_phrases)
+            yield kserve.translation_response(request, answer.model_name, answer.model_version,
+                                              answer.results, required, final=True)
             return
         if len(texts) != 1:
             raise InvalidInput(f"parameter {parameters.STREAM} streams one text per request (input "
@@ -342,9 +336,9 @@ class DataPlane(DocumentCalls, RepositoryCalls):
                                                final=False)
             elif item.streamed and asked.empty_final_response:
                 yield kserve.InferResponse(name, number, request.id, final=True)
-            else:
-                yield kserve.InferResponse(name, number, request.id,
-                                           [kserve.translation_output([item.translation.text])], final=True)
+            else:  # required phrases stream no pieces: the whole result, with its unmet phrases
+                yield kserve.translation_response(request, name, number, [item.translation],
+                                                  bool(asked.options.required_phrases), final=True)
 
     async def _score_tensors(self, request: kserve.InferRequest,
                              deadline: float | None) -> kserve.InferResponse:

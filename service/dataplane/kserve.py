@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from service.dataplane.rendering import Score
+from service.dataplane.rendering import Score, Translation
 from service.domain.errors import InvalidTensor
 from service.domain.text import SHOWN_CHARS, shown
 
@@ -261,6 +261,18 @@ def glossary_parameters(terms: Sequence[Sequence[str]], unmet: Sequence[Sequence
 def translation_output(texts: Sequence[str]) -> Output:
     """The TRANSLATION output of these texts."""
     return Output(OUTPUT, BYTES, [len(texts)], list(texts))
+
+
+def translation_response(request: InferRequest, model: str, version: str, results: Sequence[Translation],
+                         required: bool, final: bool | None = None) -> InferResponse:
+    """The response of translated texts, ModelInfer's or a stream's last (`final`): TRANSLATION, with
+    required phrases (`required`) the unmet_required_phrases parameter, and where a text held glossary terms
+    the glossary_terms / unmet_glossary_terms parameters, on every call alike."""
+    unmet = unmet_parameters([r.unmet for r in results]) if required else {}
+    if any(r.glossary_terms for r in results):
+        unmet |= glossary_parameters([r.glossary_terms for r in results], [r.unmet_terms for r in results])
+    return InferResponse(model, version, request.id, [translation_output([r.text for r in results])],
+                         final=final, parameters=unmet)
 
 
 def score_outputs(scores: Sequence[Score], wanted: Sequence[str]) -> list[Output]:

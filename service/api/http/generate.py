@@ -19,7 +19,8 @@ best translation lacks; each hypothesis lists its own). With any of them the ans
 `"hypotheses"` (each with `"text"`, `"token_ids"`, `"finish_reason"`, and `"score"` / `"log_prob"`,
 `"alignment"`, `"tokens"` as asked), `"source_token_ids"` (with alignment or tokens), `"source_tokens"`
 (with tokens), and with several hypotheses `"text_outputs"`.
-generate_stream refuses them. With `"format"` (`text`, `html` or `markdown`; and `"protect"`, a list of
+generate_stream refuses them; with `required_phrases` it streams no pieces: one event with the whole text
+and its `"unmet_required_phrases"`. With `"format"` (`text`, `html` or `markdown`; and `"protect"`, a list of
 regular expressions) generate translates text_input as a whole document (service/dataplane/documents.py) and
 adds `"segments"` and `"split"` to the answer, as the document route's headers say them (docs/documents.md);
 generate_stream sends the document in parts, in order, each event's `text_output` a part as soon as it is
@@ -127,9 +128,9 @@ def sse_event(payload: dict[str, Any]) -> bytes:
     return b"data: " + text.encode("utf-8") + b"\n\n"
 
 
-async def _events(items: Any) -> Any:
+async def _events(items: Any, required: bool) -> Any:
     """The event payloads of a stream's items: one per piece with text, or the whole text when no piece
-    was streamed."""
+    was streamed (with `required` phrases, and their unmet ones, as generate answers them)."""
     model: dict[str, str] = {}
     async for item in items:
         if isinstance(item, Opened):
@@ -137,7 +138,8 @@ async def _events(items: Any) -> Any:
         elif isinstance(item, Piece) and item.text:
             yield model | {"text_output": item.text}
         elif isinstance(item, Final) and not item.streamed and item.translation.text:
-            yield model | {"text_output": item.translation.text}
+            unmet = {"unmet_required_phrases": item.translation.unmet} if required else {}
+            yield model | {"text_output": item.translation.text} | unmet
 
 
 async def _document_events(items: Any) -> Any:
@@ -167,7 +169,7 @@ async def generate_stream(request: web.Request) -> web.StreamResponse:
         asked = parameters.read(given)
         items = plane_of(request).stream(*model_of(request), body[TEXT_KEY], asked.options, Want(),
                                          asked.deadline)
-        events = _events(items)
+        events = _events(items, bool(asked.options.required_phrases))
     async with contextlib.aclosing(items), contextlib.aclosing(events):  # closing abandons the text
         first = await anext(events, None)  # an error here is an ordinary JSON error
         stream = web.StreamResponse(headers={"Content-Type": f"{SSE_TYPE}; charset=utf-8",

@@ -6,6 +6,7 @@ of range, wrong kinds) refused with INVALID_ARGUMENT / 400 naming what was wrong
 from __future__ import annotations
 
 import json
+import queue
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from service.api.grpc.translator import decode_options
 from service.domain.types import DecodeOptions
 from service.runtime.runner import Runner
 from service.server import BackgroundServer
-from tests.support.http import post_json
+from tests.support.http import parse_sse, post_json
 from tests.support.kserve import text_input, triton_client
 from tests.support.server import TEXTS, server_config
 
@@ -76,6 +77,39 @@ def test_every_protocol_places_and_reports(server: BackgroundServer, channel: gr
                               parameters={"max_tokens": 4, "required_phrases": '["thousand", ["seven"]]'})
     answered = result.get_response().parameters["unmet_required_phrases"].string_param
     assert json.loads(answered) == [unmet, unmet]
+
+
+def test_streaming_calls_answer_the_whole_result_with_its_unmet_phrases(
+        server: BackgroundServer, channel: grpc.Channel) -> None:
+    """Required phrases on every streaming call: no pieces (the phrases are placed by beam search, known at
+    the end), one final answer that names the unmet phrases as the call's non-streaming form does."""
+    asked = {"max_tokens": 4, "required_phrases": '["thousand", ["seven"]]'}
+    with triton_client(server.address) as client:
+        want = client.infer("translator", [text_input([TEXT])], parameters=asked)
+        unmet = want.get_response().parameters["unmet_required_phrases"].string_param
+        assert 0 in json.loads(unmet)[0]  # "thousand" cannot fit in 4 tokens
+        answers: queue.Queue = queue.Queue()
+        client.start_stream(callback=lambda result, error: answers.put((result, error)))
+        for i, stream in enumerate((False, True)):
+            client.async_stream_infer("translator", [text_input([TEXT])], request_id=f"r{i}",
+                                      parameters=asked | {"stream": stream})
+            result, error = answers.get(timeout=60)
+            assert error is None, error
+            got = result.get_response().parameters
+            assert got["triton_final_response"].bool_param
+            assert got["unmet_required_phrases"].string_param == unmet
+            assert result.as_numpy("TRANSLATION").tolist() == want.as_numpy("TRANSLATION").tolist()
+    tight = pb.TranslateOptions(max_output_tokens=4, required_phrases=[Phrase(texts=["thousand"]),
+                                                                         Phrase(texts=["seven"])])
+    (message,) = pb_grpc.TranslatorStub(channel).TranslateStream(
+        pb.TranslateStreamRequest(text=TEXT, options=tight), timeout=60)
+    (h,) = message.result.hypotheses
+    assert list(h.unmet_required_phrases) == json.loads(unmet)[0]
+    url = f"http://{server.http_address}/v2/models/translator/generate_stream"
+    status, _, body = post_json(url, {"text_input": TEXT, "parameters": {"max_tokens": 4, "required_phrases":
+                                                                         ["thousand", "seven"]}})
+    (event,) = parse_sse(body)
+    assert status == 200 and event["unmet_required_phrases"] == json.loads(unmet)[0]
 
 
 def hostile(vocab: int) -> list[tuple[Any, str]]:
