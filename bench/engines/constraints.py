@@ -6,10 +6,12 @@ plain beam 4 on the same sentences, sentences/s at batch 1 and batch 32, side by
 For each bundle (default: the opus-mt-shaped bundle bench/marian/build.py makes when it exists, else the
 shipped default model), each sentence's phrases are 1-3 words of the plain beam-4 translation of another
 sentence (so that most must be placed), as text. Batch 1 decodes the sentences one request at a time; batch
-32 keeps a DecodeBatch of 32 requests (128 rows), refilled as requests finish (the continuous batch's
-pattern). Rounds interleave plain and constrained; medians. Ratios: `constrained_vs_plain_b1` and
-`_b32` (sentences/s, higher is better); the issue's goal is >= 0.5 at both. Also the share of phrases left
-unmet (none unless the output cap leaves no room). `--quick`: the default model, 8 sentences, 1 round.
+32 keeps a DecodeBatch of 32 requests, refilled as requests finish (the continuous batch's pattern): 128 rows
+plain, 256 constrained (a request with phrases holds the plain beam's 4 rows beside the constrained beam's,
+service/runtime/decoding/plain_first.py). Rounds interleave plain and constrained; medians. Ratios:
+`constrained_vs_plain_b1` and `_b32` (sentences/s, higher is better); the issue's goal is >= 0.5 at both.
+Also the share of phrases left unmet (none unless the output cap leaves no room). `--quick`: the default
+model, 8 sentences, 1 round.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ def run(runner: Runner, texts: list[str], options: list[DecodeOptions], batch: i
     """Sentences/s decoding every text with its options, `batch` requests at a time (refilled as they
     finish), and the phrases left unmet."""
     pending = [runner.make_request(t, o) for t, o in zip(texts, options, strict=True)]
-    decoder = runner.new_batch(batch * BEAM)
+    decoder = runner.new_batch(batch * max(r.options.rows for r in pending))  # 2 * BEAM with phrases
     unmet, done = 0, 0
     start = time.perf_counter()
     while done < len(texts):
