@@ -8,7 +8,7 @@ The bundle is the default model, then the opus-mt-shaped one bench.marian import
 
 1. A plain-text document of about `--kib` KiB: paragraphs of distinct sentences (the default model's
    held-out sources, then sentences of its training distribution; the opus-mt shape's synthetic sources,
-   bench/marian/build.py). Its segments, as the server's parser cuts it, are "the sentences".
+   bench/families/marian.py). Its segments, as the server's parser cuts it, are "the sentences".
 2. Documents: a fresh server translates the document in one TranslateDocumentStream call: sentences/s, the
    time to its first part and to its end. Sentences: another fresh server translates the same sentences
    one Translate request each, `--concurrency` at once: sentences/s. A fresh server each, so neither run
@@ -49,7 +49,8 @@ def sources_of(bundle: Path, n: int) -> list[str]:
     """n distinct source sentences the model reads: for ours, the held-out sources, then sentences of its
     training distribution (textnorm.corpus, seeded); for the opus-mt shape, its synthetic sources."""
     if (Path(bundle).parent / "hf").is_dir():  # bench.marian's <x>/bundle beside <x>/hf
-        from bench.marian.build import FULL, source_texts
+        from bench.families.marian import FULL
+        from bench.families.text import source_texts
 
         return list(dict.fromkeys(source_texts(FULL, 2 * n, seed=7)))[:n]
     from textnorm.corpus import sentence, word_lists

@@ -7,10 +7,11 @@ from typing import Any
 
 SUMMARY = ("requests", "throughput", "tokens_per_s", "p50_ms", "p90_ms", "p99_ms", "ttft_p50_ms",
            "ttft_p99_ms")
-# bench/marian/compare.py's engine names -> (the chart's name, the engine's text-in, text-out counterpart)
-MARIAN = {"onnxruntime": ("ours fp32", "server"), "ctranslate2": ("CTranslate2 float32", "ctranslate2 text"),
-          "onnxruntime int8": ("ours int8", "server int8"),
-          "ctranslate2 int8": ("CTranslate2 int8", "ctranslate2 int8 text")}
+# bench/families/compare.py's engine names -> (the chart's name, its text-in, text-out counterpart)
+FAMILY_ENGINES = {"onnxruntime": ("ours fp32", "server"),
+                  "ctranslate2": ("CTranslate2 float32", "ctranslate2 text"),
+                  "onnxruntime int8": ("ours int8", "server int8"),
+                  "ctranslate2 int8": ("CTranslate2 int8", "ctranslate2 int8 text")}
 
 
 def server(results: Mapping[str, Any]) -> dict[str, Any]:
@@ -40,12 +41,13 @@ def soak_rss(curve_mib: Sequence[float], requests: int, warmup: int, warm_mib: f
             "samples": [[requests * (i + 1) // n, v] for i, v in enumerate(curve_mib)]}
 
 
-def marian_engines(points: Sequence[Any], footprint: Mapping[str, Any], batch: int) -> dict[str, Any]:
-    """bench/marian/compare.py: sentences/s of each engine and its text counterpart at 1 and `batch`, its
+def family_engines(points: Sequence[Any], footprint: Mapping[str, Any], batch: int,
+                   title: str = "An imported Marian model: ours against CTranslate2") -> dict[str, Any]:
+    """bench/families/compare.py: sentences/s of each engine and its text counterpart at 1 and `batch`, its
     bytes on disk and the memory it adds (Rss after loading, a warm-up, a batch)."""
     by = {(p.engine, p.batch): p.sentences_per_s for p in points}
     engines = []
-    for engine, (name, text) in MARIAN.items():
+    for engine, (name, text) in FAMILY_ENGINES.items():
         entry: dict[str, Any] = {"name": name,
                                  "engine": {str(b): by[engine, b] for b in (1, batch) if (engine, b) in by},
                                  "server": {str(b): by[text, b] for b in (1, batch) if (text, b) in by}}
@@ -53,4 +55,4 @@ def marian_engines(points: Sequence[Any], footprint: Mapping[str, Any], batch: i
             entry["disk_mb"] = round(footprint["disk_bytes"][engine] / 1e6, 1)
             entry["memory_mib"] = {k: v["rss_mib"] for k, v in footprint["memory_mib"][engine].items()}
         engines.append(entry)
-    return {"title": "An imported Marian model: ours against CTranslate2", "batch": batch, "engines": engines}
+    return {"title": title, "batch": batch, "engines": engines}

@@ -14,7 +14,8 @@ import asyncio
 import contextlib
 import math
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
 
 from grpc import aio
 
@@ -36,13 +37,15 @@ class Client:
     (default i) modulo their number, and returns its Record (times on the clock `t0`)."""
 
     def __init__(self, channels: Sequence[aio.Channel], texts: Sequence[str], stream_every: int = 0,
-                 max_output_tokens: int = 0, timeout_s: float = TIMEOUT_S, beam_size: int = 0) -> None:
+                 max_output_tokens: int = 0, timeout_s: float = TIMEOUT_S, beam_size: int = 0,
+                 options: Mapping[str, Any] | None = None) -> None:
         if not texts or not channels:
             raise ValueError("no texts to send or no channel to send them over")
         if stream_every < 0:
             raise ValueError(f"stream_every must be >= 0, got {stream_every}")
         self.stubs = [pb_grpc.TranslatorStub(channel) for channel in channels]
-        options = pb.TranslateOptions(max_output_tokens=max_output_tokens, beam_size=beam_size)
+        options = pb.TranslateOptions(max_output_tokens=max_output_tokens, beam_size=beam_size,
+                                      **(options or {}))
         self.unary = [pb.TranslateRequest(texts=[t], options=options) for t in texts]
         self.stream = [pb.TranslateStreamRequest(text=t, options=options) for t in texts]
         self.stream_every, self.timeout_s = stream_every, timeout_s
@@ -104,13 +107,13 @@ async def wait_ready(address: str, timeout_s: float = 60.0) -> None:
 
 async def closed_loop_at(address: str, texts: Sequence[str], concurrency: int, requests: int,
                          stream_every: int = 0, max_output_tokens: int = 0, timeout_s: float = TIMEOUT_S,
-                         beam_size: int = 0) -> list[Record]:
+                         beam_size: int = 0, options: Mapping[str, Any] | None = None) -> list[Record]:
     """The closed loop (`concurrency` users, STREAMS_PER_CHANNEL to a connection) against a server
-    (beam_size 0: the model's default)."""
+    (beam_size 0: the model's default; `options`: more TranslateOptions fields, e.g. the languages)."""
     if concurrency < 1 or requests < 1:
         raise ValueError(f"concurrency and requests must be >= 1: {concurrency}, {requests}")
     async with open_channels(address, math.ceil(concurrency / STREAMS_PER_CHANNEL)) as channels:
-        client = Client(channels, texts, stream_every, max_output_tokens, timeout_s, beam_size)
+        client = Client(channels, texts, stream_every, max_output_tokens, timeout_s, beam_size, options)
         return await closed_loop(client.call, concurrency, requests)
 
 

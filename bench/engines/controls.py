@@ -3,7 +3,7 @@ repetition penalty and no-repeat n-grams on every row (and with seeded sampling)
 
     python -m bench.engines.controls [--quick] [--bundle DIR ...] [--batch 32] [--new-tokens 32] [--rounds 5]
 
-For each bundle (default: the shipped default model, and the opus-mt-shaped bundle bench/marian/build.py
+For each bundle (default: the shipped default model, and the opus-mt-shaped bundle bench/families/marian.py
 makes when it exists), one DecodeBatch of `--batch` rows, each a held-out sentence (repeated), is decoded
 to the end with every configuration in turn, rounds interleaved. A row leaves at eos, so the
 configurations may decode different numbers of rows per step: the cost is the time of the decoder runs

@@ -52,7 +52,8 @@ def sources_for(bundle: Path, n: int) -> list[str]:
     """n source sentences for the bundle: the Marian builder's for its opus-mt-shaped model, else the
     default model's test sample."""
     if bundle != DEFAULT_BUNDLE and (bundle.parent / "hf").is_dir():
-        from bench.marian.build import FULL, source_texts
+        from bench.families.marian import FULL
+        from bench.families.text import source_texts
 
         return source_texts(FULL, n)
     return [line.split("\t")[0] for line in SAMPLE.read_text(encoding="utf-8").splitlines()[:n]]

@@ -7,8 +7,8 @@ import math
 from types import SimpleNamespace
 
 from bench.charts import from_results, record
-from bench.marian.engines import CT2, CT2_INT8, ORT, ORT_INT8
-from bench.marian.servers import CT2_TEXT, CT2_TEXT_INT8, SERVER, SERVER_INT8
+from bench.families.engines import CT2, CT2_INT8, ORT, ORT_INT8
+from bench.families.servers import CT2_TEXT, CT2_TEXT_INT8, SERVER, SERVER_INT8
 from tests.support.svg import read_svg
 
 
@@ -45,18 +45,18 @@ def test_rss_runs_become_samples_after_the_warmup():
     assert soak["warmup_requests"] == 100 and soak["warm_mib"] == 200.0
 
 
-def test_marian_results_become_one_entry_per_engine():
-    names = (ORT, CT2, ORT_INT8, CT2_INT8, SERVER, CT2_TEXT, SERVER_INT8, CT2_TEXT_INT8)  # bench.marian's
+def test_family_results_become_one_entry_per_engine():
+    names = (ORT, CT2, ORT_INT8, CT2_INT8, SERVER, CT2_TEXT, SERVER_INT8, CT2_TEXT_INT8)  # bench.families'
     points = [SimpleNamespace(engine=n, batch=b, sentences_per_s=float(i * 10 + b))
               for i, n in enumerate(names) for b in (1, 32)]
     memory = {"load": {"rss_mib": 1.0}, "warm": {"rss_mib": 2.0}, "batch": {"rss_mib": 3.0}}
     footprint = {"disk_bytes": dict.fromkeys(names[:4], 75_600_000),
                  "memory_mib": dict.fromkeys(names[:4], memory)}
-    data = from_results.marian_engines(points, footprint, 32)
+    data = from_results.family_engines(points, footprint, 32)
     first, last = data["engines"][0], data["engines"][-1]
     assert [e["name"] for e in data["engines"]] == ["ours fp32", "CTranslate2 float32", "ours int8",
                                                     "CTranslate2 int8"]
     assert first["engine"] == {"1": 1.0, "32": 32.0} and first["server"] == {"1": 41.0, "32": 72.0}
     assert last["server"] == {"1": 71.0, "32": 102.0}  # CTranslate2 int8 on text
     assert first["disk_mb"] == 75.6 and first["memory_mib"] == {"load": 1.0, "warm": 2.0, "batch": 3.0}
-    assert "disk_mb" not in from_results.marian_engines(points, {}, 32)["engines"][0]
+    assert "disk_mb" not in from_results.family_engines(points, {}, 32)["engines"][0]

@@ -1,16 +1,19 @@
-"""bench.marian's server phase: the real server, greedy, under a closed loop against CTranslate2 of the same
-precision in process on the same texts, interleaved; and the server's tokens against CTranslate2's."""
+"""The per-family benchmark's server phase: the real server, greedy, under a closed loop against CTranslate2
+of the same precision in process on the same texts, interleaved; and the server's tokens against
+CTranslate2's."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
+from typing import Any
 
 from bench.common.loadgen import Record, summarize
 from bench.common.translator import TIMEOUT_S, closed_loop_at, open_channel
 from bench.common.workload import PAUSE_S
 from bench.engines.process import EngineProcess, Point
-from bench.marian.engines import CT2, CT2_INT8, ORT, ORT_INT8, same, steps
+from bench.families.engines import CT2, CT2_INT8, ORT, ORT_INT8, same, steps
 from protos.translator.v1 import translator_pb2 as pb
 from protos.translator.v1 import translator_pb2_grpc as pb_grpc
 
@@ -20,11 +23,16 @@ SERVERS = {SERVER: (ORT, CT2_TEXT), SERVER_INT8: (ORT_INT8, CT2_TEXT_INT8)}  # -
 TEXT_ENGINES = {CT2_TEXT: CT2, CT2_TEXT_INT8: CT2_INT8}  # CTranslate2 in process on texts -> its engine
 
 
-async def server_tokens(address: str, texts: list[str], new_tokens: int,
+def language_options(languages: tuple[str, str] | None) -> dict[str, Any]:
+    """The TranslateOptions fields naming a many-to-many model's languages ({} for one pair)."""
+    return {} if languages is None else {"source_language": languages[0], "target_language": languages[1]}
+
+
+async def server_tokens(address: str, texts: list[str], new_tokens: int, extra: Mapping[str, Any],
                         concurrency: int = 8) -> list[list[int]]:
     """The server's best hypothesis (ids) for each text, `concurrency` requests at a time."""
     gate = asyncio.Semaphore(concurrency)
-    options = pb.TranslateOptions(max_output_tokens=new_tokens, beam_size=1)  # greedy, as CTranslate2
+    options = pb.TranslateOptions(max_output_tokens=new_tokens, beam_size=1, **extra)  # greedy, as CT2
     async with open_channel(address) as channel:
         stub = pb_grpc.TranslatorStub(channel)
 
@@ -47,12 +55,14 @@ def server_point(name: str, records: list[Record], concurrency: int, new_tokens:
 
 
 def compare_server(name: str, address: str, ct2: EngineProcess, texts: list[str], new_tokens: int, batch: int,
-                   single: int, repeats: int, free: int) -> tuple[list[list[Point]], int]:
+                   single: int, repeats: int, free: int,
+                   languages: tuple[str, str] | None = None) -> tuple[list[list[Point]], int]:
     """Server `name` (greedy closed loop at concurrency 1 on the first `single` texts and at `batch` on all)
     against CTranslate2 in process (static batches of the same size), `repeats` interleaved runs each:
     the runs of each (engine, concurrency), and on how many texts the server's tokens equal CTranslate2's
     (the first `free`)."""
-    served = asyncio.run(server_tokens(address, texts, new_tokens))  # also the warm-up
+    extra = language_options(languages)
+    served = asyncio.run(server_tokens(address, texts, new_tokens, extra))  # also the warm-up
     _, theirs = ct2.time(texts, batch)
     identical = sum(same(s, t, free) for s, (t, _) in zip(served, theirs, strict=True))
     reference = SERVERS[name][1]
@@ -62,8 +72,8 @@ def compare_server(name: str, address: str, ct2: EngineProcess, texts: list[str]
         runs: dict[str, list[Point]] = {name: [], reference: []}
         for _ in range(repeats):
             time.sleep(PAUSE_S)
-            records = asyncio.run(closed_loop_at(address, sample, c, len(sample),
-                                                 max_output_tokens=new_tokens, beam_size=1))
+            records = asyncio.run(closed_loop_at(address, sample, c, len(sample), beam_size=1, options=extra,
+                                                 max_output_tokens=new_tokens))
             runs[name].append(server_point(name, records, c, new_tokens))
             time.sleep(PAUSE_S)
             seconds, outputs = ct2.time(sample, c)

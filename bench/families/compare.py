@@ -1,16 +1,18 @@
-"""An imported Marian model side by side: our engine and server against CTranslate2's own Marian converter,
-in float32 and in int8.
+"""One imported family side by side: our engine and server against CTranslate2's own converter, in float32
+and in int8.
 
-    python -m bench.marian [--quick] [--out DIR]   # bench/marian/__main__.py
+    python -m bench.families --family {marian,bart,mbart50} [--quick] [--out DIR]   # __main__.py
 
-1. A random-weight `MarianMTModel` of opus-mt-en-de's shape with made-up SentencePiece tokenizers,
-   built offline under `<out>/hf` (bench/marian/build.py; kept for reruns). `--quick`: d_model 64,
-   2 + 2 layers, vocabulary 1,000.
+1. A random-weight model of a real checkpoint's shape with a made-up tokenizer (bench/families/registry.py:
+   opus-mt-en-de, bart-large-cnn, mbart-large-50), built offline under `<out>/hf` (kept for reruns).
+   `--quick`: d_model 64, 2 + 2 layers, vocabulary 1,000.
 2. Imported by `python -m export.pretrained --quantize int8` (the fp32 files and the int8 variant,
    export/variants/int8.py) into `<out>/bundle`, and converted by CTranslate2's `ct2-transformers-converter
    --quantization float32` into `<out>/ct2` and `--quantization int8` into `<out>/ct2-int8`, all on
    every run.
-3. Greedy, a fixed number of new tokens (random weights rarely emit eos): our `DecodeOptions
+3. Greedy, a fixed number of new tokens (random weights rarely emit eos), with the checkpoint's own rules:
+   ours as the bundle states them, CTranslate2 told the same (bench/families/engines.py `ct2_rules`: the
+   forced first token as a target prefix, no_repeat_ngram_size, min_length). Our `DecodeOptions
    (max_new_tokens=N)`, CTranslate2's `max_decoding_length=N`; both stop at eos the same way. Where
    the bundle forces eos as the last token allowed (`generation.forced_eos_at_limit`, transformers'
    forced_eos_token_id) ours decodes N - 1 free tokens then eos while CTranslate2 (which has no such
@@ -18,17 +20,17 @@ in float32 and in int8.
    steps (eos included).
 4. Engines, each in its own process (bench/engines/process.py `EngineProcess`), same threads, interleaved
    repeats, median: our `Runner` (ONNX Runtime) on the fp32 files and on the int8 variant, CTranslate2
-   float32 and int8, on the same source ids in static batches of 1 and `batch`. Then the real server
-   (`python -m service.server --bundle <out>/bundle --variant base`, then `--variant int8`, default
-   flags otherwise; bench/common/serverproc.py) under bench/common/loadgen.py's closed loop at concurrency
-   1 and `batch` against CTranslate2 of the same precision in process on the same texts (SentencePiece in,
-   text out).
-5. Footprint (bench/marian/footprint.py): each variant's bytes on disk, the memory each engine adds to a
+   float32 and int8, on the same source ids (the family's transformers tokenizer's) in static batches of
+   1 and `batch`. Then the real server (`python -m service.server --bundle <out>/bundle --variant base`,
+   then `--variant int8`, default flags otherwise; bench/common/serverproc.py) under
+   bench/common/loadgen.py's closed loop at concurrency 1 and `batch` against CTranslate2 of the same
+   precision in process on the same texts (the family's tokenizer in, text out).
+5. Footprint (bench/families/footprint.py): each variant's bytes on disk, the memory each engine adds to a
    fresh process by loading and a warm-up, and a batch-1 decoder step against the memory-bandwidth floor.
 
-Prints the markdown table, the token checks, and last a JSON object: the ratios (higher is better for
-ours), the identical-token counts, every point's sentences/s, the bytes, the memory and the floor. Writes
-`<out>/marian-engines.json` and its chart (bench/charts/engines.py) beside it.
+Prints the markdown table, the token checks, the goal checks, and last a JSON object: the ratios (higher is
+better for ours), the identical-token counts, every point's sentences/s, the bytes, the memory and the
+floor. Writes `<out>/<family>-engines.json` and its chart (bench/charts/engines.py) beside it.
 """
 
 from __future__ import annotations
@@ -46,8 +48,7 @@ from typing import Any
 from bench.common.serverproc import ServerProcess
 from bench.common.workload import PAUSE_S
 from bench.engines.process import EngineProcess, Point
-from bench.marian.build import FULL, QUICK, MarianShape, marian_dir, source_texts
-from bench.marian.engines import (
+from bench.families.engines import (
     CT2,
     CT2_DIRS,
     CT2_INT8,
@@ -55,13 +56,14 @@ from bench.marian.engines import (
     ORT_INT8,
     OURS,
     THEIRS,
+    Ct2Engine,
     Output,
-    marian_engine,
+    family_engine,
     same,
     source_ids,
     steps,
 )
-from bench.marian.footprint import (
+from bench.families.footprint import (
     BANDWIDTH_MIB,
     ct2_bytes,
     load_memory,
@@ -70,7 +72,8 @@ from bench.marian.footprint import (
     step_bytes,
     variant_bytes,
 )
-from bench.marian.servers import (
+from bench.families.registry import FAMILIES, family_dir
+from bench.families.servers import (
     CT2_TEXT,
     CT2_TEXT_INT8,
     SERVER,
@@ -79,6 +82,7 @@ from bench.marian.servers import (
     TEXT_ENGINES,
     compare_server,
 )
+from bench.families.text import Shape, source_texts
 
 PAIRS = {"": (ORT, CT2), "_int8": (ORT_INT8, CT2_INT8)}  # ratio key suffix -> ours, CTranslate2
 
@@ -87,7 +91,8 @@ PAIRS = {"": (ORT, CT2), "_int8": (ORT_INT8, CT2_INT8)}  # ratio key suffix -> o
 class Plan:
     """What one run measures."""
 
-    shape: MarianShape = FULL
+    family: str = "marian"
+    shape: Shape = FAMILIES["marian"].full
     sentences: int = 96  # texts; batch `batch` and concurrency `batch` take them all
     single: int = 32  # the first texts, for batch 1 and concurrency 1
     batch: int = 32
@@ -97,13 +102,20 @@ class Plan:
     bandwidth_mib: int = BANDWIDTH_MIB  # the matrix read to measure the machine's read bandwidth
 
 
-QUICK_PLAN = Plan(shape=QUICK, sentences=32, single=8, repeats=2, bandwidth_mib=64)
+QUICK_PLAN = Plan(shape=FAMILIES["marian"].quick, sentences=32, single=8, repeats=2, bandwidth_mib=64)
+
+
+def plan_for(family: str, quick: bool = False) -> Plan:
+    """The full (or quick) plan of a family."""
+    fam = FAMILIES[family]
+    return replace(QUICK_PLAN if quick else Plan(), family=family, shape=fam.quick if quick else fam.full)
 
 
 @dataclass
 class Result:
     """Points, token checks and phase timings of a run."""
 
+    family: str = "marian"
     points: list[Point] = field(default_factory=list)
     identical: int = 0  # ours == CTranslate2 (ids, both batch sizes), float32
     compared: int = 0
@@ -116,7 +128,7 @@ class Result:
     forced_eos: bool = False
     ranges: dict[tuple[str, int], tuple[float, float]] = field(default_factory=dict)  # sent/s: min, max
     phases: dict[str, float] = field(default_factory=dict)
-    footprint: dict[str, Any] = field(default_factory=dict)  # disk, memory, floor (bench/marian/footprint.py)
+    footprint: dict[str, Any] = field(default_factory=dict)  # disk, memory, floor (footprint.py)
 
     def ratios(self, batch: int) -> dict[str, Any]:
         """Ours / CTranslate2 of the same precision (sentences per second, bytes, memory), the token
@@ -124,11 +136,11 @@ class Result:
         by = {(p.engine, p.batch): p.sentences_per_s for p in self.points}
         out: dict[str, Any] = {}
         for suffix, (ours, theirs) in PAIRS.items():
-            out |= {f"ort{suffix}_vs_ct2{suffix}_marian_b{b}": by[ours, b] / by[theirs, b]
+            out |= {f"ort{suffix}_vs_ct2{suffix}_{self.family}_b{b}": by[ours, b] / by[theirs, b]
                     for b in (1, batch)}
         for server, (_, reference) in SERVERS.items():
             suffix = server.removeprefix(SERVER).replace(" ", "_")
-            out |= {f"server{suffix}_vs_ct2{suffix}_marian_c{b}": by[server, b] / by[reference, b]
+            out |= {f"server{suffix}_vs_ct2{suffix}_{self.family}_c{b}": by[server, b] / by[reference, b]
                     for b in (1, batch)}
         out |= {f"ort_int8_vs_ort_b{b}": by[ORT_INT8, b] / by[ORT, b] for b in (1, batch)}
         foot = self.footprint
@@ -139,7 +151,9 @@ class Result:
         out |= {"identical_tokens": self.identical, "compared": self.compared,
                 "int8_identical_tokens": self.int8_identical,
                 "ct2_int8_identical_tokens": self.ct2_int8_identical,
-                "server_identical_tokens": self.server_identical, "server_compared": self.server_compared}
+                "server_identical_tokens": self.server_identical, "server_compared": self.server_compared,
+                "logprob_checked": self.checked,
+                "logprob_diff_max": max(self.logprob_diffs, default=float("nan"))}
         points = {f"{p.engine} {p.batch}": round(p.sentences_per_s, 3) for p in self.points}
         return out | {"sentences_per_s": points, **foot}
 
@@ -211,8 +225,8 @@ def measure_engines(plan: Plan, procs: dict[str, EngineProcess], ids: list[list[
 def check_log_probs(plan: Plan, dirs: tuple[Path, Path, Path], ids: list[list[int]], ours: list[Output],
                     free: int, result: Result) -> None:
     """Ours' fp32 tokens and total log-probs (a forced eos adds 0) against CTranslate2 float32 decoding
-    `free` tokens."""
-    decode = marian_engine(CT2, *dirs, plan.threads, free)
+    `free` tokens (a target prefix is in CTranslate2's tokens, not in its score; ours forces it, adding 0)."""
+    decode = Ct2Engine(CT2, FAMILIES[plan.family], dirs[1], dirs[2], plan.threads, free)
     theirs = [out for i in range(0, len(ids), plan.batch) for out in decode(ids[i : i + plan.batch])]
     for (tokens, log_prob), (their_tokens, score) in zip(ours, theirs, strict=True):
         if tokens == their_tokens and tokens:
@@ -222,9 +236,9 @@ def check_log_probs(plan: Plan, dirs: tuple[Path, Path, Path], ids: list[list[in
 
 def measure_server(plan: Plan, name: str, server: ServerProcess, ct2: EngineProcess, texts: list[str],
                    free: int, result: Result) -> None:
-    """A server against CTranslate2 of its precision in process (bench/marian/servers.py), into result."""
+    """A server against CTranslate2 of its precision in process (bench/families/servers.py), into result."""
     runs, identical = compare_server(name, server.address, ct2, texts, plan.new_tokens, plan.batch,
-                                     plan.single, plan.repeats, free)
+                                     plan.single, plan.repeats, free, FAMILIES[plan.family].languages)
     if name == SERVER:
         result.server_identical, result.server_compared = identical, len(texts)
     for points in runs:
@@ -236,7 +250,7 @@ def measure_footprint(plan: Plan, bundle: Path, out: Path, hf_dir: Path, ids: li
     """Bytes on disk per variant, memory each engine adds to a fresh process, and the batch-1 floor."""
     disk = {name: variant_bytes(bundle, None if v == "base" else v) for name, v in OURS.items()}
     disk |= {name: ct2_bytes(out / CT2_DIRS[q]) for name, q in THEIRS.items()}
-    engine = (bundle, out, hf_dir, plan.threads, plan.new_tokens)
+    engine = (plan.family, bundle, out, hf_dir, plan.threads, plan.new_tokens)
     memory = {name: load_memory((name, *engine), ids[: plan.batch]) for name in (*OURS, *THEIRS)}
     bandwidth = read_bandwidth(plan.threads, plan.bandwidth_mib)
     by = {(p.engine, p.batch): p for p in result.points}
@@ -252,9 +266,9 @@ def measure_footprint(plan: Plan, bundle: Path, out: Path, hf_dir: Path, ids: li
 
 def run(plan: Plan = Plan(), out: Path = Path("runs/bench-marian"), log=print) -> Result:
     """Build (or reuse), import, convert, then measure; returns the points and checks."""
-    result = Result()
+    result = Result(family=plan.family)
     start = time.perf_counter()
-    hf_dir = marian_dir(out / "hf", plan.shape, log=log)
+    hf_dir = family_dir(out / "hf", plan.family, plan.shape, log=log)
     result.phases["build"] = time.perf_counter() - start
     bundle, seconds = convert(hf_dir, out, log)
     result.phases |= seconds
@@ -263,10 +277,10 @@ def run(plan: Plan = Plan(), out: Path = Path("runs/bench-marian"), log=print) -
     free = plan.new_tokens - result.forced_eos
     texts = source_texts(plan.shape, plan.sentences)
     ids = source_ids(hf_dir, texts)
-    engine = (bundle, out, hf_dir, plan.threads, plan.new_tokens)
+    engine = (plan.family, bundle, out, hf_dir, plan.threads, plan.new_tokens)
     with contextlib.ExitStack() as stack:
         start = time.perf_counter()
-        procs = {name: EngineProcess(name, *engine, factory=marian_engine) for name in (*OURS, *THEIRS)}
+        procs = {name: EngineProcess(name, *engine, factory=family_engine) for name in (*OURS, *THEIRS)}
         for proc in procs.values():
             stack.callback(proc.close)
         ours = measure_engines(plan, procs, ids, free, result)
@@ -325,3 +339,26 @@ def checks(result: Result, plan: Plan) -> str:
             f"the server = CTranslate2 on {result.server_identical} of {result.server_compared} texts; "
             f"CTranslate2 decoding exactly {n - result.forced_eos} tokens: the same tokens on "
             f"{result.checked} of {plan.sentences}, total log-probs within {worst:.2g} per token")
+
+
+# the per-family goals: ratio key (family and batch filled in) -> (">=" or "<=", the goal)
+GOALS = {"ort_int8_vs_ct2_int8_{family}_b1": (">=", 2.5),
+         "ort_int8_vs_ct2_int8_{family}_b{batch}": (">=", 1.3), "ort_vs_ct2_{family}_b1": (">=", 1.0),
+         "ort_vs_ct2_{family}_b{batch}": (">=", 1.0),
+         "memory_vs_ct2": ("<=", 1.2), "memory_int8_vs_ct2_int8": ("<=", 1.2)}
+
+
+def goals(ratios: dict[str, Any], family: str, batch: int) -> dict[str, tuple[str, float, float, bool]]:
+    """Each goal's ratio key -> (its comparison, the goal, the ratio, whether it meets the goal)."""
+    out = {}
+    for template, (op, goal) in GOALS.items():
+        key = template.format(family=family, batch=batch)
+        value = ratios[key]
+        out[key] = (op, goal, value, value >= goal if op == ">=" else value <= goal)
+    return out
+
+
+def goal_lines(checked: dict[str, tuple[str, float, float, bool]]) -> str:
+    """The goal checks in words, one a line."""
+    return "\n".join(f"goal {key} {op} {goal}: {value:.3f}, {'met' if met else 'NOT met'}"
+                     for key, (op, goal, value, met) in checked.items())

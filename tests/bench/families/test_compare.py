@@ -1,6 +1,6 @@
-"""The imported-Marian benchmark at its quick shape, end to end: built offline, imported by our CLI (fp32 and
-int8) and converted by CTranslate2's (float32 and int8), every engine and both servers measured, fp32 tokens
-identical, bytes, memory and the batch-1 floor in the JSON (no timing claims)."""
+"""The per-family benchmark's Marian entry at its quick shape, end to end: built offline, imported by our CLI
+(fp32 and int8) and converted by CTranslate2's (float32 and int8), every engine and both servers measured,
+fp32 tokens identical, bytes, memory and the batch-1 floor in the JSON (no timing claims)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,11 @@ from dataclasses import replace
 
 import pytest
 
-from bench.marian.build import QUICK, joint_vocab, marian_dir
-from bench.marian.compare import CT2_TEXT, CT2_TEXT_INT8, QUICK_PLAN, SERVER, SERVER_INT8, run, table
-from bench.marian.engines import CT2, CT2_INT8, ORT, ORT_INT8, same, steps
+from bench.families.compare import QUICK_PLAN, run, table
+from bench.families.engines import CT2, CT2_INT8, ORT, ORT_INT8, same, steps
+from bench.families.marian import QUICK, joint_vocab
+from bench.families.registry import family_dir
+from bench.families.servers import CT2_TEXT, CT2_TEXT_INT8, SERVER, SERVER_INT8
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +78,7 @@ def test_the_built_model_directory_is_reused(quick_run):
     pad = QUICK.vocab_size - 1
     assert [config[k] for k in keys] == [QUICK.d_model, QUICK.vocab_size, pad, pad]
     built = []
-    assert marian_dir(hf, QUICK, log=built.append) == hf and not built  # the stamp matches: not rebuilt
+    assert family_dir(hf, "marian", QUICK, log=built.append) == hf and not built  # the stamp matches
 
 
 def test_joint_vocab_is_laid_out_as_opus_mt():

@@ -1,4 +1,4 @@
-"""What each engine of bench/marian/compare.py costs besides time: bytes on disk, memory added by loading,
+"""What each engine of bench/families/compare.py costs besides time: bytes on disk, memory added by loading,
 and the memory-bandwidth floor of a batch-1 decoder step.
 
 - Disk: a bundle variant's own files (its graphs and its weights file, as bundle.json's `weights` lists
@@ -38,7 +38,7 @@ _CHILD = """
 import json, sys
 import ctranslate2, onnxruntime, sentencepiece  # noqa: F401 - the libraries' own memory before "before"
 from service.runtime.runner import Runner  # noqa: F401
-from bench.marian.engines import marian_engine
+from bench.families.engines import family_engine
 
 from bench.memory.proc import smaps_rollup
 
@@ -51,7 +51,7 @@ def added(before):
 
 job = json.loads(sys.stdin.read())
 before = memory()
-decode = marian_engine(*job["engine"])
+decode = family_engine(*job["engine"])
 out = {"load": added(before)}
 decode(job["batch"][:1])
 out["warm"] = added(before)
@@ -82,7 +82,7 @@ def ct2_bytes(model_dir: Path) -> int:
 
 
 def load_memory(engine: tuple[Any, ...], batch: list[list[int]]) -> dict[str, dict[str, float]]:
-    """MiB a fresh process adds by building `marian_engine(*engine)` ("load"), then decoding the first
+    """MiB a fresh process adds by building `family_engine(*engine)` ("load"), then decoding the first
     source of `batch` alone ("warm"), then all of `batch` at once ("batch")."""
     job = json.dumps({"engine": [str(e) if isinstance(e, Path) else e for e in engine], "batch": batch})
     out = subprocess.run([sys.executable, "-c", _CHILD], input=job, capture_output=True, text=True,
@@ -119,7 +119,8 @@ def step_bytes(bundle: Path, variant: str | None) -> int:
 def read_bandwidth(threads: int, mib: int = BANDWIDTH_MIB) -> float:
     """GB/s ONNX Runtime's fp32 MatMul reads at one row by a `mib` MiB matrix, in a fresh process (whose
     own thread pool ONNX Runtime lets it size; `measure_bandwidth`)."""
-    code = f"from bench.marian.footprint import measure_bandwidth; print(measure_bandwidth({threads}, {mib}))"
+    code = ("from bench.families.footprint import measure_bandwidth; "
+            f"print(measure_bandwidth({threads}, {mib}))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO_ROOT,
                          timeout=600, check=True)
     return float(out.stdout.strip().splitlines()[-1])

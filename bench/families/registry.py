@@ -1,0 +1,96 @@
+"""The families the benchmark builds, one entry each: the real checkpoint whose shape it copies, its full and
+quick shapes, its builder, how CTranslate2 is given its text, and its languages. Adding a family (T5,
+Pegasus) is one module with `FULL`, `QUICK` and `build(root, shape, seed) -> parameters`, and one entry
+here; the shapes they need:
+
+    t5-base:             d_model 768, 12 + 12 layers, 12 heads, d_ff 3072, vocabulary 32,128,
+                         relative attention buckets 32, max distance 128 (no learned positions)
+    pegasus-large/xsum:  d_model 1024, 16 + 16 layers, 16 heads, d_ff 4096, vocabulary 96,103
+
+The built directory is kept: a stamp (`STAMP`, written last) names the family, shape and seed it was built
+with, and `family_dir` rebuilds only when they differ.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Protocol
+
+from bench.families import bart, marian, mbart50
+from bench.families.text import Shape
+
+STAMP = "bench_build.json"  # written last: a directory with it is complete
+
+
+class Codec(Protocol):
+    """CTranslate2's side of a model directory's text: source tokens in, text out."""
+
+    def encode(self, text: str) -> list[str]:
+        """The source tokens (special tokens included) CTranslate2 translates."""
+        ...
+
+    def decode(self, tokens: list[str]) -> str:
+        """The text of generated tokens."""
+        ...
+
+
+class TokenizersCodec:
+    """A directory's tokenizer.json (Hugging Face tokenizers, its post-processor's special tokens included;
+    for a many-to-many model the source language it was saved with)."""
+
+    def __init__(self, hf_dir: Path) -> None:
+        from tokenizers import Tokenizer
+
+        self.tokenizer = Tokenizer.from_file(str(hf_dir / "tokenizer.json"))
+
+    def encode(self, text: str) -> list[str]:
+        """The source tokens CTranslate2 translates."""
+        return self.tokenizer.encode(text).tokens
+
+    def decode(self, tokens: list[str]) -> str:
+        """The text of generated tokens (special tokens skipped)."""
+        ids = [self.tokenizer.token_to_id(t) for t in tokens]
+        return self.tokenizer.decode([i for i in ids if i is not None], skip_special_tokens=True)
+
+
+@dataclass(frozen=True)
+class Family:
+    """One imported family: a real checkpoint's shape, built with random weights."""
+
+    name: str
+    checkpoint: str  # the real checkpoint whose shape and generation settings it has
+    full: Shape
+    quick: Shape
+    build: Callable[[Path, Shape, int], int]  # writes the model directory, returns the parameter count
+    codec: Callable[[Path], Codec]
+    languages: tuple[str, str] | None = None  # (source, target) codes of a many-to-many model
+
+
+FAMILIES = {f.name: f for f in (
+    Family("marian", "Helsinki-NLP/opus-mt-en-de", marian.FULL, marian.QUICK, marian.build, marian.Codec),
+    Family("bart", "facebook/bart-large-cnn", bart.FULL, bart.QUICK, bart.build, TokenizersCodec),
+    Family("mbart50", "facebook/mbart-large-50", mbart50.FULL, mbart50.QUICK, mbart50.build, TokenizersCodec,
+           languages=mbart50.LANGUAGES),
+)}
+
+
+def family_dir(root: Path, family: str, shape: Shape, seed: int = 0, log=print) -> Path:
+    """The model directory of `family` at root, built unless a complete one of the same family, shape and
+    seed is there."""
+    want = {"family": family, "shape": asdict(shape), "seed": seed}
+    stamp = root / STAMP
+    if stamp.is_file() and {k: v for k, v in json.loads(stamp.read_text()).items() if k in want} == want:
+        return root
+    start = time.perf_counter()
+    root.mkdir(parents=True, exist_ok=True)
+    stamp.unlink(missing_ok=True)
+    params = FAMILIES[family].build(root, shape, seed)
+    seconds = time.perf_counter() - start
+    stamp.write_text(json.dumps({**want, "parameters": params, "seconds": round(seconds, 1)}) + "\n")
+    log(f"built {family} in {root}: {params / 1e6:.1f}M parameters, vocabulary {shape.vocab_size}, "
+        f"{seconds:.0f} s")
+    return root

@@ -1,1 +1,0 @@
-"""Tests of bench/marian: the imported Marian model against CTranslate2 at its quick shape."""
