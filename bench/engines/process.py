@@ -1,5 +1,5 @@
 """An engine in a process of its own, timed there: the `EngineProcess` every engine comparison uses (the
-greedy engines, bench/engines/vs_ct2.py, bench/marian), and the `Point` it measures."""
+greedy engines, bench/engines/vs_ct2.py, bench/families), and the `Point` it measures."""
 
 from __future__ import annotations
 
