@@ -1,7 +1,7 @@
 """The per-family benchmark's other entries (BART, mBART-50) at their quick shape, end to end through the
 command line: built offline, imported by our CLI and converted by CTranslate2's, ours = CTranslate2 on every
 fp32 decode and served text, the ratio keys named by the family, the goal checks and the chart record (no
-timing claims)."""
+timing claims). Minutes each (two models built, imported, converted and served): `slow`."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ import pytest
 
 from bench.families.__main__ import main
 from bench.families.registry import FAMILIES, STAMP
+
+pytestmark = pytest.mark.slow
 
 
 @pytest.mark.parametrize("family", ["bart", "mbart50"])
