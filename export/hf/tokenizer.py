@@ -201,6 +201,19 @@ def tokenizer_files(tok: Any, model_dir: Path, family: str) -> tuple[dict[str, A
     return {"kind": "sentencepiece", **names, "vocab": VOCAB_FILE}, files, {}
 
 
+def _added_specials(tok: Any) -> set[str]:
+    """The special tokens the tokenizer adds over its model's vocabulary (BART's <mask>)."""
+    added = getattr(tok, "added_tokens_decoder", {}) or {}
+    return {str(t) for t in added.values() if getattr(t, "special", False)} & set(tok.all_special_tokens)
+
+
+def _without_added(text: str, tokens: set[str]) -> str:
+    """A tokenizers JSON file without these added tokens: a text holding one is then read as plain text."""
+    data = json.loads(text)
+    data["added_tokens"] = [t for t in data.get("added_tokens", []) if t["content"] not in tokens]
+    return json.dumps(data, ensure_ascii=False)
+
+
 def read_tokenizer(model_dir: Path, family: str, cfg: ModelConfig) -> TokenizerImport:
     """The bundle's tokenizer of a supported checkpoint (export/hf/mapping.py family)."""
     tok = load_hf_tokenizer(model_dir, family)
@@ -208,10 +221,15 @@ def read_tokenizer(model_dir: Path, family: str, cfg: ModelConfig) -> TokenizerI
     vocab = {str(p): int(i) for p, i in tok.get_vocab().items()}
     codes = language_codes(tok) if family in ("m2m_100", "mbart") else {}
     vocab |= {getattr(tok, "lang_code_to_token", {}).get(c, c): i for c, i in codes.items()}
-    too_big = {p: i for p, i in vocab.items() if i >= max(cfg.vocab_size, cfg.src_vocab)}
+    rows = max(cfg.vocab_size, cfg.src_vocab)
+    unused = {p for p, i in vocab.items() if i >= rows and p in _added_specials(tok)}
+    too_big = {p: i for p, i in vocab.items() if i >= rows and p not in unused}
     if too_big:
         raise TokenizerMismatch(f"{len(too_big)} tokenizer id(s) beyond the model's vocabulary, e.g. "
                                 f"{next(iter(too_big.items()))}")
+    if unused:  # bart-large-cnn: <mask> is id 50,264 of a model of 50,264 rows; no text may reach it
+        vocab = {p: i for p, i in vocab.items() if p not in unused}
+        texts = {name: _without_added(text, unused) for name, text in texts.items()}
     special = special_ids(tok, cfg)
     prefix, suffix = affixes(tok)
     if suffix != [cfg.eos_id]:

@@ -212,7 +212,8 @@ def bart_dir(root: Path, shape: Shape, seed: int = 0, steps: int = 120, tokenize
     bpe.save_model(str(root))
     tok = BartTokenizer(vocab=str(root / "vocab.json"), merges=str(root / "merges.txt"))
     torch.manual_seed(seed)
-    config = BartConfig(vocab_size=len(tok), **dimensions(shape), pad_token_id=1, bos_token_id=0,
+    # as bart-large-cnn: the tokenizer's last id, <mask>, is beyond the model's rows (50,265 ids, 50,264 rows)
+    config = BartConfig(vocab_size=len(tok) - 1, **dimensions(shape), pad_token_id=1, bos_token_id=0,
                         eos_token_id=2, decoder_start_token_id=2, forced_eos_token_id=None,
                         attention_dropout=0.0, activation_dropout=0.0)
     model = BartForConditionalGeneration(config)

@@ -110,6 +110,21 @@ def test_bart_manifest_states_its_byte_level_tokenizer_and_bos_prefix(hf_bundles
         assert [bos, *ids, eos] == tok(text)["input_ids"], text
 
 
+def test_a_special_token_beyond_the_models_rows_is_read_as_plain_text(hf_bundles, hf_dirs):
+    """BART's <mask> is the tokenizer's last id, one past the model's rows (as in bart-large-cnn): the bundle
+    leaves it out, so a text holding "<mask>" is translated from its plain pieces, never from that id."""
+    from service.domain.types import DecodeOptions
+    from service.runtime.runner import Runner
+
+    model, tok = hf(hf_dirs, "bart")
+    assert tok.mask_token_id == model.config.vocab_size  # the fixture is built as the real checkpoint
+    runner = Runner(hf_bundles["bart"], providers=["CPUExecutionProvider"])
+    (source,) = runner.encode_texts(["the <mask> cat"])
+    assert max(source) < model.config.vocab_size and tok.mask_token_id not in source
+    (hypotheses,) = runner.translate(["the <mask> cat"], DecodeOptions(max_output_tokens=8))
+    assert hypotheses[0].tokens
+
+
 @pytest.mark.parametrize("name", ["marian", "marian-separate", "m2m100", "nllb"])
 def test_bundle_tokenizer_files_give_the_transformers_ids(hf_bundles, hf_dirs, name):
     """What the runtime does with the files (pieces of the source model, looked up in vocab.json, unk
