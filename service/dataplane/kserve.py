@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from service.dataplane.rendering import Score, Translation
+from service.dataplane.rendering import Score, Translation, detected_fields
 from service.domain.errors import InvalidTensor
 from service.domain.text import SHOWN_CHARS, shown
 
@@ -243,6 +243,7 @@ def score_pairs(request: InferRequest, most: int | None = None) -> tuple[list[st
 UNMET = "unmet_required_phrases"  # response parameter: per text, the required phrases its translation lacks
 TERMS = "glossary_terms"  # response parameter: per text, the glossary terms (by source) it holds
 UNMET_TERMS = "unmet_glossary_terms"  # response parameter: per text, the glossary terms its translation lacks
+DETECTED = "detected_language"  # response parameter: per text, the language detected (source_language auto)
 
 
 def unmet_parameters(unmet: Sequence[Sequence[int]]) -> dict[str, str]:
@@ -266,11 +267,15 @@ def translation_output(texts: Sequence[str]) -> Output:
 def translation_response(request: InferRequest, model: str, version: str, results: Sequence[Translation],
                          required: bool, final: bool | None = None) -> InferResponse:
     """The response of translated texts, ModelInfer's or a stream's last (`final`): TRANSLATION, with
-    required phrases (`required`) the unmet_required_phrases parameter, and where a text held glossary terms
-    the glossary_terms / unmet_glossary_terms parameters, on every call alike."""
+    required phrases (`required`) the unmet_required_phrases parameter, where a text held glossary terms
+    the glossary_terms / unmet_glossary_terms parameters, and where a language was detected the
+    detected_language parameter, on every call alike."""
     unmet = unmet_parameters([r.unmet for r in results]) if required else {}
     if any(r.glossary_terms for r in results):
         unmet |= glossary_parameters([r.glossary_terms for r in results], [r.unmet_terms for r in results])
+    if any(r.detected is not None for r in results):
+        unmet[DETECTED] = json.dumps([None if r.detected is None else detected_fields(r.detected)
+                                      for r in results], ensure_ascii=False)
     return InferResponse(model, version, request.id, [translation_output([r.text for r in results])],
                          final=final, parameters=unmet)
 

@@ -3,6 +3,8 @@ the bundle detects each text's language and translates it exactly as a request n
 
 from __future__ import annotations
 
+import json
+
 import grpc
 import pytest
 import requests
@@ -68,3 +70,14 @@ def test_auto_on_generate_reports_the_language_and_a_language_the_model_lacks_is
         body["text_input"] = SENTENCES["ru"]
         refused = requests.post(url, json=body, timeout=60)
         assert refused.status_code == 400 and "does not" in refused.json()["error"], refused.text
+
+
+def test_auto_on_kserve_infer_answers_each_texts_language_as_a_response_parameter(served):
+    name, server = served
+    texts = [SENTENCES["en"], SENTENCES["de"]]
+    body = {"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [2], "data": texts}],
+            "parameters": {"source_language": "auto", "target_language": TARGET[name]}}
+    answer = requests.post(f"http://{server.http_address}/v2/models/translator/infer", json=body, timeout=60)
+    assert answer.status_code == 200, answer.text
+    detected = json.loads(answer.json()["parameters"]["detected_language"])
+    assert [d["model_language"] for d in detected] == [CODES[name]["en"], CODES[name]["de"]]
