@@ -12,6 +12,7 @@ import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from service.domain.detection import AUTO
 from service.domain.errors import InvalidInput
 
 SHOWN_CODES = 5  # known codes an error message suggests
@@ -47,6 +48,9 @@ class Languages:
         for name, code in (("source_language", source), ("target_language", target)):
             if code is not None and not isinstance(code, str):
                 raise InvalidInput(f"{name} must be a language code (a string), got {type(code).__name__}")
+            if name == "source_language" and code == AUTO and self.codes:  # translations detect it first
+                raise InvalidInput("source_language auto is detected only for a translation's texts: name "
+                                   f"the language here (e.g. {', '.join(self.names[:SHOWN_CODES])})")
             if code is not None and not self.codes:
                 raise InvalidInput(f"{name} {_quoted(code)} given, but this model translates one language "
                                    "pair: it takes no source_language or target_language")

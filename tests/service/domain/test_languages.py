@@ -27,6 +27,7 @@ def test_a_pair_resolves_to_the_source_prefix_and_the_forced_first_token():
 
 @pytest.mark.parametrize(("languages", "source", "target", "message"), [
     (Languages(), None, "de", "target_language 'de' given, but this model translates one language pair"),
+    (M2M, "auto", "de", "source_language auto is detected only for a translation's texts"),  # Score's
     (Languages(), "en", None, "source_language 'en' given, but this model translates one language pair"),
     (M2M, "en", None, "set target_language, the language to translate into (e.g. de, en, es, fr, ja)"),
     (M2M, None, "de", "set source_language, the language of the texts (e.g. de, en, es, fr, ja)"),
