@@ -1,6 +1,6 @@
 """A Hugging Face seq2seq checkpoint -> model/'s Transformer: its configuration switches and weights.
 
-Four families map onto the paper's Transformer with the switches of `ModelConfig`:
+Five families map onto the paper's Transformer with the switches of `ModelConfig`:
 
     marian   (MarianMTModel: OPUS-MT)   post-LN; FFN activation `activation_function` (OPUS-MT:
              swish = silu); sinusoids in [sin | cos] halves; embeddings times sqrt(d_model) if
@@ -18,6 +18,10 @@ Four families map onto the paper's Transformer with the switches of `ModelConfig
              vocabulary; the decoder starts from decoder_start_token_id (eos)
     mbart    (MBartForConditionalGeneration: mBART-50)   as bart, but pre-LN with a final
              LayerNorm on encoder and decoder
+    pegasus  (PegasusForConditionalGeneration)   pre-LN with a final LayerNorm on encoder and
+             decoder; sinusoids in [sin | cos] halves read at the position itself (as Marian's);
+             embeddings times sqrt(d_model) if `scale_embedding`; `activation_function`;
+             final_logits_bias; one shared vocabulary; the decoder starts from pad
 
 Anything else is refused with the reason (`UNSUPPORTED`). Weights come from model.safetensors,
 pytorch_model.bin (torch.load with weights_only=True) or their sharded indexes, in float32; every
@@ -41,14 +45,15 @@ from model.config import ModelConfig
 from model.transformer import Transformer, sinusoidal_table
 
 SUPPORTED = {"marian": "MarianMTModel", "m2m_100": "M2M100ForConditionalGeneration",
-             "bart": "BartForConditionalGeneration", "mbart": "MBartForConditionalGeneration"}
+             "bart": "BartForConditionalGeneration", "mbart": "MBartForConditionalGeneration",
+             "pegasus": "PegasusForConditionalGeneration"}
 # family -> (pre-LN, position table, LayerNorm on the embeddings); the offsets are in `position_offset`
 LAYOUTS = {"marian": (False, "halves", False), "m2m_100": (True, "fairseq", False),
-           "bart": (False, "learned", True), "mbart": (True, "learned", True)}
+           "bart": (False, "learned", True), "mbart": (True, "learned", True),
+           "pegasus": (True, "halves", False)}
 LEARNED_OFFSET = 2  # BartLearnedPositionalEmbedding / MBartLearnedPositionalEmbedding: row = position + 2
 UNSUPPORTED = {  # model_type -> why it does not map onto model/'s Transformer
     "plbart": "learned positional embeddings and a LayerNorm on the embeddings",
-    "pegasus": "not mapped yet (pre-LN with sinusoids in halves, but untested here)",
     "fsmt": "not mapped yet (fairseq WMT19: separate vocabularies, learned output projection)",
     "nllb-moe": "mixture-of-experts feed-forward layers",
     "led": "learned positions and local + global (Longformer) attention",
@@ -162,7 +167,7 @@ def model_config(hf: dict[str, Any], family: str) -> ModelConfig:
 
 def position_offset(family: str, pad: int) -> int:
     """The row of the family's position table that position 0 reads."""
-    return {"marian": 0, "m2m_100": pad + 1}.get(family, LEARNED_OFFSET)
+    return {"marian": 0, "pegasus": 0, "m2m_100": pad + 1}.get(family, LEARNED_OFFSET)
 
 
 def weight_files(model_dir: Path) -> list[Path]:

@@ -7,9 +7,11 @@ What the bundle records (interface/generation.py, docs/bundle-format.md):
                 get_vocab() (piece -> model id; for M2M100 / NLLB with the fairseq offsets and the
                 language tokens); kind "tokenizers": BART's byte-level BPE, the transformers
                 tokenizer's own tokenizers file written as tokenizer.json (however the checkpoint
-                holds it: tokenizer.json, or vocab.json + merges.txt)
-    generation  decoder_start_id (the model's decoder_start_token_id: Marian pad, M2M100 / NLLB /
-                BART eos), source_suffix (what the tokenizer appends to a source: [eos]) and
+                holds it: tokenizer.json, or vocab.json + merges.txt); Pegasus's unigram model with its
+                id offset (pad, eos, <mask_1>, <mask_2>, <unk_2>..<unk_102>, then the pieces) the same
+                way (tokenizer.json, or built from a bare spiece.model: `pegasus_from_spm`)
+    generation  decoder_start_id (the model's decoder_start_token_id: Marian / Pegasus pad, M2M100 /
+                NLLB / BART eos), source_suffix (what the tokenizer appends to a source: [eos]) and
                 source_prefix (what it puts before a source that is not a language id: BART's
                 [bos]); its rules (suppress_ids, ...) come from the generation config
                 (export/pretrained.py)
@@ -46,6 +48,9 @@ from model.config import ModelConfig
 VOCAB_FILE = "vocab.json"
 TOKENIZERS_FILE = "tokenizer.json"  # kind "tokenizers"
 MBART_SPM = "sentencepiece.bpe.model"  # mBART-50's (and M2M100 / NLLB's) SentencePiece model
+PEGASUS_SPM = "spiece.model"  # Pegasus's SentencePiece model (pad 0, eos 1, unk 2)
+TOKENIZERS_FAMILIES = ("bart", "pegasus")  # written as the transformers tokenizer's own tokenizers file
+PEGASUS_OFFSET = 103  # PegasusTokenizer's default offset: pieces from id 2 on sit at their id + offset
 NLLB_CODE = re.compile(r"[a-z]{3}_[A-Z][a-z]{3}")  # eng_Latn, fra_Latn, ...
 SAMPLE = "a b"  # encoded with and without special tokens to find the affixes
 
@@ -94,16 +99,18 @@ class TokenizerImport:
 
 
 def load_hf_tokenizer(model_dir: Path, family: str = "") -> Any:
-    """The checkpoint's transformers tokenizer, from local files only; an mBART-50 directory whose
-    SentencePiece model transformers cannot read (no tokenizer.json) through `mbart50_from_spm`."""
+    """The checkpoint's transformers tokenizer, from local files only; an mBART-50 or Pegasus directory
+    whose SentencePiece model transformers cannot read (no tokenizer.json) through `mbart50_from_spm` /
+    `pegasus_from_spm`."""
     from transformers import AutoTokenizer
 
     try:
         return AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
     except Exception as e:  # a missing file surfaces as OSError, TypeError or AssertionError
-        bare = (model_dir / MBART_SPM).is_file() and not (model_dir / TOKENIZERS_FILE).is_file()
-        if family == "mbart" and bare:
-            return mbart50_from_spm(model_dir)
+        bare = {"mbart": (MBART_SPM, mbart50_from_spm), "pegasus": (PEGASUS_SPM, pegasus_from_spm)
+                }.get(family)
+        if bare and (model_dir / bare[0]).is_file() and not (model_dir / TOKENIZERS_FILE).is_file():
+            return bare[1](model_dir)
         raise FileNotFoundError(f"cannot load the tokenizer of {model_dir} (are its tokenizer files there?): "
                                 f"{type(e).__name__}: {e}") from e
 
@@ -119,6 +126,32 @@ def mbart50_from_spm(model_dir: Path) -> Any:
     charsmap = precompiled_charsmap(spm) or None
     return MBart50Tokenizer(vocab=pieces_and_scores(spm), _spm_precompiled_charsmap=charsmap,
                             src_lang=settings.get("src_lang") or "en_XX", tgt_lang=settings.get("tgt_lang"))
+
+
+def pegasus_vocab(spm: Path, offset: int = PEGASUS_OFFSET, pad: str = "<pad>", eos: str = "</s>",
+                  masks: tuple[str, ...] = ("<mask_1>", "<mask_2>")) -> list[tuple[str, float]]:
+    """A Pegasus tokenizer's unigram vocabulary (piece, score) in id order, as its tokenizer.json holds it:
+    pad, eos, the sentence and token masks, <unk_2>..<unk_{offset-1}> (score -100: never chosen), then the
+    SentencePiece model's pieces from id 2 on (its own pad and eos left out): piece i at id i + offset."""
+    reserved = [(f"<unk_{i}>", -100.0) for i in range(2, offset)]
+    return [(pad, 0.0), (eos, 0.0), *((m, 0.0) for m in masks), *reserved, *pieces_and_scores(spm)[2:]]
+
+
+def pegasus_from_spm(model_dir: Path) -> Any:
+    """A PegasusTokenizer of the directory's bare spiece.model (`pegasus_vocab` of its pieces and scores,
+    its normalizer's charsmap) and tokenizer_config.json's special tokens and offset."""
+    from transformers import PegasusTokenizer
+
+    path = model_dir / "tokenizer_config.json"
+    settings = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    keys = ("pad_token", "eos_token", "unk_token", "mask_token", "mask_token_sent")
+    named = {k: settings[k] for k in keys if isinstance(settings.get(k), str)}
+    offset = int(settings.get("offset") or PEGASUS_OFFSET)
+    spm = model_dir / PEGASUS_SPM
+    masks = (named.get("mask_token_sent", "<mask_1>"), named.get("mask_token", "<mask_2>"))
+    vocab = pegasus_vocab(spm, offset, named.get("pad_token", "<pad>"), named.get("eos_token", "</s>"), masks)
+    return PegasusTokenizer(vocab=vocab, _spm_precompiled_charsmap=precompiled_charsmap(spm) or None,
+                            offset=offset, **named)
 
 
 def affixes(tok: Any) -> tuple[list[int], list[int]]:
@@ -183,11 +216,12 @@ def special_ids(tok: Any, cfg: ModelConfig) -> dict[str, int]:
 def tokenizer_files(tok: Any, model_dir: Path, family: str) -> tuple[dict[str, Any], dict[str, Path],
                                                                       dict[str, str]]:
     """(`tokenizer` object, files to copy, files to write) of the bundle: SentencePiece models as they
-    are, or BART's byte-level BPE as the transformers tokenizer's own tokenizers file."""
-    if family == "bart":
+    are, or BART's byte-level BPE (Pegasus's unigram model) as the transformers tokenizer's own tokenizers
+    file."""
+    if family in TOKENIZERS_FAMILIES:
         backend = getattr(tok, "backend_tokenizer", None)
         if backend is None:
-            raise TokenizerMismatch(f"the BART tokenizer {type(tok).__name__} has no tokenizers backend")
+            raise TokenizerMismatch(f"the {family} tokenizer {type(tok).__name__} has no tokenizers backend")
         from tokenizers import Tokenizer
 
         own = Tokenizer.from_str(backend.to_str())  # a copy: transformers may have left padding set on it
