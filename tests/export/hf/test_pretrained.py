@@ -43,7 +43,7 @@ def hf_pair_batch(tok, n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     return enc["input_ids"], labels
 
 
-@pytest.mark.parametrize("name", ["marian", "marian-separate", "m2m100", "nllb", "bart"])
+@pytest.mark.parametrize("name", ["marian", "marian-separate", "m2m100", "nllb", "bart", "mbart", "pegasus"])
 def test_log_probs_equal_transformers_forward(hf_dirs, name):
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
@@ -53,7 +53,7 @@ def test_log_probs_equal_transformers_forward(hf_dirs, name):
     src, labels = hf_pair_batch(tok, 12, 5)
     assert src.eq(tok.pad_token_id).any()  # padded rows: the masks are exercised
     assert teacher_forced(hf_model, ours, src, labels) <= LOGPROB_ATOL
-    assert info.family == {"marian": "marian", "bart": "bart"}.get(name.split("-")[0], "m2m_100")
+    assert info.family == {"m2m100": "m2m_100", "nllb": "m2m_100"}.get(name, name.split("-")[0])
 
 
 UNTRAINED = {  # MarianConfig / M2M100Config overrides: random weights, no tokenizer
@@ -68,11 +68,13 @@ UNTRAINED = {  # MarianConfig / M2M100Config overrides: random weights, no token
     "bart": ("bart", {"activation_function": "gelu", "decoder_layers": 2}),
     "bart-scaled-relu": ("bart", {"activation_function": "relu", "scale_embedding": True}),
     "mbart": ("mbart", {"activation_function": "gelu", "encoder_layers": 2, "scale_embedding": True}),
+    "pegasus": ("pegasus", {"activation_function": "relu", "decoder_layers": 2, "scale_embedding": True}),
 }
 FAMILY_CLASSES = {"marian": ("MarianConfig", "MarianMTModel"),
                   "m2m_100": ("M2M100Config", "M2M100ForConditionalGeneration"),
                   "bart": ("BartConfig", "BartForConditionalGeneration"),
-                  "mbart": ("MBartConfig", "MBartForConditionalGeneration")}
+                  "mbart": ("MBartConfig", "MBartForConditionalGeneration"),
+                  "pegasus": ("PegasusConfig", "PegasusForConditionalGeneration")}
 
 
 def untrained_dir(root, family: str, overrides: dict):
@@ -90,7 +92,7 @@ def untrained_dir(root, family: str, overrides: dict):
         config = config_class(**{**base, "pad_token_id": 1, "decoder_start_token_id": 2, **overrides})
     model = model_class(config)
     with torch.no_grad():
-        if family in ("marian", "bart", "mbart"):  # a bias the mapping must carry (zeros at first)
+        if family in ("marian", "bart", "mbart", "pegasus"):  # a bias the mapping must carry (zeros at first)
             model.final_logits_bias.normal_()
         for name, p in model.named_parameters():  # spread logits: near-uniform ones hide a wrong mapping
             if "embed_positions" not in name or family in ("bart", "mbart"):  # sinusoids are rebuilt

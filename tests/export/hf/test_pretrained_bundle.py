@@ -24,7 +24,7 @@ from tests.support.hf_generate import hf_generate
 from tests.support.hf_models import M2M_CODES, NLLB_CODES, language_id, parallel
 
 MAX_NEW = 20
-TARGET = {"m2m100": "de", "nllb": "deu_Latn"}  # forced first token of the many-to-many models
+TARGET = {"m2m100": "de", "nllb": "deu_Latn", "mbart": "de_DE"}  # forced first token of many-to-many models
 NO_RULES = {"suppress_ids": [], "forced_eos_at_limit": False, "renormalize": False}  # none in their configs
 SEARCH = {"beam_search": "transformers", "early_stopping": False, "begin_suppress_ids": [], "defaults": {}}
 
@@ -125,7 +125,7 @@ def test_a_special_token_beyond_the_models_rows_is_read_as_plain_text(hf_bundles
     assert hypotheses[0].tokens
 
 
-@pytest.mark.parametrize("name", ["marian", "marian-separate", "m2m100", "nllb"])
+@pytest.mark.parametrize("name", ["marian", "marian-separate", "m2m100", "nllb", "mbart"])
 def test_bundle_tokenizer_files_give_the_transformers_ids(hf_bundles, hf_dirs, name):
     """What the runtime does with the files (pieces of the source model, looked up in vocab.json, unk
     otherwise; then the language prefix and source_suffix) gives the transformers tokenizer's ids."""
@@ -141,7 +141,7 @@ def test_bundle_tokenizer_files_give_the_transformers_ids(hf_bundles, hf_dirs, n
 
 
 @pytest.mark.parametrize("beam", [1, 2, 4])
-@pytest.mark.parametrize("name", ["marian", "marian-separate", "m2m100", "nllb", "bart"])
+@pytest.mark.parametrize("name", ["marian", "marian-separate", "m2m100", "nllb", "bart", "mbart", "pegasus"])
 def test_greedy_and_beam_are_token_identical_to_generate(hf_bundles, hf_dirs, name, beam):
     model, tok = hf(hf_dirs, name)
     sources = [tok(s)["input_ids"] for s, _ in parallel(12, 7)]
@@ -158,7 +158,7 @@ def test_greedy_and_beam_are_token_identical_to_generate(hf_bundles, hf_dirs, na
         assert any(a != b for a, b in zip(ours, greedy, strict=True))
 
 
-@pytest.mark.parametrize("name", ["marian", "marian-separate", "m2m100", "nllb", "bart"])
+@pytest.mark.parametrize("name", ["marian", "marian-separate", "m2m100", "nllb", "bart", "mbart", "pegasus"])
 def test_the_runtime_serves_generates_tokens_and_text(hf_bundles, hf_dirs, name):
     """End to end: the torch-free runner on the bundle, from text to text, against generate + decode (its own
     greedy and beam search: tokens, and sequences_scores as the beam hypothesis's score)."""
@@ -187,7 +187,7 @@ def test_imported_bundles_are_verified_in_every_lowering(hf_bundles):
         check = v["verification"]
         assert check["greedy_identical"] == check["greedy_sources"] == 8
         assert max(check[f"{k}_max_diff"] for k in ("encoder", "logprobs", "present")) < 1e-4
-    for name in ("marian", "m2m100", "bart"):  # the CUDA provider's fp16 variant
+    for name in ("marian", "m2m100", "bart", "mbart", "pegasus"):  # the CUDA provider's fp16 variant
         assert m[name]["provider_variants"] == {"CUDAExecutionProvider": "fp16"}
         assert m[name]["verification"]["fp16"]["greedy_sources"] == 8
 
