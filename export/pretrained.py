@@ -1,8 +1,8 @@
-"""Import a pretrained Hugging Face seq2seq model (Marian / OPUS-MT, M2M100, NLLB, BART, mBART-50) into a
-verified bundle.
+"""Import a pretrained Hugging Face seq2seq model (Marian / OPUS-MT, M2M100, NLLB, BART, mBART-50, Pegasus)
+into a verified bundle.
 
     python -m export.pretrained --model path/to/opus-mt-en-de --out bundles/en-de \\
-        [--force] [--attention fused|plain|inplace] [--fp16] [--optimize]
+        [--force] [--attention fused|plain|inplace] [--fp16] [--quantize int8] [--optimize]
 
 No network: --model is a local directory (config.json, model.safetensors or pytorch_model.bin, the
 tokenizer files). The weights map onto model/'s Transformer (export/hf/mapping.py), the tokenizer
