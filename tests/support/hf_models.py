@@ -21,6 +21,7 @@ import sentencepiece
 import torch
 
 from export.hf.spm_model import pieces_and_scores, precompiled_charsmap
+from export.hf.tokenizer import PEGASUS_OFFSET
 
 WORDS = {  # source word -> its "translation"
     "the": "die", "cat": "katze", "saw": "sah", "anna": "anna", "big": "gross", "red": "rote",
@@ -241,9 +242,6 @@ def bart_dir(root: Path, shape: Shape, seed: int = 0, steps: int = 120, tokenize
         for name in ("vocab.json", "merges.txt"):
             (root / name).unlink(missing_ok=True)
     return root
-
-
-PEGASUS_OFFSET = 103  # PegasusTokenizer's: SentencePiece piece i (i >= 2) is model id i + 103
 
 
 def pegasus_dir(root: Path, shape: Shape, seed: int = 0, steps: int = 120, max_positions: int = 64,

@@ -17,13 +17,14 @@ import pytest
 import sentencepiece
 
 from export.build import BuildOptions
+from export.hf.tokenizer import PEGASUS_OFFSET
 from export.pretrained import import_pretrained
 from interface import names
 from service.domain.errors import InvalidInput
 from service.domain.types import DecodeOptions
 from service.runtime.runner import Runner
 from tests.support.hf_generate import hf_generate
-from tests.support.hf_models import PEGASUS_OFFSET, parallel
+from tests.support.hf_models import parallel
 
 TEXTS = [s for s, _ in parallel(24, 7)]
 ODD = ["zebra quickly", "the  cat", "Anna", "héllo 日本!", "<mask_1> the cat"]  # unk, spaces, case, masks
