@@ -36,7 +36,7 @@ DEFAULT_PLATFORM = "manylinux_2_28_x86_64"  # glibc >= 2.28: every CUDA 13 base 
 DEFAULT_PART_MIB = 20
 TEST_RUNNER = ("pytest", "pytest-timeout")  # from the dev extra: what runs the GPU tier
 BENCH = ("ctranslate2",)  # from the bench extra: bench/gpu's reference engine
-OPUS_MT = ("full", "quick", "none")  # the opus-mt skeleton's shape (quick: bench/marian's small shape)
+OPUS_MT = ("full", "quick", "none")  # the opus-mt skeleton's shape (quick: the small Marian one)
 SKELETON_DIR = "opus-mt"
 REQUIREMENTS = "requirements.txt"
 _NAME = re.compile(r"^[A-Za-z0-9._-]+")

@@ -1,6 +1,6 @@
 """Make the opus-mt-shaped model's skeleton (gpukit/skeleton.py) on a machine with torch, for the GPU kit.
 
-1. The random-weight Marian checkpoint of opus-mt-en-de's shape (bench/marian/build.py), imported with
+1. The random-weight Marian checkpoint of opus-mt-en-de's shape (bench/families/marian.py), imported with
    `python -m export.pretrained --fp16` (the fp32 files and the CUDA provider's fp16 variant) and converted by
    CTranslate2's `ct2-transformers-converter --quantization float32` (CTranslate2 converts to float16 when
    it loads); cached under `work`.
@@ -236,11 +236,13 @@ def write_carried(files: list[dict[str, Any]], paths: dict[str, Path], dest: Pat
 
 def build_skeleton(out: Path, work: Path, quick: bool = False, seed: int = 0, log=print) -> Path:
     """The opus-mt-shaped (or, quick, a small Marian-shaped) model's skeleton in out; returns out."""
-    from bench.marian.build import FULL, QUICK, marian_dir, source_texts
-    from bench.marian.footprint import step_bytes
+    from bench.families.footprint import step_bytes
+    from bench.families.marian import FULL, QUICK
+    from bench.families.registry import STAMP, family_dir
+    from bench.families.text import source_texts
 
     shape = QUICK if quick else FULL
-    hf_dir = marian_dir(work / "hf", shape, seed, log=log)
+    hf_dir = family_dir(work / "hf", "marian", shape, seed, log=log)
     bundle, ct2 = convert(hf_dir, work, log)
     files, fills, paths = plan(bundle, ct2)
     shutil.rmtree(out, ignore_errors=True)
@@ -253,7 +255,7 @@ def build_skeleton(out: Path, work: Path, quick: bool = False, seed: int = 0, lo
             for entry in files:
                 entry["sha256"] = ""
             info = {"shape": asdict(shape), "seed": seed, "hf_build": json.loads(
-                        (hf_dir / "marian_build.json").read_text()),
+                        (hf_dir / STAMP).read_text()),
                     "step_bytes": {"base": step_bytes(bundle, None), "fp16": step_bytes(bundle, "fp16")},
                     "texts": TEXTS}
             manifest = {"seed": seed, "files": files, "fills": {str(k): v for k, v in fills.items()},

@@ -299,7 +299,7 @@ def test_translator_service_shape() -> None:
     assert flags == {
         "Translate": (False, False), "TranslateStream": (False, True), "GetModelInfo": (False, False),
         "Score": (False, False), "TranslateDocument": (False, False),
-        "TranslateDocumentStream": (False, True),
+        "TranslateDocumentStream": (False, True), "Detect": (False, False),
     }
     options = translator_pb2.TranslateOptions()
     assert not options.HasField("length_penalty")
