@@ -94,20 +94,10 @@ class ConstrainedBeamSearch(BeamSearch):
         parent, word, progress, states, met = (x[fits] for x in (parent, word, progress, states, met))
         pick, dealt = self._stripes(cand[parent, word], progress, k)
         parent, word = parent[pick], word[pick]
-        t = self.steps
         self.scores = cand[parent, word]
         self.scores[dealt:] = -np.inf  # rows left without a candidate
         self.states, self.met = states[pick], met[pick]
-        self.tokens[:, :t] = self.tokens[parent, :t]
-        self.tokens[:, t] = word
-        was_finished = self.finished[parent]
-        self.lengths = self.lengths[parent] + ~was_finished
-        self.finished = was_finished | (word == self.eos)
-        if self.attn is not None and attn is not None:
-            self.attn[:, :t] = self.attn[parent, :t]
-            self.attn[:, t] = attn[parent, : self.src_len]
-        self.steps += 1
-        return parent, word
+        return self._extend(parent, word, attn)
 
     def _no_early_end(self, logp: np.ndarray, need: np.ndarray) -> None:
         """No eos for a row that has not met every phrase, in place (but at the last step, or where eos is

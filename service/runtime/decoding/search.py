@@ -123,8 +123,14 @@ class BeamSearch:
         top = np.argpartition(-cand, k - 1)[:k]
         top = top[np.lexsort((top, -cand[top]))]  # best first, ties by index
         parent, word = top // v, top % v
-        t = self.steps
         self.scores = cand[top]
+        return self._extend(parent, word, attn)
+
+    def _extend(self, parent: np.ndarray, word: np.ndarray, attn: np.ndarray | None
+                ) -> tuple[np.ndarray, np.ndarray]:
+        """Each new beam is beam `parent` + `word` (scores already set): tokens, lengths, finished and
+        attention rows follow their parents; the step ends."""
+        t = self.steps
         self.tokens[:, :t] = self.tokens[parent, :t]
         self.tokens[:, t] = word
         was_finished = self.finished[parent]
