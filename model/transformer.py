@@ -14,6 +14,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from model.config import ModelConfig
+from model.norms import layer_norm
+from model.positions import PositionalEncoding, RelativePositionBias, sinusoidal_table  # noqa: F401 (re-exported)
 
 KV = tuple[Tensor, Tensor]  # (key, value), each (B, H, L, Dh)
 
@@ -29,10 +31,15 @@ def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
 
 
 def scaled_dot_product_attention(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, bias: Tensor | None = None
 ) -> tuple[Tensor, Tensor]:
-    """softmax(Q K^T / sqrt(d_k)) V; returns (output, attention weights)."""
+    """softmax(Q K^T / sqrt(d_k) + bias) V; returns (output, attention weights).
+
+    `bias` (B|1, H, Tq, Tk) is T5's relative position bias (model/positions.py), added before masking.
+    """
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, H, Tq, Tk)
+    if bias is not None:
+        scores = scores + bias
     if mask is not None:
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
     weights = scores.softmax(dim=-1)
@@ -40,15 +47,20 @@ def scaled_dot_product_attention(
 
 
 class MultiHeadAttention(nn.Module):
-    """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(Q W^Q_i, K W^K_i, V W^V_i)."""
+    """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(Q W^Q_i, K W^K_i, V W^V_i).
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0) -> None:
+    Heads of d_head = d_model / h dimensions (the paper), or of the given d_head (T5's d_kv: h * d_head
+    may differ from d_model).
+    """
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, d_head: int | None = None) -> None:
         super().__init__()
-        self.n_heads, self.d_head = n_heads, d_model // n_heads
-        self.w_q = nn.Linear(d_model, d_model)
-        self.w_k = nn.Linear(d_model, d_model)
-        self.w_v = nn.Linear(d_model, d_model)
-        self.w_o = nn.Linear(d_model, d_model)
+        self.n_heads, self.d_head = n_heads, d_head or d_model // n_heads
+        inner = n_heads * self.d_head
+        self.w_q = nn.Linear(d_model, inner)
+        self.w_k = nn.Linear(d_model, inner)
+        self.w_v = nn.Linear(d_model, inner)
+        self.w_o = nn.Linear(inner, d_model)
         self.dropout = nn.Dropout(dropout)
 
     def split_heads(self, x: Tensor) -> Tensor:
@@ -67,11 +79,13 @@ class MultiHeadAttention(nn.Module):
         mask: Tensor | None = None,
         past: KV | None = None,
         kv: KV | None = None,
+        bias: Tensor | None = None,
     ) -> tuple[Tensor, KV, Tensor]:
         """Attend from query (B, Tq, D) to key_value (B, Tk, D).
 
         `past` holds cached (key, value) that the new keys are appended to (self-attention);
-        `kv` replaces the projection of key_value entirely (precomputed cross-attention).
+        `kv` replaces the projection of key_value entirely (precomputed cross-attention); `bias`
+        (B|1, H, Tq, Tk) is added to the logits (T5's relative position bias).
         Returns the output (B, Tq, D), the (key, value) used, and the weights (B, H, Tq, Tk).
         """
         q = self.split_heads(self.w_q(query))  # (B, H, Tq, Dh)
@@ -83,87 +97,48 @@ class MultiHeadAttention(nn.Module):
             k, v = kv
         if mask is not None and mask.dim() == 3:
             mask = mask.unsqueeze(1)  # (B, 1, Tq|1, Tk), broadcast over heads
-        out, weights = scaled_dot_product_attention(q, k, v, mask)
+        out, weights = scaled_dot_product_attention(q, k, v, mask, bias)
         b, _, t, _ = out.shape
         out = out.transpose(1, 2).reshape(b, t, self.n_heads * self.d_head)  # concat heads
         return self.w_o(self.dropout(out)), (k, v), weights
 
 
 # the feed-forward non-linearity sigma of FFN(x) = sigma(x W_1 + b_1) W_2 + b_2 (config.ACTIVATIONS)
+def gelu_tanh(x: Tensor) -> Tensor:
+    """GELU's tanh approximation 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), written out as
+    transformers' gelu_new (T5 v1.1's gated-gelu) computes it."""
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
 ACTIVATION_FUNCTIONS = {
-    "relu": F.relu,  # max(0, x): the paper, M2M100, NLLB
+    "relu": F.relu,  # max(0, x): the paper, M2M100, NLLB, T5 v1.0
     "gelu": F.gelu,  # x Phi(x), Phi the standard normal CDF (erf form)
+    "gelu_tanh": gelu_tanh,  # GELU's tanh approximation: T5 v1.1, Flan-T5, mT5 (gelu_new)
     "silu": F.silu,  # x sigmoid(x), "swish": Marian / OPUS-MT
 }
 
 
 class PositionwiseFeedForward(nn.Module):
-    """FFN(x) = sigma(x W_1 + b_1) W_2 + b_2; sigma = max(0, .) in the paper."""
+    """FFN(x) = sigma(x W_1 + b_1) W_2 + b_2; sigma = max(0, .) in the paper.
 
-    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu") -> None:
+    Gated (a GLU variant, Shazeer 2020; T5 v1.1's gated-gelu): FFN(x) = (sigma(x W_1 + b_1) * (x V + c)) W_2
+    + b_2, the activation times a second linear projection `v` of the same input.
+    """
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu",
+                 gated: bool = False) -> None:
         super().__init__()
         self.w_1, self.w_2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+        self.v = nn.Linear(d_model, d_ff) if gated else None
         self.dropout = nn.Dropout(dropout)
         self.activation = ACTIVATION_FUNCTIONS[activation]
 
     def forward(self, x: Tensor) -> Tensor:
         """Apply the same two-layer network at every position."""
-        return self.w_2(self.dropout(self.activation(self.w_1(x))))
-
-
-def sinusoidal_table(max_len: int, d_model: int, layout: str = "interleaved", offset: int = 0) -> Tensor:
-    """Sinusoidal position table (L, D) in one of three layouts; row p is position p + offset.
-
-    interleaved (the paper): PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(same).
-    halves (Marian, tensor2tensor): the same angles, all sines first: [sin | cos], computed in
-    float64 like transformers' MarianSinusoidalPositionalEmbedding.
-    fairseq (M2M100, NLLB): [sin | cos] of pos * 10000^(-i / (d/2 - 1)), i < d/2, in float32 like
-    transformers' M2M100SinusoidalPositionalEmbedding.
-    """
-    n, half = max_len + offset, d_model // 2
-    if layout == "interleaved":
-        pos = torch.arange(n, dtype=torch.float32).unsqueeze(1)
-        div = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
-        pe = torch.zeros(n, d_model)
-        pe[:, 0::2] = torch.sin(pos * div)
-        pe[:, 1::2] = torch.cos(pos * div)
-    elif layout == "halves":
-        pos = torch.arange(n, dtype=torch.float64).unsqueeze(1)
-        angle = pos / torch.pow(10000.0, 2 * torch.arange(half, dtype=torch.float64) / d_model)  # (L, D/2)
-        pe = torch.cat([torch.sin(angle), torch.cos(angle)], dim=1).float()
-    elif layout == "fairseq":
-        freq = torch.exp(torch.arange(half, dtype=torch.float32) * -(math.log(10000) / (half - 1)))
-        angle = torch.arange(n, dtype=torch.float32).unsqueeze(1) * freq.unsqueeze(0)  # (L, D/2)
-        pe = torch.cat([torch.sin(angle), torch.cos(angle)], dim=1)
-    else:
-        raise ValueError(f"unknown sinusoid layout {layout!r}")
-    return pe[offset:]
-
-
-class PositionalEncoding(nn.Module):
-    """Adds the position signal to embeddings (then an optional LayerNorm, then dropout).
-
-    The signal is a sinusoid table (a buffer, not saved), or with layout "learned" a trained table
-    (a parameter `pe`, saved) of max_len rows: the rows from `offset` on of the checkpoint's table.
-    `norm` is BART's layernorm_embedding: LayerNorm(embeddings + positions).
-    """
-
-    def __init__(self, d_model: int, max_len: int, dropout: float = 0.0, layout: str = "interleaved",
-                 offset: int = 0, norm: bool = False, eps: float = 1e-5) -> None:
-        super().__init__()
-        if layout == "learned":
-            self.pe = nn.Parameter(torch.zeros(max_len, d_model))
-        else:
-            self.register_buffer("pe", sinusoidal_table(max_len, d_model, layout, offset), persistent=False)
-        self.norm = nn.LayerNorm(d_model, eps=eps) if norm else None
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
-        """x (B, L, D); positions (B, L) or None for 0..L-1."""
-        # (L, D) broadcast over the batch, or a table lookup per position (B, L, D)
-        pe = self.pe[: x.size(1)] if positions is None else F.embedding(positions, self.pe)
-        x = x + pe
-        return self.dropout(self.norm(x) if self.norm is not None else x)
+        h = self.activation(self.w_1(x))
+        if self.v is not None:
+            h = h * self.v(x)
+        return self.w_2(self.dropout(h))
 
 
 class Embeddings(nn.Module):
@@ -180,11 +155,12 @@ class Embeddings(nn.Module):
 
 
 class SublayerConnection(nn.Module):
-    """Residual + LayerNorm: post-LN LayerNorm(x + Sublayer(x)), or pre-LN x + Sublayer(LayerNorm(x))."""
+    """Residual + LayerNorm: post-LN LayerNorm(x + Sublayer(x)), or pre-LN x + Sublayer(LayerNorm(x));
+    RMSNorm for LayerNorm with `rms` (T5)."""
 
-    def __init__(self, d_model: int, dropout: float, norm_first: bool, eps: float) -> None:
+    def __init__(self, d_model: int, dropout: float, norm_first: bool, eps: float, rms: bool = False) -> None:
         super().__init__()
-        self.norm = nn.LayerNorm(d_model, eps=eps)
+        self.norm = layer_norm(d_model, eps, rms)
         self.dropout = nn.Dropout(dropout)
         self.norm_first = norm_first
 
@@ -195,19 +171,33 @@ class SublayerConnection(nn.Module):
         return (y if self.norm_first else self.norm(y)), tuple(extra)
 
 
+def attention(cfg: ModelConfig) -> MultiHeadAttention:
+    """A layer's self- or cross-attention."""
+    return MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.dropout, cfg.d_head)
+
+
+def feed_forward(cfg: ModelConfig) -> PositionwiseFeedForward:
+    """A layer's feed-forward network (gated with cfg.gated_ffn)."""
+    return PositionwiseFeedForward(cfg.d_model, cfg.d_ff, cfg.dropout, cfg.activation, cfg.gated_ffn)
+
+
+def sublayer(cfg: ModelConfig) -> SublayerConnection:
+    """The residual connection and norm around one sublayer."""
+    return SublayerConnection(cfg.d_model, cfg.dropout, cfg.norm_first, cfg.layer_norm_eps, cfg.rms_norm)
+
+
 class EncoderLayer(nn.Module):
     """Self-attention then feed-forward, each wrapped in a SublayerConnection."""
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.dropout)
-        self.ffn = PositionwiseFeedForward(cfg.d_model, cfg.d_ff, cfg.dropout, cfg.activation)
-        args = (cfg.d_model, cfg.dropout, cfg.norm_first, cfg.layer_norm_eps)
-        self.sublayer = nn.ModuleList([SublayerConnection(*args) for _ in range(2)])
+        self.self_attn = attention(cfg)
+        self.ffn = feed_forward(cfg)
+        self.sublayer = nn.ModuleList([sublayer(cfg) for _ in range(2)])
 
-    def forward(self, x: Tensor, src_mask: Tensor) -> Tensor:
-        """x (B, S, D), src_mask (B, 1, S) -> (B, S, D)."""
-        x, _ = self.sublayer[0](x, lambda h: self.self_attn(h, h, src_mask)[:1])
+    def forward(self, x: Tensor, src_mask: Tensor, bias: Tensor | None = None) -> Tensor:
+        """x (B, S, D), src_mask (B, 1, S), bias (1, H, S, S) or None -> (B, S, D)."""
+        x, _ = self.sublayer[0](x, lambda h: self.self_attn(h, h, src_mask, bias=bias)[:1])
         x, _ = self.sublayer[1](x, lambda h: (self.ffn(h),))
         return x
 
@@ -217,17 +207,18 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.dropout)
-        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.dropout)
-        self.ffn = PositionwiseFeedForward(cfg.d_model, cfg.d_ff, cfg.dropout, cfg.activation)
-        args = (cfg.d_model, cfg.dropout, cfg.norm_first, cfg.layer_norm_eps)
-        self.sublayer = nn.ModuleList([SublayerConnection(*args) for _ in range(3)])
+        self.self_attn, self.cross_attn = attention(cfg), attention(cfg)
+        self.ffn = feed_forward(cfg)
+        self.sublayer = nn.ModuleList([sublayer(cfg) for _ in range(3)])
 
     def forward(
-        self, x: Tensor, cross_kv: KV, src_mask: Tensor, tgt_mask: Tensor, past: KV | None = None
+        self, x: Tensor, cross_kv: KV, src_mask: Tensor, tgt_mask: Tensor, past: KV | None = None,
+        bias: Tensor | None = None,
     ) -> tuple[Tensor, KV, Tensor]:
-        """x (B, T, D) -> (B, T, D), the updated self-attention cache, cross-attention weights."""
-        x, (present,) = self.sublayer[0](x, lambda h: self.self_attn(h, h, tgt_mask, past=past)[:2])
+        """x (B, T, D) -> (B, T, D), the updated self-attention cache, cross-attention weights; `bias`
+        (B|1, H, T, P+T) is the self-attention's position bias (cross-attention has none)."""
+        x, (present,) = self.sublayer[0](
+            x, lambda h: self.self_attn(h, h, tgt_mask, past=past, bias=bias)[:2])
         x, (weights,) = self.sublayer[1](
             x, lambda h: self.cross_attn(h, mask=src_mask, kv=cross_kv)[0::2]
         )
@@ -235,28 +226,44 @@ class DecoderLayer(nn.Module):
         return x, present, weights
 
 
+def stack_parts(cfg: ModelConfig, bidirectional: bool
+                ) -> tuple[nn.Module | None, RelativePositionBias | None]:
+    """A stack's final norm (pre-LN) and its relative position bias (position_table "relative"), or None."""
+    norm = layer_norm(cfg.d_model, cfg.layer_norm_eps, cfg.rms_norm) if cfg.norm_first else None
+    relative = cfg.position_table == "relative"
+    bias = RelativePositionBias(cfg.n_heads, cfg.relative_buckets, cfg.relative_max_distance, bidirectional) \
+        if relative else None
+    return norm, bias
+
+
 class Encoder(nn.Module):
-    """A stack of N encoder layers (with a final LayerNorm when pre-LN)."""
+    """A stack of N encoder layers (with a final LayerNorm when pre-LN, and T5's relative position bias,
+    bidirectional, shared by its layers)."""
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.layers = nn.ModuleList([EncoderLayer(cfg) for _ in range(cfg.n_encoder_layers)])
-        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm_first else None
+        self.norm, self.position_bias = stack_parts(cfg, bidirectional=True)
 
     def forward(self, x: Tensor, src_mask: Tensor) -> Tensor:
         """(B, S, D) -> (B, S, D)."""
+        bias = None
+        if self.position_bias is not None:  # (1, H, S, S): column differences, whatever the padding
+            positions = torch.arange(x.size(1), device=x.device).unsqueeze(0)
+            bias = self.position_bias(positions, positions)
         for layer in self.layers:
-            x = layer(x, src_mask)
+            x = layer(x, src_mask, bias)
         return self.norm(x) if self.norm is not None else x
 
 
 class Decoder(nn.Module):
-    """A stack of N decoder layers (with a final LayerNorm when pre-LN)."""
+    """A stack of N decoder layers (with a final LayerNorm when pre-LN, and T5's relative position bias,
+    unidirectional, shared by its self-attention layers)."""
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.layers = nn.ModuleList([DecoderLayer(cfg) for _ in range(cfg.n_decoder_layers)])
-        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm_first else None
+        self.norm, self.position_bias = stack_parts(cfg, bidirectional=False)
 
     def forward(
         self,
@@ -265,11 +272,15 @@ class Decoder(nn.Module):
         src_mask: Tensor,
         tgt_mask: Tensor,
         past: list[KV] | None = None,
+        positions: Tensor | None = None,
+        key_positions: Tensor | None = None,
     ) -> tuple[Tensor, list[KV], Tensor]:
-        """(B, T, D) -> (B, T, D), per-layer caches, last layer's cross-attention (B, H, T, S)."""
+        """(B, T, D) -> (B, T, D), per-layer caches, last layer's cross-attention (B, H, T, S); with a
+        position bias, `positions` (B, T) of the new tokens and `key_positions` (B|1, K) of the keys."""
+        bias = self.position_bias(positions, key_positions) if self.position_bias is not None else None
         presents, weights = [], None
         for i, layer in enumerate(self.layers):
-            x, present, weights = layer(x, cross_kv[i], src_mask, tgt_mask, past[i] if past else None)
+            x, present, weights = layer(x, cross_kv[i], src_mask, tgt_mask, past[i] if past else None, bias)
             presents.append(present)
         return (self.norm(x) if self.norm is not None else x), presents, weights
 
@@ -327,11 +338,15 @@ class Transformer(nn.Module):
         past: list[KV] | None = None,
         positions: Tensor | None = None,
         self_mask: Tensor | None = None,
+        key_positions: Tensor | None = None,
     ) -> tuple[Tensor, list[KV], Tensor]:
         """New target tokens (B, T) -> log-probs (B, T, V), updated cache, cross-attn (B, H, T, S).
 
         With a cache of P past positions, the new tokens sit at positions P..P+T-1 unless
-        `positions` (B, T) says otherwise; `self_mask` (B, P+T) marks valid cached keys.
+        `positions` (B, T) says otherwise; `self_mask` (B, P+T) marks valid cached keys. A relative
+        position bias reads the keys' positions from `key_positions` (B|1, K), else counts each row's
+        valid keys (self_mask's running sum - 1: a row's first key is at 0 wherever its history begins),
+        else 0..P+T-1.
         """
         t = tgt.size(1)
         p = past[0][0].size(2) if past else 0
@@ -341,8 +356,11 @@ class Transformer(nn.Module):
         tgt_mask = causal.unsqueeze(0)  # (1, T, P+T)
         if self_mask is not None:
             tgt_mask = tgt_mask & self_mask.unsqueeze(1)  # (B, T, P+T)
+        if self.decoder.position_bias is not None and key_positions is None:
+            key_positions = self_mask.long().cumsum(-1) - 1 if self_mask is not None else \
+                torch.arange(p + t, device=tgt.device).unsqueeze(0)
         x = (self.pos if self.tgt_pos is None else self.tgt_pos)(self.tgt_embed(tgt), positions)
-        h, presents, weights = self.decoder(x, cross_kv, src_mask, tgt_mask, past)
+        h, presents, weights = self.decoder(x, cross_kv, src_mask, tgt_mask, past, positions, key_positions)
         return self.generator(h), presents, weights
 
     def forward(self, src: Tensor, tgt: Tensor) -> Tensor:

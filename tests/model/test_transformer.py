@@ -15,7 +15,7 @@ from model.transformer import (
     scaled_dot_product_attention,
     subsequent_mask,
 )
-from tests.support.model import tiny
+from tests.support.model import LAYOUTS, tiny
 
 
 def test_positional_encoding_matches_formula():
@@ -79,9 +79,9 @@ def test_subsequent_mask_is_lower_triangular():
     assert m.tolist() == [[j <= i for j in range(4)] for i in range(4)]
 
 
-@pytest.mark.parametrize("norm_first", [False, True])
-def test_causal_mask_future_tokens_do_not_matter(norm_first):
-    m = tiny(norm_first)
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_causal_mask_future_tokens_do_not_matter(layout):
+    m = tiny(**LAYOUTS[layout])
     src = torch.randint(4, 40, (2, 6))
     tgt = torch.randint(4, 40, (2, 8))
     changed = tgt.clone()
@@ -91,9 +91,9 @@ def test_causal_mask_future_tokens_do_not_matter(norm_first):
     assert not torch.allclose(a[:, 5:], b[:, 5:], atol=1e-3)
 
 
-@pytest.mark.parametrize("norm_first", [False, True])
-def test_source_padding_does_not_change_outputs(norm_first):
-    m = tiny(norm_first)
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_source_padding_does_not_change_outputs(layout):
+    m = tiny(**LAYOUTS[layout])
     src = torch.randint(4, 40, (1, 5))
     padded = torch.cat([src, torch.zeros(1, 4, dtype=torch.long)], dim=1)
     tgt = torch.randint(4, 40, (1, 6))
@@ -128,9 +128,9 @@ def test_layer_norm_over_features_not_batch():
     assert torch.allclose(m.encode(other, padding_mask(other, 0))[0], out[0], atol=1e-6)
 
 
-@pytest.mark.parametrize("norm_first", [False, True])
-def test_kv_cache_equals_teacher_forcing(norm_first):
-    m = tiny(norm_first)
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_kv_cache_equals_teacher_forcing(layout):
+    m = tiny(**LAYOUTS[layout])
     src = torch.randint(4, 40, (3, 6))
     src[1, 4:] = 0
     tgt = torch.randint(4, 40, (3, 7))
@@ -142,12 +142,14 @@ def test_kv_cache_equals_teacher_forcing(norm_first):
         lp, past, _ = m.decode(tgt[:, t : t + 2], cross, sm, past)
         steps.append(lp)
     assert torch.allclose(torch.cat(steps, 1), full, atol=1e-5)
-    assert past[0][0].shape == (3, 4, 7, 4)  # (B, H, T, Dh)
+    assert past[0][0].shape == (3, 4, 7, m.cfg.d_head)  # (B, H, T, Dh)
 
 
-def test_explicit_positions_and_self_mask_allow_ragged_rows():
-    """A row whose history is shorter (masked cache slots, own positions) decodes as if alone."""
-    m = tiny(norm_first=True)
+@pytest.mark.parametrize("layout", ["pre-LN", "T5"])
+def test_explicit_positions_and_self_mask_allow_ragged_rows(layout):
+    """A row whose history is shorter (masked cache slots, own positions) decodes as if alone (T5: its keys'
+    positions counted from its own first valid slot)."""
+    m = tiny(**LAYOUTS[layout])
     src = torch.randint(4, 40, (2, 5))
     tgt = torch.randint(4, 40, (2, 4))
     sm = padding_mask(src, 0)
