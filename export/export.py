@@ -128,10 +128,11 @@ class DecoderGraph(nn.Module):
 
     def step(
         self, input_ids: Tensor, position_ids: Tensor, self_mask: Tensor | None,
-        encoder_attention_mask: Tensor, cache: tuple[Tensor, ...],
+        encoder_attention_mask: Tensor, cache: tuple[Tensor, ...], key_positions: Tensor | None = None,
     ) -> tuple[Tensor, ...]:
         """The model's decode() on flat caches; flat outputs, then the log-normalizer of the logits the
-        log-probs came from (the generator's own, recorded by `decode_with_normalizer`)."""
+        log-probs came from (the generator's own, recorded by `decode_with_normalizer`). key_positions:
+        the self-attention keys' positions for a relative position bias (decode's default otherwise)."""
         n = self.n_layers
         past = [(cache[2 * i], cache[2 * i + 1]) for i in range(n)]
         cross = [(cache[2 * (n + i)], cache[2 * (n + i) + 1]) for i in range(n)]
@@ -139,7 +140,7 @@ class DecoderGraph(nn.Module):
         modules = [layer.cross_attn for layer in self.model.decoder.layers]
         with attached(modules, KEY_PADDING, source_padding(encoder_attention_mask)):
             logp, presents, weights, lse = decode_with_normalizer(
-                self.model, input_ids, cross, src_mask, past, position_ids, self_mask)
+                self.model, input_ids, cross, src_mask, past, position_ids, self_mask, key_positions)
         flat = [t for kv in presents for t in kv]  # each (B, H, P+T or M, Dh)
         return (logp, *flat, weights.mean(dim=1), lse)  # (B, T, V), ..., (B, T, S), (B, T)
 
@@ -162,16 +163,20 @@ class InplaceDecoderGraph(DecoderGraph):
 
         The lengths reach each self- and cross-attention module through `CACHE_LENGTHS` /
         `CROSS_LENGTHS` for this call only (the in-place lowering's fused_forward reads them);
-        cache entries are (B, H, M, Dh).
+        cache entries are (B, H, M, Dh). A key's position is its column: a relative position bias is
+        computed over the M columns (the lowering cuts it to total_sequence_length).
         """
         layers = self.model.decoder.layers
         src = cache[2 * self.n_layers].size(2)
         source_mask = (torch.arange(src)[None, :] <= encoder_seqlens_k.long()[:, None]).long()  # (B, S)
         cross = (encoder_seqlens_k, encoder_total_sequence_length)
         lengths = (seqlens_k, total_sequence_length)
+        columns = None
+        if self.model.decoder.position_bias is not None:
+            columns = torch.arange(cache[0].size(2)).unsqueeze(0)  # (1, M)
         with (attached([layer.self_attn for layer in layers], CACHE_LENGTHS, lengths),
               attached([layer.cross_attn for layer in layers], CROSS_LENGTHS, cross)):
-            return self.step(input_ids, position_ids, None, source_mask, cache)
+            return self.step(input_ids, position_ids, None, source_mask, cache, columns)
 
 
 @dataclass(frozen=True)
@@ -187,7 +192,8 @@ class ExampleSizes:
 def example_sizes(model: Transformer) -> ExampleSizes:
     """Pick batch, src_len, new_len, past_len so that no two axes (nor past+new) coincide."""
     cfg = model.cfg
-    taken = {1, cfg.n_heads, cfg.d_head, cfg.d_model, cfg.vocab_size, cfg.src_vocab, cfg.d_ff, cfg.max_len}
+    taken = {1, cfg.n_heads, cfg.d_head, cfg.n_heads * cfg.d_head, cfg.d_model, cfg.vocab_size, cfg.src_vocab,
+             cfg.d_ff, cfg.max_len, cfg.relative_buckets, 2 * cfg.relative_max_distance + 1}
     picked: list[int] = []
     for n in (3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41):
         if n in taken:

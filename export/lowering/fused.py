@@ -17,7 +17,10 @@ Traced from the model itself, in three steps (see export/lowering/attention.py f
    masking happen inside the kernel. Masks reach the kernel as int32 (1 = attend), not as an
    additive bias: the source padding mask is the graph's int64 mask input cast once
    (`KEY_PADDING`, set by the export wrappers), shared by every layer; `mask_filter_value` is
-   float32's minimum, the model's fill value, so even a fully masked row matches PyTorch.
+   float32's minimum, the model's fill value, so even a fully masked row matches PyTorch. T5's
+   relative position bias, computed once per stack in the graph, is the kernels' `attention_bias`
+   input of every self-attention node (Attention's input 5, MultiHeadAttention's 5); cross-attention
+   has none.
 
 Per decoder layer this replaces about 25 nodes (reshapes, transposes, concat, masking, softmax,
 two matmuls) by one kernel that also appends to the cache. The graphs keep the names, inputs and
@@ -87,14 +90,18 @@ def fused_forward(
     mask: Tensor | None = None,
     past: KV | None = None,
     kv: KV | None = None,
+    bias: Tensor | None = None,
 ) -> tuple[Tensor, KV, None]:
     """MultiHeadAttention.forward with the attention core as one custom op (no weights returned).
 
     Self-attention projects Q, K and V with one packed matmul (W^Q; W^K; W^V) and leaves their
     bias to the fused op; cross-attention projects only Q (K/V are precomputed), its bias in the op.
+    A position bias (self-attention only) is the op's attention_bias.
     """
     h = self.n_heads
-    w, bias, q_bias = getattr(self, PACKED, None) or pack(self)
+    w, b_qkv, q_bias = getattr(self, PACKED, None) or pack(self)
+    if bias is not None and (kv is not None or not (key_value is None or key_value is query)):
+        raise ValueError("a position bias is for self-attention only (T5's cross-attention has none)")
     if kv is not None and getattr(self, CROSS_LENGTHS, None) is not None:  # per-row source lengths
         q = self.w_q(query)  # (B, Tq, D) with its bias: GroupQueryAttention takes none
         lengths = getattr(self, CROSS_LENGTHS)
@@ -109,8 +116,8 @@ def fused_forward(
         return self.w_o(attention(q, kv[0], kv[1], q_bias, m, h)), kv, None
     lengths = getattr(self, CACHE_LENGTHS, None)
     if past is not None and lengths is not None:  # fixed-size cache updated in place (lowering/inplace.py)
-        qkv = query @ w + bias  # (B, T, 3D)
-        out, pk, pv = torch.ops.translator.cached_self_attention(qkv, past[0], past[1], *lengths, h)
+        qkv = query @ w + b_qkv  # (B, T, 3D)
+        out, pk, pv = torch.ops.translator.cached_self_attention(qkv, past[0], past[1], *lengths, h, bias)
         return self.w_o(out), (pk, pv), None
     shared = key_value is None or key_value is query
     if shared:  # one packed projection
@@ -120,12 +127,12 @@ def fused_forward(
         q, k, v = (F.linear(x, lin.weight) for x, lin in sources)
     if past is None:
         m = kernel_mask(self, mask, q.size(0), q.size(1), k.size(1))
-        out = packed_attention(query, w, bias, m, h) if shared else attention(q, k, v, bias, m, h)
-        b_k, b_v = bias.chunk(3)[1:]
+        out = packed_attention(query, w, b_qkv, m, h, bias) if shared else attention(q, k, v, b_qkv, m, h)
+        b_k, b_v = b_qkv.chunk(3)[1:]
         present = (split_heads(k + b_k, h), split_heads(v + b_v, h))  # traced away when unused
     else:
         m = kernel_mask(self, mask, q.size(0), q.size(1), past[0].size(2) + k.size(1))
-        out, pk, pv = self_attention(q, k, v, bias, past[0], past[1], m, h)
+        out, pk, pv = self_attention(q, k, v, b_qkv, past[0], past[1], m, h, bias)
         present = (pk, pv)
     return self.w_o(out), present, None
 
@@ -211,9 +218,12 @@ class FusedAttention(AttentionLowering):
                 node.output.extend(outs)
             elif node.op_type == "PackedAttention":  # input, weight, bias, mask: the same for Attention
                 op = "Attention"
+                ins = [*ins[:4], "", *ins[4:]]  # attention_bias is Attention's input 5 (4: past)
             elif node.op_type == "SelfAttention":  # query, key, value, bias, past_key, past_value, mask
-                ins = [*ins[:4], ins[6], "", ins[4], ins[5]]
+                ins = [*ins[:4], ins[6], ins[7] if len(ins) > 7 else "", ins[4], ins[5]]
             # Attention(Weights): query, key, value, bias, mask are MHA's first five inputs as they are
+            while ins and not ins[-1]:  # no empty trailing inputs (no position bias)
+                ins.pop()
             del node.input[:]
             node.input.extend(ins)
             node.attribute.append(onnx.helper.make_attribute("mask_filter_value", MASK_FILTER_VALUE))

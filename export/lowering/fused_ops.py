@@ -10,6 +10,8 @@ against the model in PyTorch (tests/export/lowering/test_fused_attention.py) and
 - `mask` is int32, > 0 where attention is allowed: (B, Tk) for a key padding mask shared by every
   query (MHA's `key_padding_mask`, 2-D) or (B, Tq, Tk) (3-D). Masked scores are set to the dtype's
   minimum (`mask_filter_value`), so a fully masked row attends uniformly, as in the model.
+- `attention_bias` (optional; B|1, H, Tq, Tk) is added to the scores before masking: T5's relative
+  position bias (the kernels' `attention_bias` input; absent, the node leaves that input empty).
 
 The translation table (`TRANSLATIONS`) writes each op as one node of the private domain
 `translator.lowering` (schemas registered with `onnx.defs`); export/lowering/fused.py rewrites those nodes
@@ -29,11 +31,12 @@ from model.transformer import scaled_dot_product_attention
 DOMAIN = "translator.lowering"
 _FLOATS = ["tensor(float)", "tensor(float16)"]
 _MASK = ("mask",)  # inputs typed int32; every other input is a float tensor
+OPTIONAL = ("attention_bias",)  # inputs a node may leave empty
 PLACEHOLDERS = {  # op: (inputs, outputs)
     "Attention": (("query", "key", "value", "bias", "mask"), ("output",)),
     "AttentionWeights": (("query", "key", "value", "bias", "mask"), ("output", "weights")),
-    "PackedAttention": (("input", "weight", "bias", "mask"), ("output",)),
-    "SelfAttention": (("query", "key", "value", "bias", "past_key", "past_value", "mask"),
+    "PackedAttention": (("input", "weight", "bias", "mask", "attention_bias"), ("output",)),
+    "SelfAttention": (("query", "key", "value", "bias", "past_key", "past_value", "mask", "attention_bias"),
                       ("output", "present_key", "present_value")),
 }
 
@@ -46,7 +49,8 @@ def _register_schemas() -> None:
             continue
         onnx.defs.register_schema(OpSchema(
             name, DOMAIN, 1,
-            inputs=[param(n, "M" if n in _MASK else "T") for n in inputs],
+            inputs=[param(n, "M" if n in _MASK else "T", param_option=OpSchema.FormalParameterOption.Optional
+                          if n in OPTIONAL else OpSchema.FormalParameterOption.Single) for n in inputs],
             outputs=[param(n, "T") for n in outputs],
             type_constraints=[("T", _FLOATS, "float tensors"), ("M", ["tensor(int32)"], "attention mask")],
             attributes=[OpSchema.Attribute("num_heads", OpSchema.AttrType.INT, "number of heads")],
@@ -65,9 +69,10 @@ def split_heads(x: Tensor, n_heads: int) -> Tensor:
     return x.view(b, n, n_heads, d // n_heads).transpose(1, 2)
 
 
-def attend_heads(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
-    """The model's attention over split heads (B, H, L, Dh), heads merged back: (B, Tq, D)."""
-    out, _ = scaled_dot_product_attention(q, k, v, mask)
+def attend_heads(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, bias: Tensor | None = None) -> Tensor:
+    """The model's attention over split heads (B, H, L, Dh), heads merged back: (B, Tq, D); `bias` is the
+    position bias added to the scores."""
+    out, _ = scaled_dot_product_attention(q, k, v, mask, bias)
     b, h, t, dh = out.shape
     return out.transpose(1, 2).reshape(b, t, h * dh)
 
@@ -117,15 +122,16 @@ def _attention_weights_fake(query: Tensor, key: Tensor, value: Tensor, bias: Ten
 
 
 @torch.library.custom_op("translator::packed_attention", mutates_args=())
-def packed_attention(input: Tensor, weight: Tensor, bias: Tensor, mask: Tensor, num_heads: int) -> Tensor:
+def packed_attention(input: Tensor, weight: Tensor, bias: Tensor, mask: Tensor, num_heads: int,
+                     attention_bias: Tensor | None = None) -> Tensor:
     """Self-attention of input (B, T, D) with packed projections (W^Q; W^K; W^V)^T (D, 3D) and bias (3D,)."""
     q, k, v = (split_heads(x, num_heads) for x in (input @ weight + bias).chunk(3, dim=-1))
-    return attend_heads(q, k, v, allowed(mask))
+    return attend_heads(q, k, v, allowed(mask), attention_bias)
 
 
 @packed_attention.register_fake
-def _packed_attention_fake(input: Tensor, weight: Tensor, bias: Tensor, mask: Tensor, num_heads: int
-                           ) -> Tensor:
+def _packed_attention_fake(input: Tensor, weight: Tensor, bias: Tensor, mask: Tensor, num_heads: int,
+                           attention_bias: Tensor | None = None) -> Tensor:
     """Output shape for tracing."""
     return input.new_empty(*input.shape[:2], weight.shape[1] // 3)
 
@@ -133,21 +139,22 @@ def _packed_attention_fake(input: Tensor, weight: Tensor, bias: Tensor, mask: Te
 @torch.library.custom_op("translator::self_attention", mutates_args=())
 def self_attention(
     query: Tensor, key: Tensor, value: Tensor, bias: Tensor, past_key: Tensor, past_value: Tensor,
-    mask: Tensor, num_heads: int,
+    mask: Tensor, num_heads: int, attention_bias: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """New Q/K/V (B, T, D) + their bias (3D); K/V appended to the past (B, H, P, Dh).
 
-    Returns the output (B, T, D) and the present key and value (B, H, P+T, Dh); mask over P+T.
+    Returns the output (B, T, D) and the present key and value (B, H, P+T, Dh); mask (and
+    attention_bias) over P+T.
     """
     q, k, v = _biased_heads(query, key, value, bias, num_heads)
     k, v = torch.cat([past_key, k], dim=2), torch.cat([past_value, v], dim=2)
-    return attend_heads(q, k, v, allowed(mask)), k.contiguous(), v.contiguous()
+    return attend_heads(q, k, v, allowed(mask), attention_bias), k.contiguous(), v.contiguous()
 
 
 @self_attention.register_fake
 def _self_attention_fake(
     query: Tensor, key: Tensor, value: Tensor, bias: Tensor, past_key: Tensor, past_value: Tensor,
-    mask: Tensor, num_heads: int,
+    mask: Tensor, num_heads: int, attention_bias: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Output shapes for tracing."""
     b, h, p, dh = past_key.shape
@@ -165,14 +172,15 @@ def _attention_weights_onnx(query, key, value, bias, mask, num_heads: int):
     return _lowering_ops.AttentionWeights(query, key, value, bias, mask, num_heads=num_heads)
 
 
-def _packed_attention_onnx(input, weight, bias, mask, num_heads: int):
+def _packed_attention_onnx(input, weight, bias, mask, num_heads: int, attention_bias=None):
     """translator::packed_attention -> one placeholder node."""
-    return _lowering_ops.PackedAttention(input, weight, bias, mask, num_heads=num_heads)
+    return _lowering_ops.PackedAttention(input, weight, bias, mask, attention_bias, num_heads=num_heads)
 
 
-def _self_attention_onnx(query, key, value, bias, past_key, past_value, mask, num_heads: int):
+def _self_attention_onnx(query, key, value, bias, past_key, past_value, mask, num_heads: int,
+                         attention_bias=None):
     """translator::self_attention -> one placeholder node with three outputs."""
-    return _lowering_ops.SelfAttention(query, key, value, bias, past_key, past_value, mask,
+    return _lowering_ops.SelfAttention(query, key, value, bias, past_key, past_value, mask, attention_bias,
                                        num_heads=num_heads)
 
 

@@ -15,7 +15,9 @@ sees them and calls the custom op `translator::cached_self_attention`, whose eag
 is the same maths in PyTorch (used by the tests and by verification through the op itself).
 ONNX Runtime restricts GroupQueryAttention with a non-empty cache to one new token per row when
 the batch has several rows (the cross-attention below always has one); the service decodes one
-token per step.
+token per step. T5's relative position bias is the kernel's `attention_bias` (input 10): traced over
+the buffer's columns (a key's position is its column), it is cut in the graph to the
+`total_sequence_length` columns the kernel takes (ONNX Runtime 1.31 refuses any other width).
 
 Cross-attention is GroupQueryAttention too, in its shared-KV form (no new keys/values, `causal`
 0): the encoder's K/V are the "cache" and `encoder_seqlens_k` (source length - 1 per row) says
@@ -39,23 +41,26 @@ from export.lowering.attention import LOWERINGS
 from export.lowering.fused import DOMAIN, MS_DOMAIN, FusedAttention, attend_heads, split_heads
 from model.transformer import scaled_dot_product_attention
 
-PLACEHOLDERS = {  # op: (inputs, outputs); the last two inputs are int32 lengths
-    "CachedSelfAttention": (("qkv", "past_key", "past_value", "seqlens_k", "total_sequence_length"),
-                            ("output", "present_key", "present_value")),
+PLACEHOLDERS = {  # op: (inputs, outputs); seqlens_k and total_sequence_length are int32 lengths
+    "CachedSelfAttention": (("qkv", "past_key", "past_value", "seqlens_k", "total_sequence_length",
+                             "attention_bias"), ("output", "present_key", "present_value")),
     "CachedCrossAttention": (("query", "key", "value", "seqlens_k", "total_sequence_length"),
                              ("output", "weights")),
 }
+LENGTHS = ("seqlens_k", "total_sequence_length")
 
 
 def _register_schema() -> None:
     """Declare the placeholder ops to onnx.defs once."""
-    param = OpSchema.FormalParameter
+    param, option = OpSchema.FormalParameter, OpSchema.FormalParameterOption
     for name, (inputs, outputs) in PLACEHOLDERS.items():
         if onnx.defs.has(name, DOMAIN):
             continue
         onnx.defs.register_schema(OpSchema(
             name, DOMAIN, 1,
-            inputs=[param(n, "M" if i >= len(inputs) - 2 else "T") for i, n in enumerate(inputs)],
+            inputs=[param(n, "M" if n in LENGTHS else "T",
+                          param_option=option.Optional if n == "attention_bias" else option.Single)
+                    for n in inputs],
             outputs=[param(n, "T") for n in outputs],
             type_constraints=[("T", ["tensor(float)", "tensor(float16)"], "float tensors"),
                               ("M", ["tensor(int32)"], "lengths")],
@@ -70,12 +75,13 @@ _lowering_ops = onnxscript.values.Opset(DOMAIN, 1)
 @torch.library.custom_op("translator::cached_self_attention", mutates_args=())
 def cached_self_attention(
     qkv: Tensor, past_key: Tensor, past_value: Tensor, seqlens_k: Tensor, total_sequence_length: Tensor,
-    num_heads: int,
+    num_heads: int, attention_bias: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Packed QKV (B, T, 3D) of the T newest tokens of each row, cache (B, H, M, Dh) -> output, cache.
 
     Row b holds L_b = seqlens_k[b] + 1 positions after the step: the new keys/values go to
-    columns L_b - T .. L_b - 1 and new token i attends to columns 0 .. L_b - T + i.
+    columns L_b - T .. L_b - 1 and new token i attends to columns 0 .. L_b - T + i. attention_bias
+    (B|1, H, T, M), if given, is added to the scores of every column.
     """
     q, k, v = (split_heads(x, num_heads) for x in qkv.chunk(3, dim=-1))  # (B, H, T, Dh) each
     b, h, t, dh = k.shape
@@ -85,23 +91,24 @@ def cached_self_attention(
     present_k = past_key.scatter(2, index, k)
     present_v = past_value.scatter(2, index, v)
     allowed = torch.arange(past_key.size(2))[None, None, :] <= cols[:, :, None]  # (B, T, M)
-    return attend_heads(q, present_k, present_v, allowed[:, None]), present_k, present_v
+    return attend_heads(q, present_k, present_v, allowed[:, None], attention_bias), present_k, present_v
 
 
 @cached_self_attention.register_fake
 def _cached_self_attention_fake(
     qkv: Tensor, past_key: Tensor, past_value: Tensor, seqlens_k: Tensor, total_sequence_length: Tensor,
-    num_heads: int,
+    num_heads: int, attention_bias: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Output shapes for tracing."""
     b, t, d3 = qkv.shape
     return qkv.new_empty(b, t, d3 // 3), torch.empty_like(past_key), torch.empty_like(past_value)
 
 
-def _cached_self_attention_onnx(qkv, past_key, past_value, seqlens_k, total_sequence_length, num_heads: int):
+def _cached_self_attention_onnx(qkv, past_key, past_value, seqlens_k, total_sequence_length, num_heads: int,
+                                attention_bias=None):
     """translator::cached_self_attention -> one placeholder node with three outputs."""
     return _lowering_ops.CachedSelfAttention(qkv, past_key, past_value, seqlens_k, total_sequence_length,
-                                             num_heads=num_heads)
+                                             attention_bias, num_heads=num_heads)
 
 
 @torch.library.custom_op("translator::cached_cross_attention", mutates_args=())
@@ -171,6 +178,23 @@ def _cross_to_gqa(proto: onnx.ModelProto) -> None:
         [empty], name="cross_attention_no_new_kv"))
 
 
+def _bias_to_total(proto: onnx.ModelProto, bias: str, total: str) -> None:
+    """Nodes computing `{bias}_to_total`, a position bias (B|1, H, T, M) cut to its first `total` columns,
+    inserted before the first node that reads it."""
+    nodes, cut = proto.graph.node, f"{bias}_to_total"
+    ends, start = f"{cut}_ends", f"{cut}_starts"
+    proto.graph.initializer.extend([onnx.numpy_helper.from_array(np.array([0], np.int64), start),
+                                    onnx.numpy_helper.from_array(np.array([3], np.int64), f"{cut}_axes"),
+                                    onnx.numpy_helper.from_array(np.array([1], np.int64), f"{cut}_shape")])
+    first = next(i for i, n in enumerate(nodes) if cut in n.input)
+    added = [onnx.helper.make_node("Cast", [total], [f"{ends}_scalar"], to=onnx.TensorProto.INT64,
+                                   name=f"{ends}_scalar"),
+             onnx.helper.make_node("Reshape", [f"{ends}_scalar", f"{cut}_shape"], [ends], name=ends),
+             onnx.helper.make_node("Slice", [bias, start, ends, f"{cut}_axes"], [cut], name=cut)]
+    for offset, node in enumerate(added):
+        nodes.insert(first + offset, node)
+
+
 class InplaceAttention(FusedAttention):
     """Fused attention; the decoder's self-attention (in-place cache) and cross-attention (per-row
     source lengths) as GroupQueryAttention."""
@@ -187,12 +211,19 @@ class InplaceAttention(FusedAttention):
 
     def rewrite(self, proto: onnx.ModelProto, graph: str) -> onnx.ModelProto:
         """Cached self- and cross-attention -> com.microsoft.GroupQueryAttention, then the fused rewrite."""
+        biases: dict[str, str] = {}  # position bias -> total_sequence_length, cut once for every layer
         for node in proto.graph.node:
-            if node.domain == DOMAIN and node.op_type == "CachedSelfAttention":
-                ins = list(node.input)  # qkv, past_key, past_value, seqlens_k, total_sequence_length
-                del node.input[:]
-                node.input.extend([ins[0], "", "", *ins[1:]])
-                _gqa_attributes(node)
+            if node.domain != DOMAIN or node.op_type != "CachedSelfAttention":
+                continue
+            ins = list(node.input)  # qkv, past_key, past_value, seqlens_k, total_sequence_length[, bias]
+            del node.input[:]
+            node.input.extend([ins[0], "", "", *ins[1:5]])
+            if len(ins) > 5 and ins[5]:  # then cos_cache, sin_cache, position_ids unused; attention_bias
+                biases[ins[5]] = ins[4]
+                node.input.extend(["", "", "", f"{ins[5]}_to_total"])
+            _gqa_attributes(node)
+        for bias, total in biases.items():
+            _bias_to_total(proto, bias, total)
         _cross_to_gqa(proto)
         return super().rewrite(proto, graph)
 

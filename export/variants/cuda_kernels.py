@@ -3,8 +3,9 @@
 `CUDA_KERNELS` lists, for every (domain, op_type) our bundles use (encoder and decoder of the
 plain, fused and inplace lowerings, fp32 and fp16, the decoder's log-normalizer (ReduceMax, Sub),
 the fp16 variant's CUDA form of export/variants/cuda_form.py, the feed-forward activations of imported
-checkpoints (export/hf/mapping.py), and SkipLayerNormalization, which ONNX Runtime's own fusions
-create), the
+checkpoints (export/hf/mapping.py), T5's RMSNorm, gelu_new and relative position bias (Pow, Sqrt,
+Reciprocal, Tanh; CumSum and Clip of positions), and SkipLayerNormalization, which ONNX Runtime's
+own fusions create), the
 CUDA kernel registration that serves an opset-18 graph: the op versions it covers, the element
 types it accepts per input (and, where the kernel constrains them, per output), attributes the
 kernel rejects when run, and the source file of the registration in the onnxruntime repository.
@@ -93,6 +94,17 @@ CUDA_KERNELS: dict[tuple[str, str], Kernel] = {
     # the feed-forward activations of imported models: silu (Marian's swish) = x * Sigmoid(x), gelu with Erf
     ("", "Sigmoid"): Kernel(CUDA + "activation/activations.cc", (13, None), {0: FLOATS}),
     ("", "Erf"): Kernel(CUDA + "math/unary_elementwise_ops.cc", (13, None), {0: FLOATS}),
+    # T5 (export/hf/t5.py): RMSNorm x * 1 / sqrt(mean(x^2) + eps), gelu_new's x^3 and tanh, the relative
+    # position bias's key positions (the running sum of the mask) and offsets clamped to +-max_distance
+    ("", "Pow"): Kernel(CUDA + "math/binary_elementwise_ops.cc", (15, None),
+                        {0: FLOATS_BF16 | INT32 | INT64, 1: FLOATS_BF16 | INT32 | INT64}),
+    ("", "Sqrt"): Kernel(CUDA + "math/unary_elementwise_ops.cc", (13, None), {0: FLOATS_BF16}),
+    ("", "Reciprocal"): Kernel(CUDA + "math/unary_elementwise_ops.cc", (13, None), {0: FLOATS}),
+    ("", "Tanh"): Kernel(CUDA + "activation/activations.cc", (13, None), {0: FLOATS_BF16}),
+    ("", "CumSum"): Kernel(CUDA + "math/cumsum.cc", (14, None),
+                           {0: FLOATS | INT32 | INT64 | {"uint32", "uint64"}, 1: INDICES}),
+    ("", "Clip"): Kernel(CUDA + "math/clip.cc", (13, None),
+                         {ALL: FLOATS | INT64 | {"int8", "uint64", "uint8"}}),
     ("", "MatMul"): Kernel(CUDA + "math/matmul.cc", (13, None), {0: FLOATS_BF16, 1: FLOATS_BF16}),
     # Gemm 13 (the tied output projection reading the embedding rows transposed, export/lowering/tied.py)
     ("", "Gemm"): Kernel(CUDA + "math/gemm.cc", (11, None), {0: FLOATS, 1: FLOATS}),
@@ -130,16 +142,19 @@ CUDA_KERNELS: dict[tuple[str, str], Kernel] = {
                           {0: BOOL, 1: FLOATS_BF16 | {"int32", "int64", "uint8"},
                            2: FLOATS_BF16 | {"int32", "int64", "uint8"}}),
     # com.microsoft: query / input (T) and int32 masks or lengths (M)
+    # input 5 of Attention and MultiHeadAttention, 10 of GroupQueryAttention: attention_bias (T5's position
+    # bias), of the query's type T
     ("com.microsoft", "Attention"): Kernel(CONTRIB + "attention.cc", (1, None),
-                                           {0: HALF_FLOAT_BF16, 3: INT32}),
+                                           {0: HALF_FLOAT_BF16, 3: INT32, 5: HALF_FLOAT_BF16}),
     ("com.microsoft", "MultiHeadAttention"): Kernel(
-        CONTRIB + "multihead_attention.cc", (1, None), {0: HALF_FLOAT_BF16, 4: INT32},
+        CONTRIB + "multihead_attention.cc", (1, None), {0: HALF_FLOAT_BF16, 4: INT32, 5: HALF_FLOAT_BF16},
         {3: HALF_FLOAT_BF16}),  # output 3 (qk) has its own type parameter QK
     ("com.microsoft", "GroupQueryAttention"): Kernel(
         CONTRIB + "group_query_attention.cc", (1, None),
-        {0: frozenset({"float16", "bfloat16"}), 3: KV_CACHE, 4: KV_CACHE, 5: INT32, 6: INT32},
+        {0: frozenset({"float16", "bfloat16"}), 3: KV_CACHE, 4: KV_CACHE, 5: INT32, 6: INT32,
+         10: frozenset({"float16", "bfloat16"})},
         rejected=("qk_output",)),  # "The current GQA CUDA implementation will never be able to have a QK
-    # output" (group_query_attention.cc)
+    # output" (group_query_attention.cc); attention_bias only without a quantized or windowed cache
     ("com.microsoft", "SkipLayerNormalization"): Kernel(CONTRIB + "skip_layer_norm.cc", (1, None),
                                                         {0: HALF_FLOAT_BF16}),
 }

@@ -56,6 +56,35 @@ def test_fused_forward_equals_the_modules_own_attention():
 
 
 @torch.inference_mode()
+def test_fused_forward_adds_a_position_bias_like_the_model():
+    """T5's relative position bias (B|1, H, Tq, Tk) reaches the fused ops as their attention_bias: the
+    module's own outputs with that bias, heads of head_dim != d_model / H included; cross-attention takes
+    none."""
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(d_model=12, n_heads=3, d_head=8).eval()
+    b, t, p = 2, 3, 4
+    x = torch.randn(b, t, 12)
+    past = (torch.randn(b, 3, p, 8), torch.randn(b, 3, p, 8))
+    causal = torch.ones(t, p + t, dtype=torch.bool).tril(diagonal=p).unsqueeze(0).expand(b, t, p + t).clone()
+    causal[1, :, :2] = False
+    src_mask = torch.ones(b, 1, t, dtype=torch.bool)
+    src_mask[0, :, 2:] = False
+    calls = {
+        "self with past": dict(query=x, key_value=x, mask=causal, past=past,
+                               bias=torch.randn(b, 3, t, p + t)),
+        "encoder self": dict(query=x, key_value=x, mask=src_mask, bias=torch.randn(1, 3, t, t)),
+    }
+    for what, kwargs in calls.items():
+        ref_out, ref_kv, _ = mha(**kwargs)
+        out, present, _ = fused_forward(mha, **kwargs)
+        torch.testing.assert_close(out, ref_out, atol=1e-6, rtol=1e-5, msg=what)
+        unbiased, _, _ = mha(**{**kwargs, "bias": None})
+        assert not torch.allclose(out, unbiased, atol=1e-3), what  # the bias was not dropped
+    with pytest.raises(ValueError, match="self-attention only"):
+        fused_forward(mha, x, mask=src_mask, kv=mha.project_kv(x), bias=torch.zeros(1, 3, t, t))
+
+
+@torch.inference_mode()
 def test_fused_forward_masks_padded_and_fully_masked_rows_like_the_model():
     torch.manual_seed(0)
     mha = MultiHeadAttention(d_model=12, n_heads=3).eval()

@@ -73,6 +73,31 @@ def test_cached_self_attention_equals_the_modules_attention_over_a_concatenated_
     torch.testing.assert_close(out2, out)
 
 
+@torch.inference_mode()
+def test_cached_self_attention_adds_a_position_bias_over_each_rows_columns():
+    """A position bias over the buffer's columns (B, H, T, capacity), as the in-place graph traces it: each
+    row's output is the module's over its own concatenated past with the bias of its own columns."""
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(d_model=12, n_heads=3).eval()
+    lens, new_len, h, dh = [5, 0, 2], 1, 3, 4
+    b, capacity = len(lens), max(lens) + 4
+    x = torch.randn(b, new_len, 12)
+    past_k, past_v = garbage((b, h, capacity, dh), 1), garbage((b, h, capacity, dh), 2)
+    bias = torch.randn(b, h, new_len, capacity)
+    seqlens_k = torch.tensor(lens, dtype=torch.int32) + new_len - 1
+    setattr(mha, CACHE_LENGTHS, (seqlens_k, seqlens_k.max() + 1))
+    try:
+        out, _, _ = fused_forward(mha, x, x, past=(past_k, past_v), bias=bias)
+    finally:
+        delattr(mha, CACHE_LENGTHS)
+    for r, p in enumerate(lens):
+        causal = torch.ones(1, new_len, p + new_len, dtype=torch.bool).tril(diagonal=p)
+        row_past = (past_k[r : r + 1, :, :p], past_v[r : r + 1, :, :p])
+        row_bias = bias[r : r + 1, :, :, : p + new_len]
+        ref, _, _ = mha(x[r : r + 1], x[r : r + 1], causal, past=row_past, bias=row_bias)
+        torch.testing.assert_close(out[r : r + 1], ref, atol=1e-6, rtol=1e-5)
+
+
 def test_decoder_uses_group_query_attention_with_the_inplace_interface(
     inplace_dir, tiny_concat_bundle, tiny_model
 ):

@@ -37,11 +37,12 @@ TEMPLATED = {"Add": "Add", "Sub": "Sub", "Mul": "Mul", "Div": "Div", "And": "And
              "Relu": "Relu", "MatMul": "MatMul", "Softmax": "Softmax", "LogSoftmax": "Softmax",
              "ReduceMean": "ReduceMean", "Less": "Less", "LessOrEqual": "LessOrEqual", "Cast": "Cast",
              "LayerNormalization": "LayerNorm", "Sigmoid": "Sigmoid", "Erf": "Erf",
-             "ReduceMax": "ReduceMax", "Equal": "Equal", "Or": "Or"}
+             "ReduceMax": "ReduceMax", "Equal": "Equal", "Or": "Or", "Sqrt": "Sqrt",
+             "Reciprocal": "Reciprocal", "Tanh": "Tanh"}  # and T5's (export/hf/t5.py)
 UNTEMPLATED = {"Gather": "Gather", "Concat": "Concat", "Reshape": "Reshape", "Transpose": "Transpose",
                "Range": "Range", "Trilu": "Trilu", "Expand": "Expand", "Squeeze": "Squeeze",
                "Unsqueeze": "Unsqueeze", "Split": "Split_18", "GatherElements": "GatherElements",
-               "Identity": "IdentityOp"}
+               "Identity": "IdentityOp", "Pow": "Pow", "CumSum": "CumSum", "Clip": "Clip"}
 
 
 def load(path) -> onnx.ModelProto:
