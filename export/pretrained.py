@@ -1,8 +1,9 @@
-"""Import a pretrained Hugging Face seq2seq model (Marian / OPUS-MT, M2M100, NLLB, BART, mBART-50, Pegasus)
-into a verified bundle.
+"""Import a pretrained Hugging Face seq2seq model (Marian / OPUS-MT, M2M100, NLLB, BART, mBART-50, Pegasus,
+T5, Flan-T5, mT5) into a verified bundle.
 
     python -m export.pretrained --model path/to/opus-mt-en-de --out bundles/en-de \\
         [--force] [--attention fused|plain|inplace] [--fp16] [--quantize int8] [--optimize]
+        [--task NAME | --task-prefix TEXT]
 
 No network: --model is a local directory (config.json, model.safetensors or pytorch_model.bin, the
 tokenizer files). The weights map onto model/'s Transformer (export/hf/mapping.py), the tokenizer
@@ -18,6 +19,9 @@ generate decodes with by default (num_beams, max_length, min_length, no_repeat_n
 length_penalty, repetition_penalty) becomes `generation.defaults`: a request that leaves an option
 unset decodes as transformers' pipeline does. A BART checkpoint's forced_bos_token_id becomes
 `generation.forced_bos_id` (many-to-many models force the request's target language instead).
+A task prefix (T5's "translate English to German: "), `--task NAME` for the prefix of config.json's
+task_specific_params[NAME] or `--task-prefix TEXT`, becomes part of `generation.source_prefix`: every
+source is read as that text followed by the request's (export/hf/tokenizer.py `task_prefix_ids`).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import json
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -57,24 +62,52 @@ from export.verify.base import ParityError
 from interface.generation import FORMAT_WITH_GENERATION
 
 
-def pretrained_source(model_dir: Path, opts: BuildOptions) -> tuple[ModelSource, Pretrained]:
-    """The imported model, its tokenizer files and its format-2 manifest objects, ready for `package`."""
+def task_prefixes(hf: dict[str, Any]) -> dict[str, str]:
+    """The checkpoint's task prefixes: task name -> the `prefix` of config.json's task_specific_params."""
+    tasks = hf.get("task_specific_params") or {}
+    prefixes = {name: params.get("prefix") for name, params in tasks.items() if isinstance(params, dict)}
+    return {name: prefix for name, prefix in prefixes.items() if isinstance(prefix, str) and prefix.strip()}
+
+
+def task_prefix(hf: dict[str, Any], task: str | None, prefix: str | None) -> str | None:
+    """The text every source starts with: `prefix` as given, or the prefix of the checkpoint's `task`;
+    ValueError naming the known tasks for an unknown one."""
+    if task is not None and prefix is not None:
+        raise ValueError("give --task or --task-prefix, not both")
+    if task is None:
+        return prefix
+    known = task_prefixes(hf)
+    if task not in known:
+        raise ValueError(f"task {task!r} has no prefix in config.json's task_specific_params; known: "
+                         f"{', '.join(sorted(known)) or 'none'} (or give the text with --task-prefix)")
+    return known[task]
+
+
+def pretrained_source(model_dir: Path, opts: BuildOptions, task: str | None = None, prefix: str | None = None
+                      ) -> tuple[ModelSource, Pretrained]:
+    """The imported model, its tokenizer files and its format-2 manifest objects, ready for `package`; with
+    a task prefix (`task_prefix`) every source starts with."""
     if not model_dir.is_dir():
         raise FileNotFoundError(f"model directory not found: {model_dir}")
     hf = read_config(model_dir)
+    chosen = task_prefix(hf, task, prefix)
     model, info = load_pretrained(model_dir)
     settings = generation_settings(model_dir, hf)
     start = settings.get("decoder_start_token_id") if settings is not hf else None
     if start is not None and start != model.cfg.start_id:
         raise UnsupportedModel(f"generation_config.json starts the decoder from {start}, config.json from "
                                f"{model.cfg.start_id}")
-    tok = read_tokenizer(model_dir, info.family, model.cfg)
+    tok = read_tokenizer(model_dir, info.family, model.cfg, chosen)
     tok.generation |= generation_rules(settings, model.cfg) | generation_search(settings, model.cfg) | \
         forced_bos(settings, model.cfg, tok.languages is not None)
     model.cfg = replace(model.cfg, bos_id=tok.special["bos"], unk_id=tok.special["unk"])
-    extra = tok.manifest() | {"pretrained": {
-        "family": info.family, "architecture": info.architecture, "model_dir": model_dir.name,
-        "weights": list(info.weight_files), "generation_defaults": generation_defaults(settings)}}
+    described = {"family": info.family, "architecture": info.architecture, "model_dir": model_dir.name,
+                 "weights": list(info.weight_files), "generation_defaults": generation_defaults(settings)}
+    if task_prefixes(hf):
+        described["task_prefixes"] = task_prefixes(hf)
+    if chosen is not None:
+        described["task_prefix"] = chosen
+    extra = tok.manifest() | {"pretrained": described}
     source = ModelSource(
         model=model, write_tokenizer=tok.write,
         sources=verification_sources(model, None, None, opts.verify_sources),
@@ -82,13 +115,14 @@ def pretrained_source(model_dir: Path, opts: BuildOptions) -> tuple[ModelSource,
     return source, info
 
 
-def import_pretrained(model_dir: Path, out: Path, opts: BuildOptions | None = None, log=lambda _: None
-                      ) -> BuildResult:
-    """Map, export, verify and package a Hugging Face model directory into the bundle directory `out`."""
+def import_pretrained(model_dir: Path, out: Path, opts: BuildOptions | None = None, log=lambda _: None,
+                      task: str | None = None, prefix: str | None = None) -> BuildResult:
+    """Map, export, verify and package a Hugging Face model directory into the bundle directory `out` (with
+    the task prefix of `task_prefix`)."""
     opts = opts or BuildOptions()
     model_dir = Path(model_dir)
     check_output_dir(Path(out), opts.force)  # before reading a large checkpoint
-    source, info = pretrained_source(model_dir, opts)
+    source, info = pretrained_source(model_dir, opts, task, prefix)
     return package(source, Path(out), opts, log, name=f"{model_dir} ({info.architecture})")
 
 
@@ -98,6 +132,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", type=Path, required=True, help="Hugging Face model directory (local)")
     ap.add_argument("--verify-sources", type=int, default=8, help="random sources decoded greedily by both")
+    task = ap.add_mutually_exclusive_group()
+    task.add_argument("--task", help="start every source with this task's prefix of config.json's "
+                                     "task_specific_params (T5: summarization, translation_en_to_de, ...)")
+    task.add_argument("--task-prefix", help="start every source with this text (T5: 'summarize: ')")
     add_bundle_options(ap)
     return ap.parse_args(argv)
 
@@ -108,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(a.threads)
     opts = bundle_options(a, verify_sources=a.verify_sources)
     try:
-        result = import_pretrained(a.model, a.out, opts, log=lambda msg: print(msg, file=sys.stderr))
+        result = import_pretrained(a.model, a.out, opts, log=lambda msg: print(msg, file=sys.stderr),
+                                   task=a.task, prefix=a.task_prefix)
     except (BundleError, FileNotFoundError, UnsupportedModel, TokenizerMismatch, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -22,6 +22,9 @@ Five families map onto the paper's Transformer with the switches of `ModelConfig
              decoder; sinusoids in [sin | cos] halves read at the position itself (as Marian's);
              embeddings times sqrt(d_model) if `scale_embedding`; `activation_function`;
              final_logits_bias; one shared vocabulary; the decoder starts from pad
+    t5, mt5  (T5ForConditionalGeneration: T5 v1.0, v1.1, Flan-T5; MT5ForConditionalGeneration)
+             relative position bias, RMSNorm, no attention scaling, relu or gated-gelu
+             feed-forward, no biases: export/hf/t5.py
 
 Anything else is refused with the reason (`UNSUPPORTED`). Weights come from model.safetensors,
 pytorch_model.bin (torch.load with weights_only=True) or their sharded indexes, in float32; every
@@ -40,13 +43,15 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from export.hf.errors import UnsupportedModel
+from export.hf.t5 import T5_FAMILIES, map_t5_weights, t5_config
 from model.checkpoint import file_sha256
 from model.config import ModelConfig
 from model.transformer import Transformer, sinusoidal_table
 
 SUPPORTED = {"marian": "MarianMTModel", "m2m_100": "M2M100ForConditionalGeneration",
              "bart": "BartForConditionalGeneration", "mbart": "MBartForConditionalGeneration",
-             "pegasus": "PegasusForConditionalGeneration"}
+             "pegasus": "PegasusForConditionalGeneration", **T5_FAMILIES}
 # family -> (pre-LN, position table, LayerNorm on the embeddings); the offsets are in `position_offset`
 LAYOUTS = {"marian": (False, "halves", False), "m2m_100": (True, "fairseq", False),
            "bart": (False, "learned", True), "mbart": (True, "learned", True),
@@ -59,10 +64,8 @@ UNSUPPORTED = {  # model_type -> why it does not map onto model/'s Transformer
     "led": "learned positions and local + global (Longformer) attention",
     "blenderbot": "learned positional embeddings",
     "prophetnet": "n-stream self-attention and relative position buckets",
-    "t5": "relative position bias instead of absolute positions, RMSNorm, no attention scaling",
-    "mt5": "relative position bias instead of absolute positions, RMSNorm, gated-GELU feed-forward",
-    "umt5": "relative position bias per layer instead of absolute positions, RMSNorm",
-    "longt5": "relative position bias and local/transient-global attention",
+    "umt5": "a relative position bias of its own in every layer (T5 and mT5 share one per stack)",
+    "longt5": "local or transient-global attention over the source (and no cache of ours for it)",
 }
 HF_ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "silu", "silu": "silu"}
 # legacy BART-style keys that converted Marian configs carry; transformers' MarianMTModel ignores them
@@ -72,10 +75,6 @@ MARIAN_FALSE_FLAGS = ("normalize_before", "add_final_layer_norm", "normalize_emb
 ATTENTION = {"w_q": "q_proj", "w_k": "k_proj", "w_v": "v_proj", "w_o": "out_proj"}
 SUBLAYER_NORMS = {"encoder": ("self_attn_layer_norm", "final_layer_norm"),
                   "decoder": ("self_attn_layer_norm", "encoder_attn_layer_norm", "final_layer_norm")}
-
-
-class UnsupportedModel(ValueError):
-    """The checkpoint's family or one of its settings has no counterpart in model/'s Transformer."""
 
 
 @dataclass(frozen=True)
@@ -107,7 +106,7 @@ def family_of(hf: dict[str, Any]) -> str:
         raise UnsupportedModel(f"{kind} ({arch}) is not supported: {UNSUPPORTED[kind]}; "
                                f"supported: {', '.join(SUPPORTED)}")
     raise UnsupportedModel(f"model_type {kind!r} ({arch}) is not supported; supported: "
-                           f"{', '.join(SUPPORTED)} (encoder-decoder Transformers with sinusoidal positions)")
+                           f"{', '.join(SUPPORTED)} (encoder-decoder Transformers)")
 
 
 def _same(hf: dict[str, Any], a: str, b: str, what: str) -> int:
@@ -120,6 +119,8 @@ def _same(hf: dict[str, Any], a: str, b: str, what: str) -> int:
 
 def model_config(hf: dict[str, Any], family: str) -> ModelConfig:
     """The ModelConfig of a supported checkpoint's config.json (tying decided later, from the weights)."""
+    if family in T5_FAMILIES:
+        return t5_config(hf)
     act = hf.get("activation_function", "relu")
     if act not in HF_ACTIVATIONS:
         known = ", ".join(HF_ACTIVATIONS)
@@ -264,6 +265,8 @@ def check_positions(state: dict[str, Tensor], cfg: ModelConfig) -> None:
 def map_weights(hf: dict[str, Any], state: dict[str, Tensor], cfg: ModelConfig, family: str
                 ) -> tuple[ModelConfig, dict[str, Tensor]]:
     """Our config (tying set) and state dict from the file's tensors; UnsupportedModel if any is left over."""
+    if family in T5_FAMILIES:
+        return map_t5_weights(hf, state, cfg, family)
     check_positions(state, cfg)
     embeddings = embedding_keys(hf, state, family)
     tables = [state[k] for k in embeddings.values()]

@@ -5,16 +5,19 @@ What the bundle records (interface/generation.py, docs/bundle-format.md):
     tokenizer   kind "sentencepiece": Marian's source.spm / target.spm as they are; M2M100 / NLLB's
                 one sentencepiece.bpe.model as both; vocab.json = the transformers tokenizer's
                 get_vocab() (piece -> model id; for M2M100 / NLLB with the fairseq offsets and the
-                language tokens); kind "tokenizers": BART's byte-level BPE, the transformers
-                tokenizer's own tokenizers file written as tokenizer.json (however the checkpoint
-                holds it: tokenizer.json, or vocab.json + merges.txt); Pegasus's unigram model with its
-                id offset (pad, eos, <mask_1>, <mask_2>, <unk_2>..<unk_102>, then the pieces) the same
-                way (tokenizer.json, or built from a bare spiece.model: `pegasus_from_spm`)
-    generation  decoder_start_id (the model's decoder_start_token_id: Marian / Pegasus pad, M2M100 /
+                language tokens); kind "tokenizers": BART's byte-level BPE and T5 / mT5's
+                SentencePiece unigram (with T5's <extra_id_N> sentinels as added tokens), the
+                transformers tokenizer's own tokenizers file written as tokenizer.json (however the
+                checkpoint holds it: tokenizer.json, vocab.json + merges.txt, or a bare spiece.model);
+                Pegasus's unigram model with its id offset (pad, eos, <mask_1>, <mask_2>,
+                <unk_2>..<unk_102>, then the pieces) the same way (tokenizer.json, or built from a bare
+                spiece.model: `pegasus_from_spm`)
+    generation  decoder_start_id (the model's decoder_start_token_id: Marian, Pegasus and T5 pad, M2M100 /
                 NLLB / BART eos), source_suffix (what the tokenizer appends to a source: [eos]) and
                 source_prefix (what it puts before a source that is not a language id: BART's
-                [bos]); its rules (suppress_ids, ...) come from the generation config
-                (export/pretrained.py)
+                [bos]; then the ids of a task prefix chosen at export, T5's "summarize: ", which
+                must tokenize apart from the text after it: `task_prefix_ids`); its rules
+                (suppress_ids, ...) come from the generation config (export/pretrained.py)
     languages   many-to-many models only (M2M100, NLLB, mBART-50: "en_XX", ...): code -> id of its
                 language token, the source prefixed with its language, the first generated token
                 forced to the target language
@@ -48,11 +51,13 @@ from model.config import ModelConfig
 VOCAB_FILE = "vocab.json"
 TOKENIZERS_FILE = "tokenizer.json"  # kind "tokenizers"
 MBART_SPM = "sentencepiece.bpe.model"  # mBART-50's (and M2M100 / NLLB's) SentencePiece model
-PEGASUS_SPM = "spiece.model"  # Pegasus's SentencePiece model (pad 0, eos 1, unk 2)
-TOKENIZERS_FAMILIES = ("bart", "pegasus")  # written as the transformers tokenizer's own tokenizers file
+SPIECE = "spiece.model"  # T5's, Flan-T5's, mT5's and Pegasus's SentencePiece model
+TOKENIZERS_FAMILIES = ("bart", "pegasus", "t5", "mt5")  # written as the transformers tokenizer's own file
 PEGASUS_OFFSET = 103  # PegasusTokenizer's default offset: pieces from id 2 on sit at their id + offset
 NLLB_CODE = re.compile(r"[a-z]{3}_[A-Z][a-z]{3}")  # eng_Latn, fra_Latn, ...
 SAMPLE = "a b"  # encoded with and without special tokens to find the affixes
+# texts a task prefix must tokenize apart from (leading space, punctuation, digits, an unknown character)
+PREFIX_CHECKS = (SAMPLE, " a", "B, c.", "3 x", "日本")
 
 
 class TokenizerMismatch(ValueError):
@@ -99,20 +104,26 @@ class TokenizerImport:
 
 
 def load_hf_tokenizer(model_dir: Path, family: str = "") -> Any:
-    """The checkpoint's transformers tokenizer, from local files only; an mBART-50 or Pegasus directory
-    whose SentencePiece model transformers cannot read (no tokenizer.json) through `mbart50_from_spm` /
-    `pegasus_from_spm`."""
+    """The checkpoint's transformers tokenizer, from local files only; an mBART-50, Pegasus or T5 directory
+    whose SentencePiece model transformers cannot read (no tokenizer.json) through `mbart50_from_spm`,
+    `pegasus_from_spm` or `t5_from_spm`."""
     from transformers import AutoTokenizer
 
     try:
         return AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
     except Exception as e:  # a missing file surfaces as OSError, TypeError or AssertionError
-        bare = {"mbart": (MBART_SPM, mbart50_from_spm), "pegasus": (PEGASUS_SPM, pegasus_from_spm)
-                }.get(family)
+        bare = {"mbart": (MBART_SPM, mbart50_from_spm), "pegasus": (SPIECE, pegasus_from_spm),
+                "t5": (SPIECE, t5_from_spm), "mt5": (SPIECE, t5_from_spm)}.get(family)
         if bare and (model_dir / bare[0]).is_file() and not (model_dir / TOKENIZERS_FILE).is_file():
             return bare[1](model_dir)
         raise FileNotFoundError(f"cannot load the tokenizer of {model_dir} (are its tokenizer files there?): "
                                 f"{type(e).__name__}: {e}") from e
+
+
+def tokenizer_settings(model_dir: Path) -> dict[str, Any]:
+    """tokenizer_config.json of a model directory ({} without one)."""
+    path = model_dir / "tokenizer_config.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
 def mbart50_from_spm(model_dir: Path) -> Any:
@@ -120,8 +131,7 @@ def mbart50_from_spm(model_dir: Path) -> Any:
     normalizer's charsmap: export/hf/spm_model.py) and tokenizer_config.json's src_lang / tgt_lang."""
     from transformers import MBart50Tokenizer
 
-    path = model_dir / "tokenizer_config.json"
-    settings = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    settings = tokenizer_settings(model_dir)
     spm = model_dir / MBART_SPM
     charsmap = precompiled_charsmap(spm) or None
     return MBart50Tokenizer(vocab=pieces_and_scores(spm), _spm_precompiled_charsmap=charsmap,
@@ -142,16 +152,34 @@ def pegasus_from_spm(model_dir: Path) -> Any:
     its normalizer's charsmap) and tokenizer_config.json's special tokens and offset."""
     from transformers import PegasusTokenizer
 
-    path = model_dir / "tokenizer_config.json"
-    settings = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    settings = tokenizer_settings(model_dir)
     keys = ("pad_token", "eos_token", "unk_token", "mask_token", "mask_token_sent")
     named = {k: settings[k] for k in keys if isinstance(settings.get(k), str)}
     offset = int(settings.get("offset") or PEGASUS_OFFSET)
-    spm = model_dir / PEGASUS_SPM
+    spm = model_dir / SPIECE
     masks = (named.get("mask_token_sent", "<mask_1>"), named.get("mask_token", "<mask_2>"))
     vocab = pegasus_vocab(spm, offset, named.get("pad_token", "<pad>"), named.get("eos_token", "</s>"), masks)
     return PegasusTokenizer(vocab=vocab, _spm_precompiled_charsmap=precompiled_charsmap(spm) or None,
                             offset=offset, **named)
+
+
+def t5_from_spm(model_dir: Path) -> Any:
+    """A T5Tokenizer of the directory's bare spiece.model, as transformers converts one: the model's pieces
+    and scores, then tokenizer_config.json's extra_ids (default 100) sentinels <extra_id_N> in reverse
+    order (<extra_id_0> last), its additional_special_tokens (default: those sentinels), the normalizer's
+    charsmap (export/hf/spm_model.py)."""
+    from transformers import T5Tokenizer
+
+    settings = tokenizer_settings(model_dir)
+    spm = model_dir / SPIECE
+    extra = int(settings.get("extra_ids", 100))
+    sentinels = [f"<extra_id_{i}>" for i in range(extra - 1, -1, -1)]
+    vocab = pieces_and_scores(spm) + [(token, 0.0) for token in sentinels]
+    special = {k: settings[k] for k in ("eos_token", "unk_token", "pad_token")
+               if isinstance(settings.get(k), str)}
+    return T5Tokenizer(vocab=vocab, _spm_precompiled_charsmap=precompiled_charsmap(spm) or None,
+                       extra_ids=extra, additional_special_tokens=settings.get("additional_special_tokens")
+                       or sentinels, **special)
 
 
 def affixes(tok: Any) -> tuple[list[int], list[int]]:
@@ -216,12 +244,14 @@ def special_ids(tok: Any, cfg: ModelConfig) -> dict[str, int]:
 def tokenizer_files(tok: Any, model_dir: Path, family: str) -> tuple[dict[str, Any], dict[str, Path],
                                                                       dict[str, str]]:
     """(`tokenizer` object, files to copy, files to write) of the bundle: SentencePiece models as they
-    are, or BART's byte-level BPE (Pegasus's unigram model) as the transformers tokenizer's own tokenizers
-    file."""
+    are, or BART's byte-level BPE, Pegasus's and T5's unigram as the transformers tokenizer's own
+    tokenizers file (what transformers 5 tokenizes with: its T5Tokenizer rebuilds the normalizer and
+    pre-tokenizer whatever a hub tokenizer.json says)."""
     if family in TOKENIZERS_FAMILIES:
         backend = getattr(tok, "backend_tokenizer", None)
         if backend is None:
-            raise TokenizerMismatch(f"the {family} tokenizer {type(tok).__name__} has no tokenizers backend")
+            raise TokenizerMismatch(f"the {family} tokenizer {type(tok).__name__} has no tokenizers backend "
+                                    "(ByT5's byte tokenizer, say): the bundle needs a tokenizers file")
         from tokenizers import Tokenizer
 
         own = Tokenizer.from_str(backend.to_str())  # a copy: transformers may have left padding set on it
@@ -248,8 +278,26 @@ def _without_added(text: str, tokens: set[str]) -> str:
     return json.dumps(data, ensure_ascii=False)
 
 
-def read_tokenizer(model_dir: Path, family: str, cfg: ModelConfig) -> TokenizerImport:
-    """The bundle's tokenizer of a supported checkpoint (export/hf/mapping.py family)."""
+def task_prefix_ids(tok: Any, text: str) -> list[int]:
+    """The ids of a task prefix (T5's "translate English to German: "): the tokenizer's ids of text + X must
+    be these ids + those of X for every text X of PREFIX_CHECKS, so that a bundle stating them gives the
+    ids of the prefixed text; TokenizerMismatch otherwise (a prefix that merges with what follows)."""
+    if not text.strip():
+        raise TokenizerMismatch("the task prefix is empty")
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    for after in PREFIX_CHECKS:
+        joined = tok(text + after, add_special_tokens=False)["input_ids"]
+        apart = ids + tok(after, add_special_tokens=False)["input_ids"]
+        if joined != apart:
+            raise TokenizerMismatch(f"the task prefix {text!r} does not tokenize apart from the text after "
+                                    f"it ({text + after!r}: {joined}, not {apart}); end it with a space")
+    return list(ids)
+
+
+def read_tokenizer(model_dir: Path, family: str, cfg: ModelConfig, task_prefix: str | None = None
+                   ) -> TokenizerImport:
+    """The bundle's tokenizer of a supported checkpoint (export/hf/mapping.py family), with the ids of
+    `task_prefix` (a text every source starts with) after the tokenizer's own source prefix."""
     tok = load_hf_tokenizer(model_dir, family)
     spec, files, texts = tokenizer_files(tok, model_dir, family)
     vocab = {str(p): int(i) for p, i in tok.get_vocab().items()}
@@ -278,6 +326,8 @@ def read_tokenizer(model_dir: Path, family: str, cfg: ModelConfig) -> TokenizerI
     elif set(prefix) & set(language_codes(tok).values()):
         raise TokenizerMismatch(f"the tokenizer prefixes a source with {prefix}, a language id, but the "
                                 f"{family} family has no languages")
+    if task_prefix is not None:
+        fixed = [*fixed, *task_prefix_ids(tok, task_prefix)]
     generation = {"decoder_start_id": cfg.start_id, "source_suffix": suffix}
     if fixed:
         generation["source_prefix"] = fixed

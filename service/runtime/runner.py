@@ -113,7 +113,7 @@ class Runner:
         n_layers = self.bundle.n_decoder_layers
         check_decoder_inputs(self.sessions.decoder, n_layers, self.kv_cache, decoder)
         heads = int(self.config["n_heads"])
-        d_head = int(self.config["d_model"]) // heads
+        d_head = int(self.config.get("head_dim") or int(self.config["d_model"]) // heads)  # T5's d_kv if set
         start = self.bundle.generation.decoder_start_id
         self.spec = ModelSpec(self.source_vocab_size, self.max_len, n_layers, heads, d_head, self.special,
                               self.kv_cache, self.sessions.cache_dtype,

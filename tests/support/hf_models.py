@@ -1,8 +1,9 @@
 """Tiny Hugging Face checkpoints built offline, as `python -m export.pretrained` finds them on disk.
 
-Marian (MarianMTModel + MarianTokenizer: source.spm, target.spm, vocab.json) and M2M100 / NLLB
+Marian (MarianMTModel + MarianTokenizer: source.spm, target.spm, vocab.json), M2M100 / NLLB
 (M2M100ForConditionalGeneration + M2M100Tokenizer or NllbTokenizer over one
-sentencepiece.bpe.model) models of a few thousand parameters: SentencePiece models trained here on a
+sentencepiece.bpe.model), mBART-50, BART and T5 / Flan-T5 / mT5 (T5Tokenizer over spiece.model) models
+of a few thousand parameters: SentencePiece models trained here on a
 few hundred generated sentences, the transformers tokenizer built from those files, the model from
 its config class with random weights, then a few dozen Adam steps on a word-for-word "translation"
 of the generated sentences, so that decoding follows the source and stops at eos (a random
@@ -22,6 +23,7 @@ import torch
 
 from export.hf.spm_model import pieces_and_scores, precompiled_charsmap
 from export.hf.tokenizer import PEGASUS_OFFSET
+from export.verify.int8 import Int8Limits
 
 WORDS = {  # source word -> its "translation"
     "the": "die", "cat": "katze", "saw": "sah", "anna": "anna", "big": "gross", "red": "rote",
@@ -45,6 +47,7 @@ class Shape:
     activation: str = "swish"
     shared: bool = True  # Marian: one embedding matrix for source, target and output
     scale_embedding: bool = True
+    head_dim: int | None = None  # T5's d_kv (None: d_model / heads)
 
 
 def parallel(n: int, seed: int) -> list[tuple[str, str]]:
@@ -67,8 +70,8 @@ def dimensions(shape: Shape) -> dict[str, Any]:
 
 
 def train_spm(path: Path, texts: list[str], vocab_size: int, model_type: str = "unigram", **ids: int) -> Path:
-    """A SentencePiece model of `texts` (unk 0, then bos / eos as the family's converters leave them; or
-    the special ids given, e.g. Pegasus's pad_id=0, eos_id=1, unk_id=2, bos_id=-1)."""
+    """A SentencePiece model of `texts` (unk 0, then bos / eos as the family's converters leave them; or the
+    special ids given: unk_id, bos_id, eos_id, pad_id, -1 for none)."""
     prefix = path.with_name(path.name + ".train")
     sentencepiece.SentencePieceTrainer.train(
         sentence_iterator=iter(texts), model_prefix=str(prefix), vocab_size=vocab_size,
@@ -84,14 +87,14 @@ def spm_pieces(path: Path) -> list[str]:
     return [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
 
 
-def fit(model: Any, tok: Any, pairs: list[tuple[str, str]], steps: int, seed: int,
+def fit(model: Any, tok: Any, pairs: list[tuple[str, str]], steps: int, seed: int, lr: float = 1e-2,
         weight_decay: float = 0.0) -> None:
     """A few Adam steps (AdamW with a decoupled `weight_decay`) of teacher-forced cross-entropy on the pairs
     (eval mode after)."""
     torch.manual_seed(seed)
     params = model.parameters()
-    opt = torch.optim.AdamW(params, lr=1e-2, weight_decay=weight_decay) if weight_decay else \
-        torch.optim.Adam(params, lr=1e-2)
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay) if weight_decay else \
+        torch.optim.Adam(params, lr=lr)
     model.train()
     rng = random.Random(seed)
     for _ in range(steps):
@@ -280,3 +283,88 @@ def language_id(tok: Any, code: str) -> int:
     """The id of a language's token (M2M100: "de" -> __de__; NLLB: the code itself)."""
     codes = getattr(tok, "lang_code_to_id", None)
     return int(codes[code]) if codes else int(tok.convert_tokens_to_ids(code))
+
+
+T5_VARIANTS = ("v1", "flan", "mt5")  # T5 v1.0 (relu, tied head, scaled), Flan-T5 / v1.1 (gated-gelu, own
+# lm_head), mT5 (MT5ForConditionalGeneration: gated-gelu, own lm_head, no sentinels)
+T5_TASKS = {"summarization": {"prefix": "summarize: ", "num_beams": 4},
+            "translation_en_to_de": {"prefix": "translate English to German: ", "max_length": 300}}
+
+
+def t5_tokenizer(spm: Path, extra_ids: int) -> Any:
+    """transformers' T5Tokenizer of a SentencePiece model, as it converts one: its pieces and scores, then
+    `extra_ids` sentinels <extra_id_N> in reverse order, its charsmap."""
+    from transformers import T5Tokenizer
+
+    sentinels = [(f"<extra_id_{i}>", 0.0) for i in range(extra_ids - 1, -1, -1)]
+    return T5Tokenizer(vocab=pieces_and_scores(spm) + sentinels, extra_ids=extra_ids,
+                       _spm_precompiled_charsmap=precompiled_charsmap(spm))
+
+
+def t5_dir(root: Path, shape: Shape, variant: str = "v1", seed: int = 0, steps: int = 200, lr: float = 3e-3,
+           buckets: int = 16) -> Path:
+    """A tiny T5ForConditionalGeneration (or MT5ForConditionalGeneration) directory of a T5_VARIANTS variant,
+    with a T5Tokenizer over a unigram spiece.model trained here (pad 0, eos 1, unk 2; T5: 100 sentinels, mT5:
+    none), a vocabulary padded past the tokenizer's (as 32128 past 32100), `buckets` relative-position buckets
+    up to distance 20 (T5 learns slowly at this size: a lower rate than `fit`'s default keeps it from
+    repeating one word), and config.json as the hub's: T5 v1.0 without tie_word_embeddings, Flan-T5 and mT5
+    with it false and an lm_head.weight of their own; config.json's task_specific_params as T5's
+    (T5_TASKS)."""
+    import transformers
+
+    root.mkdir(parents=True, exist_ok=True)
+    pairs = parallel(300, seed)
+    spm = train_spm(root / "spiece.model", [x for p in pairs for x in p], 90, pad_id=0, eos_id=1, unk_id=2,
+                    bos_id=-1)
+    tok = t5_tokenizer(spm, 0 if variant == "mt5" else 100)
+    names = ("MT5Config", "MT5ForConditionalGeneration") if variant == "mt5" else \
+        ("T5Config", "T5ForConditionalGeneration")
+    config_class, model_class = (getattr(transformers, n) for n in names)
+    torch.manual_seed(seed)
+    config = config_class(
+        vocab_size=len(tok) + 6, d_model=shape.d_model, d_kv=shape.head_dim or shape.d_model // shape.heads,
+        d_ff=shape.d_ff, num_layers=shape.layers[0], num_decoder_layers=shape.layers[1],
+        num_heads=shape.heads,
+        relative_attention_num_buckets=buckets, relative_attention_max_distance=20, dropout_rate=0.0,
+        feed_forward_proj="relu" if variant == "v1" else "gated-gelu", decoder_start_token_id=0,
+        task_specific_params=T5_TASKS)
+    model = model_class(config)
+    if variant != "v1":  # an output projection of its own (transformers ties it to the shared table at first)
+        with torch.no_grad():
+            model.lm_head.weight = torch.nn.Parameter(model.shared.weight.detach() * shape.d_model**-0.5)
+    fit(model, tok, pairs, steps, seed, lr)
+    model.save_pretrained(root)
+    tok.save_pretrained(root)
+    hub = json.loads((root / "config.json").read_text(encoding="utf-8"))
+    hub.pop("scale_decoder_outputs", None)  # what transformers 5 writes; hub configs say tie_word_embeddings
+    hub.pop("tie_word_embeddings", None)
+    if variant != "v1":
+        hub["tie_word_embeddings"] = False
+    (root / "config.json").write_text(json.dumps(hub, indent=2), encoding="utf-8")
+    return root
+
+
+# the int8 variant, its greedy-agreement gate waived: the export checks it on random ids, where a tiny model's
+# greedy picks are near-ties that int8 flips (test_pretrained_variants.py checks it on the texts instead)
+INT8 = {"quantize": "int8", "int8_limits": Int8Limits(agreement=0.0)}
+# name: (family, shape, bundle options); together: d_model 16 / 32, 1-2 layers, 2 / 4 heads, swish and
+# relu, gelu, gated-gelu, shared and separate embeddings, scaled and unscaled embeddings, sinusoid, learned
+# and relative positions, each lowering, fp16 on six, int8 on three
+HF_MODELS = {
+    "marian": ("marian", Shape(), {"fp16": True}),
+    "marian-separate": ("marian", Shape(d_model=32, layers=(2, 2), heads=4, d_ff=64, activation="relu",
+                                        shared=False, scale_embedding=False), {"attention": "fused"}),
+    "m2m100": ("m2m100", Shape(activation="relu"), {"fp16": True}),
+    "nllb": ("nllb", Shape(d_model=32, layers=(2, 1), heads=4, d_ff=64, activation="relu"),
+             {"attention": "plain"}),
+    "bart": ("bart", Shape(d_model=32, layers=(1, 2), heads=4, d_ff=64, activation="gelu",
+                           scale_embedding=False), {"fp16": True, **INT8}),
+    "mbart": ("mbart", Shape(d_model=32, heads=4, d_ff=64, activation="gelu"), {"fp16": True, **INT8}),
+    "pegasus": ("pegasus", Shape(d_model=32, layers=(2, 1), heads=4, d_ff=64, activation="relu"),
+                {"fp16": True, **INT8}),
+    # T5 v1.0 (relu, tied and scaled head), Flan-T5 (gated-gelu, own head), mT5 (4 heads of d_kv 16:
+    # 64 != 32); d_kv 16 as T5's 64, a power of 4: W^Q times sqrt(d_kv) is exact (export/hf/t5.py)
+    "t5": ("t5-v1", Shape(d_model=32, heads=2, d_ff=64), {"fp16": True}),
+    "flan-t5": ("t5-flan", Shape(d_model=32, layers=(2, 1), heads=2, d_ff=64), {"attention": "fused"}),
+    "mt5": ("t5-mt5", Shape(d_model=32, heads=4, d_ff=64, head_dim=16), {"attention": "plain"}),
+}

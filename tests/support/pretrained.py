@@ -145,7 +145,7 @@ class GraphReference:
         assert manifest["onnx"]["kv_cache"] == "concat", "the reference runs many tokens at once"
         model = manifest["model"]
         self.layers, self.heads = model["n_decoder_layers"], model["n_heads"]
-        self.d_head = model["d_model"] // self.heads
+        self.d_head = model.get("head_dim") or model["d_model"] // self.heads
         self.encoder, self.decoder = (cpu_session(bundle / f) for f in ("encoder.onnx", "decoder.onnx"))
 
     def logprobs(self, source: Sequence[int], decoder_ids: Sequence[int]) -> np.ndarray:

@@ -21,9 +21,10 @@ from model.checkpoint import file_sha256
 from model.config import ModelConfig
 from tests.support.bundle_search import hf_search, onnx_search
 from tests.support.hf_generate import hf_generate
-from tests.support.hf_models import M2M_CODES, NLLB_CODES, language_id, parallel
+from tests.support.hf_models import HF_MODELS, M2M_CODES, NLLB_CODES, language_id, parallel
 
 MAX_NEW = 20
+NAMES = list(HF_MODELS)
 TARGET = {"m2m100": "de", "nllb": "deu_Latn", "mbart": "de_DE"}  # forced first token of many-to-many models
 NO_RULES = {"suppress_ids": [], "forced_eos_at_limit": False, "renormalize": False}  # none in their configs
 SEARCH = {"beam_search": "transformers", "early_stopping": False, "begin_suppress_ids": [], "defaults": {}}
@@ -141,7 +142,7 @@ def test_bundle_tokenizer_files_give_the_transformers_ids(hf_bundles, hf_dirs, n
 
 
 @pytest.mark.parametrize("beam", [1, 2, 4])
-@pytest.mark.parametrize("name", ["marian", "marian-separate", "m2m100", "nllb", "bart", "mbart", "pegasus"])
+@pytest.mark.parametrize("name", NAMES)
 def test_greedy_and_beam_are_token_identical_to_generate(hf_bundles, hf_dirs, name, beam):
     model, tok = hf(hf_dirs, name)
     sources = [tok(s)["input_ids"] for s, _ in parallel(12, 7)]
@@ -158,7 +159,7 @@ def test_greedy_and_beam_are_token_identical_to_generate(hf_bundles, hf_dirs, na
         assert any(a != b for a, b in zip(ours, greedy, strict=True))
 
 
-@pytest.mark.parametrize("name", ["marian", "marian-separate", "m2m100", "nllb", "bart", "mbart", "pegasus"])
+@pytest.mark.parametrize("name", NAMES)
 def test_the_runtime_serves_generates_tokens_and_text(hf_bundles, hf_dirs, name):
     """End to end: the torch-free runner on the bundle, from text to text, against generate + decode (its own
     greedy and beam search: tokens, and sequences_scores as the beam hypothesis's score)."""
@@ -187,7 +188,7 @@ def test_imported_bundles_are_verified_in_every_lowering(hf_bundles):
         check = v["verification"]
         assert check["greedy_identical"] == check["greedy_sources"] == 8
         assert max(check[f"{k}_max_diff"] for k in ("encoder", "logprobs", "present")) < 1e-4
-    for name in ("marian", "m2m100", "bart", "mbart", "pegasus"):  # the CUDA provider's fp16 variant
+    for name in ("marian", "m2m100", "bart", "mbart", "pegasus", "t5"):  # the CUDA provider's fp16 variant
         assert m[name]["provider_variants"] == {"CUDAExecutionProvider": "fp16"}
         assert m[name]["verification"]["fp16"]["greedy_sources"] == 8
 
