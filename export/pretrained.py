@@ -85,8 +85,8 @@ def task_prefix(hf: dict[str, Any], task: str | None, prefix: str | None) -> str
 
 def pretrained_source(model_dir: Path, opts: BuildOptions, task: str | None = None, prefix: str | None = None
                       ) -> tuple[ModelSource, Pretrained]:
-    """The imported model, its tokenizer files and its format-2 manifest objects, ready for `package`; with
-    a task prefix (`task_prefix`) every source starts with."""
+    """The imported model, its tokenizer files and its format-2 manifest objects, ready for `package`;
+    `task` / `prefix` choose a text every source starts with (`task_prefix`)."""
     if not model_dir.is_dir():
         raise FileNotFoundError(f"model directory not found: {model_dir}")
     hf = read_config(model_dir)

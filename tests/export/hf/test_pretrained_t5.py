@@ -167,14 +167,14 @@ def test_forced_decoding_past_the_max_distance_gives_transformers_log_probs(hf_b
 
 @pytest.mark.parametrize("name", T5_NAMES)
 def test_rows_of_different_ages_decode_as_generate(hf_bundles, hf_dirs, name):
-    """Two requests at a time: one joins when another ends, the cache columns before it hidden (concat) or
-    its own (in place), so its keys' positions count from its own start; greedy and beam 4 tokens as
-    generate's, decoding each source alone."""
+    """24 texts, two requests at a time: one joins when another ends, the cache columns before it hidden
+    (concat) or its own (in place), so its keys' positions count from its own start; greedy and beam 4
+    tokens exactly generate's, decoding each source alone."""
     from service.domain.types import DecodeOptions
 
     model_hf, tok = hf(hf_dirs[name])
     runner = runner_of(hf_bundles[name])
-    texts = [s for s, _ in parallel(10, 17)]
+    texts = [s for s, _ in parallel(24, 17)]
     for beam in (1, 4):
         options = DecodeOptions(beam_size=beam, max_output_tokens=MAX_NEW)
         served = runner.translate(texts, options, max_rows=beam * 2)
@@ -198,18 +198,20 @@ def test_the_decoder_takes_only_the_interfaces_inputs(hf_bundles):
 def test_a_task_prefix_starts_every_source_and_int8_verifies(hf_bundles, hf_dirs, tmp_path):
     """--task translation_en_to_de: generation.source_prefix is the ids of its prefix, so that the runner
     serves for a text what generate gives for prefix + text; the int8 variant of the same import (its
-    encoder's position bias kept: export/variants/int8.py) passes verification."""
+    encoder's position bias kept: export/variants/int8.py) and its offline-optimized graphs pass
+    verification."""
     from service.domain.types import DecodeOptions
 
     model_dir = hf_dirs["t5"]
     model_hf, tok = hf(model_dir)
     prefix = T5_TASKS["translation_en_to_de"]["prefix"]
-    opts = BuildOptions(quantize="int8")
+    opts = BuildOptions(quantize="int8", optimize=True)  # and ONNX Runtime's offline optimization
     bundle = import_pretrained(model_dir, tmp_path / "bundle", opts, task="translation_en_to_de").bundle_dir
     m = manifest(bundle)
     assert m["generation"]["source_prefix"] == tok(prefix, add_special_tokens=False)["input_ids"]
     assert m["pretrained"]["task_prefix"] == prefix
     assert m["verification"]["int8"]["greedy_sources"] == 8 and "int8" in m["variants"]
+    assert m["onnx"]["optimized"] and m["verification"]["greedy_identical"] == 8
     texts = [s for s, _ in parallel(8, 5)]
     runner = runner_of(bundle)
     for beam in (1, 4):
