@@ -18,7 +18,7 @@ from pretrained checkpoints (export/pretrained.py, format_version 2) state them:
         decoder_start_id: the decoder's first input (Marian: pad; M2M100 / NLLB / BART: eos; ours: bos);
         source_suffix: ids after a source's pieces (usually [eos]);
         source_prefix (default []): ids before a source's pieces, after its language id if any
-            (BART: [bos]).
+            (BART: [bos]; then a task prefix's ids, T5's "summarize: ", when the export chose one).
         The rest are rules on each decoder step's log-probs (rows of every request, greedy and beam),
         applied in this order before the search picks tokens; the defaults change nothing:
         suppress_ids (default []): ids never generated: their log-prob is -inf at every step
