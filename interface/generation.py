@@ -18,7 +18,11 @@ from pretrained checkpoints (export/pretrained.py, format_version 2) state them:
         decoder_start_id: the decoder's first input (Marian: pad; M2M100 / NLLB / BART: eos; ours: bos);
         source_suffix: ids after a source's pieces (usually [eos]);
         source_prefix (default []): ids before a source's pieces, after its language id if any
-            (BART: [bos]; then a task prefix's ids, T5's "summarize: ", when the export chose one).
+            (BART: [bos]).
+        tasks (default {}): task name -> the ids of its prefix (T5's "summarize: "), read after
+            source_prefix and before the text's pieces when a request names the task; no name is
+            NO_TASK, the request's word for "no prefix";
+        task (default none): the task whose prefix a request naming none is read with (one of tasks).
         The rest are rules on each decoder step's log-probs (rows of every request, greedy and beam),
         applied in this order before the search picks tokens; the defaults change nothing:
         suppress_ids (default []): ids never generated: their log-prob is -inf at every step
@@ -78,6 +82,7 @@ TOKENIZER_KINDS = ("tokenizers", "sentencepiece")
 BEAM_SEARCHES = ("gnmt", "transformers")  # ours, and transformers' generate's
 EARLY_STOPPING = (False, True, "never")  # transformers' early_stopping values
 FORMAT_WITH_GENERATION = 2  # the first bundle format_version that may hold the objects above
+NO_TASK = "none"  # a request's task meaning "no prefix" (over a bundle's default task): no task has this name
 SOURCE_LANGUAGE = "source_language"  # bundle.json's key of the language the model reads
 
 
@@ -139,6 +144,8 @@ class GenerationSpec:
     defaults: GenerationDefaults = GenerationDefaults()  # what a request leaves unset decodes with
     source_prefix: tuple[int, ...] = ()  # before a source's pieces (after its language id)
     forced_bos_id: int | None = None  # the first generated token (without target languages)
+    tasks: dict[str, tuple[int, ...]] = field(default_factory=dict)  # task name -> its prefix's ids
+    task: str | None = None  # the default task (one of tasks)
 
 
 @dataclass(frozen=True)
@@ -196,11 +203,26 @@ def parse_generation(value: Any) -> GenerationSpec:
     begin = value.get("begin_suppress_ids", [])
     if not isinstance(begin, list) or not all(_is_id(i) for i in begin):
         raise ValueError("'generation.begin_suppress_ids' must be a list of token ids")
+    tasks, task = parse_tasks(value.get("tasks", {}), value.get("task"))
     return GenerationSpec(start, tuple(suffix) if suffix is not None else None,
                           tuple(dict.fromkeys(suppress)), **flags, beam_search=search, early_stopping=early,
                           begin_suppress_ids=tuple(dict.fromkeys(begin)),
                           defaults=parse_defaults(value.get("defaults")), source_prefix=tuple(prefix),
-                          forced_bos_id=forced_bos)
+                          forced_bos_id=forced_bos, tasks=tasks, task=task)
+
+
+def parse_tasks(tasks: Any, task: Any) -> tuple[dict[str, tuple[int, ...]], str | None]:
+    """`generation.tasks` and `generation.task` checked; ValueError saying what is wrong."""
+    if not isinstance(tasks, dict):
+        raise ValueError("'generation.tasks' must be an object of task name -> token ids")
+    for name, ids in tasks.items():
+        if not name.strip() or name == NO_TASK:
+            raise ValueError(f"'generation.tasks' may not name a task {name!r} (empty, or {NO_TASK!r})")
+        if not isinstance(ids, list) or not ids or not all(_is_id(i) for i in ids):
+            raise ValueError(f"'generation.tasks.{name}' must be a non-empty list of token ids")
+    if task is not None and task not in tasks:
+        raise ValueError(f"'generation.task' must be one of 'generation.tasks', got {task!r}")
+    return {name: tuple(ids) for name, ids in tasks.items()}, task
 
 
 def parse_defaults(value: Any) -> GenerationDefaults:

@@ -76,6 +76,8 @@ def build_scheduler(config: ServerConfig, runner: Runner, model: ModelSettings |
                            max_output_tokens=config.max_output_tokens)
     if model.glossary is not None:
         limits = replace(limits, glossary=model.glossary)
+    if model.task is not None:  # InvalidInput naming the bundle's tasks for one it lacks: the load fails
+        limits = replace(limits, tasks=limits.tasks.with_default(model.task))
     return Scheduler(runner, make_policy(pick("batching"), settings), settings, limits, recorder, cache)
 
 

@@ -52,6 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="language code of the texts (many-to-many models; see --info)")
     parser.add_argument("--target-language", default="",
                         help="language code to translate into (many-to-many models; see --info)")
+    parser.add_argument("--task", default="", help="a task of the model's (T5: summarize; see --info) whose "
+                        "prefix starts every text; 'none' for no prefix")
     decoding = parser.add_argument_group("controlled decoding (docs/api.md; unset: the model's default)")
     decoding.add_argument("--length-penalty", type=float, help="length penalty alpha of beam ranking")
     decoding.add_argument("--prefix", help="target prefix: every translation starts with this text")
@@ -136,7 +138,7 @@ def _options(args: argparse.Namespace) -> pb.TranslateOptions:
     options = pb.TranslateOptions(
         max_output_tokens=args.max_tokens, beam_size=args.beam, n_best=args.n_best,
         return_scores=args.scores, return_alignment=args.alignment, return_tokens=args.alignment,
-        source_language=args.source_language, target_language=args.target_language,
+        source_language=args.source_language, target_language=args.target_language, task=args.task,
         target_prefix=args.prefix or "", target_prefix_ids=args.prefix_ids or [],
         return_alternatives=args.alternatives, suppress_sequences=args.suppress,
         suppress_sequence_ids=[pb.TranslateOptions.TokenIds(ids=ids) for ids in args.suppress_ids],
@@ -218,7 +220,7 @@ def _infer_v2(channel: grpc.Channel, args: argparse.Namespace, out: TextIO) -> N
         request.parameters["beam_size"].int64_param = args.beam
     if args.max_tokens:
         request.parameters["max_output_tokens"].int64_param = args.max_tokens
-    for key in ("source_language", "target_language"):
+    for key in ("source_language", "target_language", "task"):
         if getattr(args, key):
             request.parameters[key].string_param = getattr(args, key)
     for flag, key in CONTROLS.items():
@@ -242,7 +244,8 @@ def _infer_v2(channel: grpc.Channel, args: argparse.Namespace, out: TextIO) -> N
 def _score(channel: grpc.Channel, args: argparse.Namespace, out: TextIO) -> None:
     """Native Score: one line per (text, target) pair, then its alignment rows when asked."""
     options = pb.ScoreOptions(return_alignment=args.alignment, return_tokens=True,
-                              source_language=args.source_language, target_language=args.target_language)
+                              source_language=args.source_language, target_language=args.target_language,
+                              task=args.task)
     request = pb.ScoreRequest(sources=args.texts, targets=args.score, options=options, model=args.model,
                               model_version=args.model_version)
     for r in pb_grpc.TranslatorStub(channel).Score(request, timeout=args.timeout).results:

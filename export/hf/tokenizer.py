@@ -15,9 +15,9 @@ What the bundle records (interface/generation.py, docs/bundle-format.md):
     generation  decoder_start_id (the model's decoder_start_token_id: Marian, Pegasus and T5 pad, M2M100 /
                 NLLB / BART eos), source_suffix (what the tokenizer appends to a source: [eos]) and
                 source_prefix (what it puts before a source that is not a language id: BART's
-                [bos]; then the ids of a task prefix chosen at export, T5's "summarize: ", which
-                must tokenize apart from the text after it: `task_prefix_ids`); its rules
-                (suppress_ids, ...) come from the generation config (export/pretrained.py)
+                [bos]); tasks (T5's task prefixes, "summarize: ", by name: their ids, each of which
+                must tokenize apart from the text after it: `task_prefix_ids`) and task (the default
+                one); its rules (suppress_ids, ...) come from the generation config (export/pretrained.py)
     languages   many-to-many models only (M2M100, NLLB, mBART-50: "en_XX", ...): code -> id of its
                 language token, the source prefixed with its language, the first generated token
                 forced to the target language
@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -75,7 +76,7 @@ class TokenizerImport:
     generation: dict[str, Any]
     languages: dict[str, Any] | None = None
     source_language: str | None = None  # Marian's source_lang
-    notes: list[str] = field(default_factory=list)
+    refused_tasks: dict[str, str] = field(default_factory=dict)  # task -> why its prefix cannot be stated
     texts: dict[str, str] = field(default_factory=dict)  # bundle file name -> contents (tokenizer.json)
 
     def write(self, bundle_dir: Path) -> None:
@@ -294,10 +295,11 @@ def task_prefix_ids(tok: Any, text: str) -> list[int]:
     return list(ids)
 
 
-def read_tokenizer(model_dir: Path, family: str, cfg: ModelConfig, task_prefix: str | None = None
-                   ) -> TokenizerImport:
-    """The bundle's tokenizer of a supported checkpoint (export/hf/mapping.py family), with the ids of
-    `task_prefix` (a text every source starts with) after the tokenizer's own source prefix."""
+def read_tokenizer(model_dir: Path, family: str, cfg: ModelConfig, tasks: Mapping[str, str] | None = None,
+                   task: str | None = None) -> TokenizerImport:
+    """The bundle's tokenizer of a supported checkpoint (export/hf/mapping.py family), with the ids of each
+    task prefix in `tasks` (name -> a text a source may start with) as `generation.tasks`, `task` the default
+    one; a prefix that does not tokenize apart is left out, its reason in `refused_tasks`."""
     tok = load_hf_tokenizer(model_dir, family)
     spec, files, texts = tokenizer_files(tok, model_dir, family)
     vocab = {str(p): int(i) for p, i in tok.get_vocab().items()}
@@ -326,12 +328,20 @@ def read_tokenizer(model_dir: Path, family: str, cfg: ModelConfig, task_prefix: 
     elif set(prefix) & set(language_codes(tok).values()):
         raise TokenizerMismatch(f"the tokenizer prefixes a source with {prefix}, a language id, but the "
                                 f"{family} family has no languages")
-    if task_prefix is not None:
-        fixed = [*fixed, *task_prefix_ids(tok, task_prefix)]
-    generation = {"decoder_start_id": cfg.start_id, "source_suffix": suffix}
+    generation: dict[str, Any] = {"decoder_start_id": cfg.start_id, "source_suffix": suffix}
     if fixed:
         generation["source_prefix"] = fixed
+    prefixes, refused = {}, {}
+    for name, text in (tasks or {}).items():
+        try:
+            prefixes[name] = task_prefix_ids(tok, text)
+        except TokenizerMismatch as e:
+            refused[name] = str(e)
+    if prefixes:
+        generation["tasks"] = prefixes
+    if task is not None and task in prefixes:
+        generation["task"] = task
     return TokenizerImport(
         files=files, vocab=vocab, special=special, tokenizer=spec, generation=generation,
-        languages=languages, source_language=source_language(tok, family), texts=texts,
+        languages=languages, source_language=source_language(tok, family), texts=texts, refused_tasks=refused,
     )

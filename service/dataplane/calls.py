@@ -120,6 +120,8 @@ class ModelInfo:
     batching_mode: BatchingMode
     defaults: ResolvedOptions
     glossary_terms: int = 0  # source terms of the model's own glossary
+    tasks: list[str] = dataclasses.field(default_factory=list)  # task names a request may give (sorted)
+    default_task: str | None = None  # the task of a request naming none
 
 
 class DataPlane(DocumentCalls, RepositoryCalls):
@@ -187,7 +189,8 @@ class DataPlane(DocumentCalls, RepositoryCalls):
                         "max_batch_tokens": scheduler.settings.max_batch_tokens},
                 batching_mode=scheduler.mode,
                 defaults=limits.resolve(DecodeOptions(source_language=source, target_language=target)),
-                glossary_terms=len(limits.glossary))
+                glossary_terms=len(limits.glossary), tasks=limits.tasks.names,
+                default_task=limits.tasks.default)
 
     # ----- language detection ---------------------------------------------------------------------
     async def detect(self, text: str, name: str = "", version: str = "",

@@ -42,7 +42,7 @@ TERMS = "terms"  # a glossary: an object of source term -> target term(s), or an
 # decoding options: wire name (a DecodeOptions field) -> kind
 DECODING: dict[str, str] = {
     "max_output_tokens": WHOLE, "beam_size": WHOLE, "source_language": TEXT, "target_language": TEXT,
-    "min_language_confidence": REAL,
+    "min_language_confidence": REAL, "task": TEXT,
     "min_output_tokens": COUNT, "length_penalty": REAL, "max_length_ratio": REAL, "repetition_penalty": REAL,
     "no_repeat_ngram_size": COUNT, "temperature": REAL, "top_k": COUNT, "top_p": REAL, "seed": COUNT,
     "disable_unk": FLAG, "target_prefix": TEXT, "target_prefix_ids": IDS, "suppress_sequences": SEQUENCES,
@@ -52,6 +52,7 @@ DECODING: dict[str, str] = {
 ALIASES = {"max_tokens": "max_output_tokens", "min_tokens": "min_output_tokens",
            "target_prefix_ids": "target_prefix"}
 LANGUAGES = ("source_language", "target_language")
+SOURCE_TEXT = (*LANGUAGES, "task")  # what a source is read with: its language, its task's prefix
 RESULTS = ("n_best", "return_alternatives", "return_scores", "return_alignment", "return_tokens")
 SCORING = ("return_alignment", "return_tokens")
 LIST_KINDS = (IDS, SEQUENCES, PHRASES)
@@ -63,7 +64,7 @@ OTHER_NAMES = {"min_length": "min_output_tokens", "max_length": "max_output_toke
                "bad_words_ids": "suppress_sequences", "forced_bos_token": "target_language",
                "src_lang": "source_language", "tgt_lang": "target_language",
                "force_words_ids": "required_phrases", "constraints": "required_phrases",
-               "terminology": "glossary"}
+               "terminology": "glossary", "prefix": "task", "task_prefix": "task"}
 
 
 @dataclass(frozen=True)
@@ -276,14 +277,15 @@ def read(parameters: Mapping[str, Any], results: Sequence[str] = (), stream: boo
 
 
 def score_options(given: dict[str, Any], where: str, offered: Sequence[str] = ()) -> ScoreOptions:
-    """ScoreOptions of a score request's parameters: the languages, and `offered` flags (return_alignment);
-    a decoding option is refused as not applying to scoring, an unknown name with the nearest known one."""
-    accepted = [*LANGUAGES, *offered]
+    """ScoreOptions of a score request's parameters: the languages and task, and `offered` flags
+    (return_alignment); a decoding option is refused as not applying to scoring, an unknown name with the
+    nearest known one."""
+    accepted = [*SOURCE_TEXT, *offered]
     for key in given:
         if key not in accepted and (key in DECODING or key in ALIASES or key in RESULTS):
             raise InvalidTensor(f"parameter {shown(key)} does not apply to {where}; it takes "
                                 f"{', '.join(accepted)}")
     check_known(given, accepted)
-    languages = {key: text(key, given[key]) for key in LANGUAGES if key in given}
+    read_with = {key: text(key, given[key]) for key in SOURCE_TEXT if key in given}
     alignment = "return_alignment" in given and flag("return_alignment", given["return_alignment"])
-    return ScoreOptions(return_alignment=alignment, **languages)
+    return ScoreOptions(return_alignment=alignment, **read_with)

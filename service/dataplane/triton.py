@@ -68,6 +68,7 @@ def model_config(model: ServedModel) -> dict[str, Any]:
         "max_source_tokens": scheduler.limits.max_source_tokens,
         "execution_provider": runner.provider, "variant": runner.variant_name,
         "stream_parameter": parameters.STREAM, "glossary_terms": len(scheduler.limits.glossary),
+        "tasks": ",".join(scheduler.limits.tasks.names), "default_task": scheduler.limits.tasks.default or "",
     }
     config["parameters"] = {key: {"string_value": str(value)} for key, value in values.items()}
     config |= {"backend": "onnxruntime", "model_transaction_policy": {"decoupled": False}, "runtime": ""}

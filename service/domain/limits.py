@@ -24,6 +24,7 @@ from service.domain.options import (
     ResolvedOptions,
     TargetEncoder,
 )
+from service.domain.tasks import Tasks
 from service.domain.text import shown
 
 # a translation's text over the source limit: what to do instead (a plain call is one text, one sequence)
@@ -35,8 +36,8 @@ CHAR_SLACK = 2  # normalizers may shrink a text a little: refuse unseen only tex
 @dataclass(frozen=True)
 class RequestLimits:
     """The model's max_len, the widest beam, most source tokens (incl. eos) and output tokens per
-    text, the character bound they imply, the model's languages, request defaults, target vocabulary and
-    glossary."""
+    text, the character bound they imply, the model's languages, request defaults, target vocabulary,
+    glossary and tasks."""
 
     max_len: int
     max_beam: int
@@ -48,18 +49,20 @@ class RequestLimits:
     vocab_size: int = 0  # target ids a request may name (0: unchecked)
     glossary: Glossary = Glossary()  # the model's own terms (its repository's glossary file)
     eos: int | None = None  # the end id, which no required phrase may hold (None: unchecked)
+    tasks: Tasks = Tasks()  # the model's task prefixes and default task
 
     @classmethod
     def of(cls, max_len: int, longest_token: int, max_beam: int = DEFAULT_MAX_BEAM,
            max_source_tokens: int = 0, max_output_tokens: int = 0,
            languages: Languages | None = None, defaults: ModelDefaults | None = None,
-           vocab_size: int = 0, eos: int | None = None) -> RequestLimits:
+           vocab_size: int = 0, eos: int | None = None, tasks: Tasks | None = None) -> RequestLimits:
         """The limits of a model (its max_len, longest vocabulary entry in bytes and languages), lowered
         by the given values (0: the model's own)."""
         source = min(max_len, max_source_tokens or max_len)
         output = min(max_len - 1, max_output_tokens or max_len - 1)
         return cls(max_len, max_beam, source, output, source * max(1, longest_token) * CHAR_SLACK,
-                   languages or Languages(), defaults or ModelDefaults(), vocab_size, eos=eos)
+                   languages or Languages(), defaults or ModelDefaults(), vocab_size, eos=eos,
+                   tasks=tasks or Tasks())
 
     def check_texts(self, texts: Sequence[Any]) -> None:
         """InvalidInput for a text too long in characters to fit max_source_tokens (before tokenizing)."""
@@ -76,9 +79,9 @@ class RequestLimits:
                                    f"most {self.max_source_tokens} (--max-source-tokens){hint}")
 
     def resolve(self, asked: DecodeOptions, encode_target: TargetEncoder | None = None) -> ResolvedOptions:
-        """The options a request decodes with, validated once: the model's limits, max_beam, languages and
-        defaults (texts of options through `encode_target`), then max_output_tokens (the default shrinks to
-        it, an explicit larger value is InvalidInput)."""
+        """The options a request decodes with, validated once: the model's limits, max_beam, languages, tasks
+        and defaults (texts of options through `encode_target`), then max_output_tokens (the default shrinks
+        to it, an explicit larger value is InvalidInput)."""
         if not isinstance(asked, DecodeOptions):
             raise InvalidInput(f"options must be DecodeOptions, got {type(asked).__name__}")
         resolved = asked.resolved(self.max_len, self.max_beam, self.languages, self.defaults, self.vocab_size,
@@ -86,7 +89,8 @@ class RequestLimits:
         for i, c in enumerate(resolved.required_phrases.constraints):
             if self.eos is not None and any(self.eos in form for form in c.forms):
                 raise InvalidInput(f"required_phrases[{i}] holds the end-of-sequence id {self.eos}")
-        resolved = dataclasses.replace(resolved, glossary=resolved.glossary.over(self.glossary))
+        resolved = dataclasses.replace(resolved, glossary=resolved.glossary.over(self.glossary),
+                                       task_prefix=self.tasks.resolve(asked.task))
         if resolved.max_output_tokens <= self.max_output_tokens:
             return resolved
         if asked.max_output_tokens is not None:

@@ -62,6 +62,7 @@ class DecodeOptions:
     source_language: str | None = None
     target_language: str | None = None
     min_language_confidence: float | None = None  # source_language "auto": the floor (None: the server's)
+    task: str | None = None  # a task of the model's (domain/tasks.py): its prefix starts every source
     target_prefix: str | Sequence[int] | None = None  # the forced start of every hypothesis
     return_alternatives: bool = False  # n_best continuations at the first position after the prefix
     min_output_tokens: int | None = None  # eos is not generated before this many tokens
@@ -153,7 +154,7 @@ class DecodeOptions:
             bool(self.return_alignment), bool(self.stream), self.source_language, self.target_language,
             target_prefix=tuple(target_prefix), return_alternatives=alternatives,
             suppress_sequences=suppressed, required_phrases=constraints, glossary=glossary,
-            disable_unk=bool(self.disable_unk), **controls,
+            disable_unk=bool(self.disable_unk), **controls, task=self.task,
             source_prefix=prefix, forced_first=forced)
 
     def _controls(self, d: ModelDefaults, sampling: bool, beam: int, alternatives: bool) -> dict[str, Any]:
@@ -225,6 +226,7 @@ class ResolvedOptions(DecodeOptions):
     glossary_placed: int = 0  # of them, the first ones: the last required phrases
     temperature: float | None = None  # None: not sampling
     source_prefix: tuple[int, ...] = ()  # ids before a source's pieces (its language)
+    task_prefix: tuple[int, ...] = ()  # ids of the task's prefix: after the model's own source prefix
     forced_first: int | None = None  # the first generated token (the target language), forced
 
     @property

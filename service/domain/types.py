@@ -107,11 +107,13 @@ class Result:
 
 @dataclass(frozen=True)
 class ScoreOptions:
-    """How to score (source, target) pairs: languages by code (many-to-many models), alignment or not."""
+    """How to score (source, target) pairs: languages by code (many-to-many models), the task whose prefix
+    starts the sources (domain/tasks.py), alignment or not."""
 
     return_alignment: bool = False
     source_language: str | None = None
     target_language: str | None = None
+    task: str | None = None
 
     @property
     def rows(self) -> int:

@@ -29,6 +29,7 @@ from typing import Any
 from interface.names import BUNDLE_FILE
 from service.domain.errors import InvalidInput, UnknownModel
 from service.domain.glossary import MAX_MODEL_TERMS, Glossary
+from service.domain.tasks import MAX_TASK_CHARS
 from service.domain.text import shown
 from service.models.naming import NAME, RESERVED, VERSION, check_name, inside
 
@@ -89,6 +90,7 @@ class ModelSettings:
     variant: str | None = None
     version_policy: VersionPolicy | None = None
     glossary: Glossary | None = None  # from the model's GLOSSARY_FILE, never from JSON
+    task: str | None = None  # the default task over the bundle's (service/domain/tasks.py; "none": no prefix)
 
     @property
     def policy(self) -> VersionPolicy:
@@ -122,6 +124,10 @@ class ModelSettings:
             elif key == "batching":
                 if value not in BATCHING_MODES:
                     raise InvalidInput(f"{origin}: batching must be one of {list(BATCHING_MODES)}")
+                values[key] = value
+            elif key == "task":
+                if not isinstance(value, str) or not value.strip() or len(value) > MAX_TASK_CHARS:
+                    raise InvalidInput(f"{origin}: task must be a task name of the bundle's (or \"none\")")
                 values[key] = value
             elif key == "variant":
                 if not isinstance(value, str) or not NAME.fullmatch(value):

@@ -26,6 +26,7 @@ from interface.names import decoder_inputs
 from service.domain.errors import BundleError, InvalidInput
 from service.domain.languages import Languages
 from service.domain.limits import RequestLimits
+from service.domain.tasks import Tasks
 from service.domain.types import (
     DEFAULT_MAX_BEAM,
     DecodeOptions,
@@ -130,8 +131,8 @@ class Runner:
                  self.provider, self.variant_name, type(self.backend).__name__)
 
     def _text_setup(self) -> None:
-        """The tokenizer, source suffix and languages of the bundle; BundleError when its ids do not fit
-        the model's vocabulary."""
+        """The tokenizer, source affixes, languages and tasks of the bundle; BundleError when its ids do not
+        fit the model's vocabulary."""
         b = self.bundle
         suffix = b.generation.source_suffix
         self.source_suffix: list[int] = [self.special.eos] if suffix is None else list(suffix)
@@ -139,6 +140,7 @@ class Runner:
         spec = b.languages
         self.languages = Languages(dict(spec.codes), spec.source_prefix, spec.forced_target,
                                    b.generation.forced_bos_id)
+        self.tasks = Tasks(dict(b.generation.tasks), b.generation.task)
         self.defaults = model_defaults(b.generation.defaults)  # what a request leaves unset decodes with
         try:
             DecodeOptions().resolved(self.max_len, DEFAULT_MAX_BEAM, defaults=self.defaults)
@@ -188,15 +190,16 @@ class Runner:
         return self.tokenizer.longest_token
 
     # ----- tokenization and validation ----------------------------------------------------
-    def encode_texts(self, texts: Sequence[str], prefix: Sequence[int] = ()) -> list[list[int]]:
-        """Source ids (prefix, e.g. a language's id, + the bundle's source prefix + tokenizer ids + the source
-        suffix, usually eos) of each text; InvalidInput if empty or too long."""
+    def encode_texts(self, texts: Sequence[str], prefix: Sequence[int] = (), task: Sequence[int] = ()
+                     ) -> list[list[int]]:
+        """Source ids (prefix, e.g. a language's id, + the bundle's source prefix + task, a task prefix's ids,
+        + tokenizer ids + the source suffix, usually eos) of each text; InvalidInput if empty or too long."""
         for i, t in enumerate(texts):
             if not isinstance(t, str):
                 raise InvalidInput(f"text {i} must be a string, got {type(t).__name__}")
             if not t.strip():
                 raise InvalidInput(f"text {i} is empty")
-        fixed, suffix = self.source_prefix, self.source_suffix
+        fixed, suffix = [*self.source_prefix, *task], self.source_suffix
         out = [[*prefix, *fixed, *ids, *suffix] for ids in self.tokenizer.encode(texts)]
         for i, ids in enumerate(out):
             if len(ids) > self.max_len:
@@ -217,7 +220,7 @@ class Runner:
         max_beam = lowered.pop("max_beam", self.max_beam)
         return RequestLimits.of(self.max_len, self.longest_token, max_beam, **lowered,
                                 languages=self.languages, defaults=self.bounded_defaults(max_beam),
-                                vocab_size=self.vocab_size, eos=self.special.eos)
+                                vocab_size=self.vocab_size, eos=self.special.eos, tasks=self.tasks)
 
     def bounded_defaults(self, max_beam: int) -> ModelDefaults:
         """The model's defaults with the beam no wider than max_beam (a server's --max-beam bounds them)."""
@@ -234,11 +237,11 @@ class Runner:
 
     def make_request(self, source: str | Sequence[int], options: DecodeOptions | None = None,
                      tag: Any = None) -> Request:
-        """A validated Request from a text (with the language prefix its options ask for), or from source
-        ids used as is (prefix and suffix included); its options resolved by `resolve`."""
+        """A validated Request from a text (with the language and task prefixes its options ask for), or from
+        source ids used as is (prefix and suffix included); its options resolved by `resolve`."""
         resolved = self.resolve(options)
         if isinstance(source, str):
-            ids = self.encode_texts([source], resolved.source_prefix)[0]
+            ids = self.encode_texts([source], resolved.source_prefix, resolved.task_prefix)[0]
         else:
             ids = [int(t) for t in source]
         self.spec.check_source(ids)
@@ -259,11 +262,7 @@ class Runner:
         opts = list(options) if isinstance(options, Sequence) else [options or DecodeOptions()] * len(inputs)
         if len(opts) != len(inputs):
             raise InvalidInput(f"{len(inputs)} inputs but {len(opts)} options")
-        resolved = [self.resolve(o) for o in opts]
-        texts = [i for i, x in enumerate(inputs) if isinstance(x, str)]
-        encoded = dict(zip(texts, self.encode_texts([inputs[i] for i in texts]), strict=True))
-        requests = [self.make_request([*o.source_prefix, *encoded[i]] if i in encoded else x, o)
-                    for i, (x, o) in enumerate(zip(inputs, resolved, strict=True))]
+        requests = [self.make_request(x, o) for x, o in zip(inputs, opts, strict=True)]
         too_big = [r.options.rows for r in requests if r.options.rows > max_rows]
         if too_big:
             raise InvalidInput(f"{too_big[0]} rows (beam_size, or n_best alternatives) exceed the batch size "
@@ -277,10 +276,11 @@ class Runner:
 
     # ----- scoring (service/runtime/decoding/scoring.py) ---------------------------------------------
     def score_requests(self, sources: Sequence[str], targets: Sequence[str],
-                       options: ScoreOptions | None = None) -> list[ScoreRequest]:
-        """Validated ScoreRequests of (source, target) text pairs; InvalidInput saying what is wrong."""
+                       options: ScoreOptions | None = None, tasks: Tasks | None = None) -> list[ScoreRequest]:
+        """Validated ScoreRequests of (source, target) text pairs, a task read by `tasks` (default: the
+        bundle's); InvalidInput saying what is wrong."""
         return score_requests(sources, targets, options or ScoreOptions(), self.spec, self.languages,
-                              self.encode_texts, self.encode_target, self.vocab_size)
+                              tasks or self.tasks, self.encode_texts, self.encode_target, self.vocab_size)
 
     def new_scorer(self, max_rows: int = 64, mode: str = "auto", run_tokens: int = RUN_TOKENS) -> Scorer:
         """A Scorer of max_rows pairs per chunk, by a mode of service/runtime/decoding/scoring.py (default:

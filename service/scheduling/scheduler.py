@@ -200,7 +200,7 @@ class Scheduler:
         if resolved.rows > max_batch_size:
             raise InvalidInput(f"{resolved.rows} rows (beam_size, or n_best alternatives) exceed the batch "
                                f"size {max_batch_size}")
-        sources = self.runner.encode_texts(texts, resolved.source_prefix)
+        sources = self.runner.encode_texts(texts, resolved.source_prefix, resolved.task_prefix)
         self.limits.check_sources(sources, AS_DOCUMENT)
         each = [self.limits.for_text(resolved, text, self.runner.encode_target) for text in texts]
         return each, sources, submitted
@@ -271,7 +271,7 @@ class Scheduler:
                     raise InvalidInput(f"{len(texts)} pairs in one request; at most "
                                        f"{self.settings.queue_size} are accepted")
                 self.limits.check_texts(texts)
-        requests = self.runner.score_requests(sources, targets, options)
+        requests = self.runner.score_requests(sources, targets, options, self.limits.tasks)
         self.limits.check_sources([r.source for r in requests])
         loop, jobs = asyncio.get_running_loop(), []
         for r in requests:

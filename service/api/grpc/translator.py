@@ -37,7 +37,7 @@ DEFAULTS = ("max_output_tokens", "beam_size", "n_best", "length_penalty", "min_o
             "repetition_penalty", "no_repeat_ngram_size", "top_k", "top_p")  # GetModelInfo's defaults
 
 
-ZERO_IS_UNSET = ("beam_size", "max_output_tokens", "source_language", "target_language")  # proto3 defaults
+ZERO_IS_UNSET = ("beam_size", "max_output_tokens", "source_language", "target_language", "task")  # proto3 ""
 SPECIAL = {"n_best", "target_prefix", "suppress_sequences", "required_phrases", "glossary"}
 
 
@@ -144,7 +144,7 @@ def model_info(info: ModelInfo) -> pb.GetModelInfoResponse:
         limits=pb.Limits(**info.limits, batching_mode=BATCHING_MODES.get(info.batching_mode,
                                                                          pb.BATCHING_MODE_UNSPECIFIED)),
         defaults=pb.TranslateOptions(**{name: getattr(d, name) for name in DEFAULTS}),
-        glossary_terms=info.glossary_terms)
+        glossary_terms=info.glossary_terms, tasks=info.tasks, default_task=info.default_task or "")
 
 
 class TranslatorServicer(pb_grpc.TranslatorServicer):
@@ -186,7 +186,7 @@ class TranslatorServicer(pb_grpc.TranslatorServicer):
         """Score each target given its source (forced decoding); results in request order."""
         o = request.options
         options = ScoreOptions(return_alignment=o.return_alignment, source_language=o.source_language or None,
-                               target_language=o.target_language or None)
+                               target_language=o.target_language or None, task=o.task or None)
         answer = await self.plane.score(request.model, request.model_version, list(request.sources),
                                         list(request.targets), options, _want(o), deadline_of(context))
         return pb.ScoreResponse(results=[score_message(r) for r in answer.results],

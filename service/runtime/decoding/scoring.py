@@ -51,6 +51,7 @@ from interface.names import (
 )
 from service.domain.errors import InvalidInput
 from service.domain.languages import Languages
+from service.domain.tasks import Tasks
 from service.domain.types import ScoreOptions, ScoreRequest, ScoreResult, Timings
 from service.runtime.cache.backends import Backend
 from service.runtime.cache.devicemem import CacheTensor
@@ -60,13 +61,14 @@ MODES = ("auto", "windows", "steps")
 RUN_TOKENS = 128  # decoder positions x rows of one run (a run's time and memory bound)
 ENCODE_FACTOR = 8  # an encoder run takes up to ENCODE_FACTOR x RUN_TOKENS padded source tokens
 
-TextEncoder = Callable[[Sequence[str], Sequence[int]], list[list[int]]]  # Runner.encode_texts
-TargetEncoder = Callable[[Sequence[str]], list[list[int]]]  # Runner.encode_target
+# Runner.encode_texts (texts, language prefix, task prefix) and Runner.encode_target
+TextEncoder = Callable[[Sequence[str], Sequence[int], Sequence[int]], list[list[int]]]
+TargetEncoder = Callable[[Sequence[str]], list[list[int]]]
 
 
 def score_requests(sources: Sequence[str], targets: Sequence[str], options: ScoreOptions, spec: ModelSpec,
-                   languages: Languages, encode_texts: TextEncoder, encode_target: TargetEncoder,
-                   target_vocab: int) -> list[ScoreRequest]:
+                   languages: Languages, tasks: Tasks, encode_texts: TextEncoder,
+                   encode_target: TargetEncoder, target_vocab: int) -> list[ScoreRequest]:
     """Validated ScoreRequests of (source, target) text pairs, each target with or without eos by
     `end_target`; InvalidInput saying what is wrong (no pair, lists of different lengths, an empty or too
     long source, a target longer than a translation can be)."""
@@ -82,7 +84,7 @@ def score_requests(sources: Sequence[str], targets: Sequence[str], options: Scor
         raise InvalidInput(f"options must be ScoreOptions, got {type(options).__name__}")
     prefix, forced_first = languages.resolve(options.source_language, options.target_language)
     forced = [] if forced_first is None else [forced_first]
-    source_ids = encode_texts(sources, prefix)
+    source_ids = encode_texts(sources, prefix, tasks.resolve(options.task))
     target_ids = encode_target(targets)
     most = spec.max_output_tokens - len(forced)  # a cut translation's target tokens (module docstring)
     out = []

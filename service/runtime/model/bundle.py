@@ -169,6 +169,7 @@ def _generation_objects(root: Path,
            "generation.forced_bos_id": ([generation.forced_bos_id], target),
            "generation.source_suffix": (list(generation.source_suffix or ()), source),
            "generation.source_prefix": (list(generation.source_prefix), source),
+           **{f"generation.tasks.{name}": (list(ids), source) for name, ids in generation.tasks.items()},
            "generation.suppress_ids": (list(generation.suppress_ids), target),
            "generation.begin_suppress_ids": (list(generation.begin_suppress_ids), target),
            "languages.codes": (list(languages.codes.values()), min(used, default=target))}

@@ -195,44 +195,92 @@ def test_the_decoder_takes_only_the_interfaces_inputs(hf_bundles):
         assert [i.name for i in decoder.graph.input] == expected
 
 
-def test_a_task_prefix_starts_every_source_and_int8_verifies(hf_bundles, hf_dirs, tmp_path):
-    """--task translation_en_to_de: generation.source_prefix is the ids of its prefix, so that the runner
-    serves for a text what generate gives for prefix + text; the int8 variant of the same import (its
-    encoder's position bias kept: export/variants/int8.py) and its offline-optimized graphs pass
-    verification."""
+def test_tasks_are_declared_the_default_starts_every_source_and_int8_verifies(hf_bundles, hf_dirs, tmp_path):
+    """Every task of config.json's task_specific_params becomes generation.tasks (the ids of its prefix, as
+    the transformers tokenizer gives them); --task translation_en_to_de is the default: a request naming no
+    task is served what generate gives for that prefix + text, one naming another task or "none" what
+    generate gives for its prefix + text or the bare text. The int8 variant of the same import (its encoder's
+    position bias kept: export/variants/int8.py) and its offline-optimized graphs pass verification."""
     from service.domain.types import DecodeOptions
 
     model_dir = hf_dirs["t5"]
     model_hf, tok = hf(model_dir)
-    prefix = T5_TASKS["translation_en_to_de"]["prefix"]
+    prefixes = {name: task["prefix"] for name, task in T5_TASKS.items()}
     opts = BuildOptions(quantize="int8", optimize=True)  # and ONNX Runtime's offline optimization
     bundle = import_pretrained(model_dir, tmp_path / "bundle", opts, task="translation_en_to_de").bundle_dir
     m = manifest(bundle)
-    assert m["generation"]["source_prefix"] == tok(prefix, add_special_tokens=False)["input_ids"]
-    assert m["pretrained"]["task_prefix"] == prefix
+    assert m["generation"]["tasks"] == {name: tok(p, add_special_tokens=False)["input_ids"]
+                                        for name, p in prefixes.items()}
+    assert m["generation"]["task"] == "translation_en_to_de" and "source_prefix" not in m["generation"]
+    assert m["pretrained"]["task_prefixes"] == prefixes
+    assert manifest(hf_bundles["t5"])["generation"]["tasks"] == m["generation"]["tasks"]  # declared anyway
+    assert "task" not in manifest(hf_bundles["t5"])["generation"]
     assert m["verification"]["int8"]["greedy_sources"] == 8 and "int8" in m["variants"]
     assert m["onnx"]["optimized"] and m["verification"]["greedy_identical"] == 8
     texts = [s for s, _ in parallel(8, 5)]
     runner = runner_of(bundle)
-    for beam in (1, 4):
-        served = runner.translate(texts, DecodeOptions(beam_size=beam, max_output_tokens=MAX_NEW))
-        theirs = hf_generate(model_hf, [tok(prefix + t)["input_ids"] for t in texts], beam, MAX_NEW)
-        assert [h[0].tokens for h in served] == [g[0].tokens for g in theirs]
+    asked = {None: prefixes["translation_en_to_de"], "summarization": prefixes["summarization"], "none": ""}
+    served_by_task = {}
+    for task, prefix in asked.items():
+        for beam in (1, 4):
+            options = DecodeOptions(beam_size=beam, max_output_tokens=MAX_NEW, task=task)
+            served = [h[0].tokens for h in runner.translate(texts, options)]
+            theirs = hf_generate(model_hf, [tok(prefix + t)["input_ids"] for t in texts], beam, MAX_NEW)
+            assert served == [g[0].tokens for g in theirs]
+            served_by_task[task, beam] = served
+    assert served_by_task[None, 1] != served_by_task["none", 1]  # the prefix is read
+    assert served_by_task["summarization", 1] != served_by_task[None, 1]
+    plain = runner_of(hf_bundles["t5"])  # no default task: a text as it is, or after a named task's prefix
     greedy = DecodeOptions(max_output_tokens=MAX_NEW)
-    plain = [h[0].tokens for h in runner_of(hf_bundles["t5"]).translate(texts, greedy)]
-    assert plain != [h[0].tokens for h in runner.translate(texts, greedy)]  # the prefix is read
+    assert [h[0].tokens for h in plain.translate(texts, greedy)] == served_by_task["none", 1]
+    named = DecodeOptions(max_output_tokens=MAX_NEW, task="translation_en_to_de")
+    assert [h[0].tokens for h in plain.translate(texts, named)] == served_by_task[None, 1]
+
+
+def test_a_task_prefix_is_scored_as_transformers_reads_it(hf_bundles, hf_dirs):
+    """Score with a task: transformers' teacher-forced log-probs of the target given prefix + source."""
+    from service.domain.types import ScoreOptions
+
+    model_hf, tok = hf(hf_dirs["t5"], eager=True)
+    runner = runner_of(hf_bundles["t5"])
+    pairs = parallel(6, 23)
+    prefix = T5_TASKS["summarization"]["prefix"]
+    options = ScoreOptions(task="summarization")
+    requests = runner.score_requests([s for s, _ in pairs], [t for _, t in pairs], options)
+    for (source, target), result in zip(pairs, runner.new_scorer().score(requests), strict=True):
+        label = tok(target)["input_ids"]
+        src = torch.tensor([tok(prefix + source)["input_ids"]])
+        assert result.source_ids == src[0].tolist()
+        with torch.no_grad():
+            logp = model_hf(input_ids=src, decoder_input_ids=torch.tensor([[0, *label[:-1]]]),
+                            use_cache=False).logits.log_softmax(-1)[0]
+        assert result.log_probs == pytest.approx(logp[torch.arange(len(label)), torch.tensor(label)].tolist(),
+                                                  abs=1e-4)
 
 
 def test_task_prefixes_that_cannot_be_stated_are_refused(hf_dirs, tmp_path, capsys):
+    """A prefix that merges with the text after it cannot be stated as ids: refused when given, left out
+    (with the reason in the manifest) when only the checkpoint declares it; an unknown default is refused."""
     model_dir = hf_dirs["t5"]
     with pytest.raises(TokenizerMismatch, match="does not tokenize apart"):
-        pretrained_source(model_dir, BuildOptions(), prefix="summarize:")  # merges with the text after it
-    source, _ = pretrained_source(model_dir, BuildOptions(), prefix="summarize: ")
-    assert source.manifest["pretrained"]["task_prefix"] == "summarize: "
+        pretrained_source(model_dir, BuildOptions(), prefixes={"tight": "summarize:"})
+    source, _ = pretrained_source(model_dir, BuildOptions(), task="short", prefixes={"short": "summarize: "})
+    assert source.manifest["generation"]["task"] == "short"
+    assert source.manifest["pretrained"]["task_prefixes"]["short"] == "summarize: "
+    hub = shutil.copytree(model_dir, tmp_path / "hub")
+    config = json.loads((hub / "config.json").read_text())
+    config["task_specific_params"]["tight"] = {"prefix": "summarize:"}
+    (hub / "config.json").write_text(json.dumps(config))
+    source, _ = pretrained_source(hub, BuildOptions())
+    assert set(source.manifest["generation"]["tasks"]) == set(T5_TASKS)
+    assert "does not tokenize apart" in source.manifest["pretrained"]["tasks_refused"]["tight"]
     args = ["--model", str(model_dir), "--out", str(tmp_path / "b"), "--task", "translation_en_to_fr"]
     assert cli_main(args) == 2
     err = capsys.readouterr().err
     assert "summarization" in err and "translation_en_to_de" in err and not (tmp_path / "b").exists()
+    for bad in ("summarize: ", "=summarize: ", "none=x "):
+        assert cli_main(["--model", str(model_dir), "--out", str(tmp_path / "c"), "--task-prefix", bad]) == 2
+        assert "task" in capsys.readouterr().err and not (tmp_path / "c").exists()
 
 
 @pytest.mark.parametrize("name", ["flan-t5", "mt5"])

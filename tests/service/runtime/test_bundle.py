@@ -143,6 +143,13 @@ def test_format_1_ignores_the_format_2_objects(bundle_copy):
     ({"generation": {"forced_eos_at_limit": "yes"}}, "'generation.forced_eos_at_limit' must be true or "),
     ({"generation": {"renormalize": 1}}, "'generation.renormalize' must be true or false"),
     ({"languages": {"codes": ["en"]}}, "'languages.codes' must map language codes to token ids"),
+    ({"generation": {"tasks": ["summarize"]}}, "'generation.tasks' must be an object of task name -> token"),
+    ({"generation": {"tasks": {"none": [5]}}}, "'generation.tasks' may not name a task 'none'"),
+    ({"generation": {"tasks": {" ": [5]}}}, "'generation.tasks' may not name a task ' '"),
+    ({"generation": {"tasks": {"s": []}}}, "'generation.tasks.s' must be a non-empty list of token ids"),
+    ({"generation": {"tasks": {"s": [5, "x"]}}}, "'generation.tasks.s' must be a non-empty list of token"),
+    ({"generation": {"tasks": {"s": [5, 300]}}}, "'generation.tasks.s' holds id 300, outside the model's"),
+    ({"generation": {"tasks": {"s": [5]}, "task": "t"}}, "'generation.task' must be one of 'generation"),
     ({"languages": {"codes": {"en": 1000}, "forced_target": True}}, "'languages.codes' holds id 1000"),
 ])
 def test_format_2_errors_name_the_problem(marian_copy, changes, message):

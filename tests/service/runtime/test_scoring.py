@@ -30,7 +30,8 @@ def score_ids(runner, sources: list[str], targets: Sequence[Sequence[int]],
     """Score of targets given as token ids (the target tokenizer's ids, taken as they are): Runner.score's
     path after tokenization, so that a generated sequence is scored whatever its text re-tokenizes to."""
     requests = score_requests(sources, [""] * len(targets), options or ScoreOptions(), runner.spec,
-                              runner.languages, runner.encode_texts, lambda _: [list(t) for t in targets],
+                              runner.languages, runner.tasks, runner.encode_texts,
+                              lambda _: [list(t) for t in targets],
                               runner.vocab_size)
     return runner.new_scorer().score(requests)
 
