@@ -74,7 +74,9 @@ class Ct2Engine:
         self.translator = ctranslate2.Translator(str(ct2_dir), device="cpu", intra_threads=threads,
                                                  inter_threads=1, compute_type=THEIRS[name])
         self.vocab = json.loads((ct2_dir / "shared_vocabulary.json").read_text(encoding="utf-8"))
-        self.index = {t: i for i, t in enumerate(self.vocab)}
+        self.index: dict[str, int] = {}  # a token's first id: T5's converted vocabulary names the rows
+        for i, t in enumerate(self.vocab):  # past its tokenizer's <extra_id_0>, <extra_id_1>, ... again
+            self.index.setdefault(t, i)
         self.prefix, self.rules = ct2_rules(hf_dir, self.vocab, fam.languages, new_tokens)
         self.codec, self.new_tokens = fam.codec(hf_dir), new_tokens
 

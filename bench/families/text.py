@@ -85,13 +85,14 @@ def numbered(prefix: str, k: int) -> str:
     return f"{prefix}w{k}"
 
 
-def train_spm(path: Path, texts: list[str], vocab_size: int, seed: int) -> list[str]:
-    """A SentencePiece unigram model of the texts at path; returns its pieces in id order."""
+def train_spm(path: Path, texts: list[str], vocab_size: int, seed: int, **ids: int) -> list[str]:
+    """A SentencePiece unigram model of the texts at path (its special ids as sentencepiece's defaults, or
+    as given: unk_id, bos_id, eos_id, pad_id, -1 for none); returns its pieces in id order."""
     prefix = path.with_name(path.name + ".train")
     sentencepiece.set_random_generator_seed(seed)
     sentencepiece.SentencePieceTrainer.train(
         sentence_iterator=iter(texts), model_prefix=str(prefix), vocab_size=vocab_size, model_type="unigram",
-        character_coverage=1.0, hard_vocab_limit=False, num_threads=2, minloglevel=2)
+        character_coverage=1.0, hard_vocab_limit=False, num_threads=2, minloglevel=2, **ids)
     prefix.with_name(prefix.name + ".model").replace(path)
     prefix.with_name(prefix.name + ".vocab").unlink()
     sp = sentencepiece.SentencePieceProcessor(model_file=str(path))
