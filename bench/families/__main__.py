@@ -1,6 +1,6 @@
 """Command line of the per-family benchmark (bench/families/compare.py says what it measures).
 
-    python -m bench.families --family {marian,bart,mbart50} [--quick] [--out DIR] [--repeats N]
+    python -m bench.families --family {marian,bart,mbart50,t5,pegasus} [--quick] [--out DIR] [--repeats N]
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
 """One imported family side by side: our engine and server against CTranslate2's own converter, in float32
 and in int8.
 
-    python -m bench.families --family {marian,bart,mbart50} [--quick] [--out DIR]   # __main__.py
+    python -m bench.families --family {marian,bart,mbart50,t5,pegasus} [--quick] [--out DIR]   # __main__.py
 
 1. A random-weight model of a real checkpoint's shape with a made-up tokenizer (bench/families/registry.py:
-   opus-mt-en-de, bart-large-cnn, mbart-large-50), built offline under `<out>/hf` (kept for reruns).
-   `--quick`: d_model 64, 2 + 2 layers, vocabulary 1,000.
+   opus-mt-en-de, bart-large-cnn, mbart-large-50, t5-base, pegasus-large), built offline under `<out>/hf`
+   (kept for reruns). `--quick`: d_model 64, 2 + 2 layers, vocabulary 1,000. The texts are made-up
+   source-language sentences; T5's start with its task prefix ("translate English to German: ").
 2. Imported by `python -m export.pretrained --quantize int8` (the fp32 files and the int8 variant,
    export/variants/int8.py) into `<out>/bundle`, and converted by CTranslate2's `ct2-transformers-converter
    --quantization float32` into `<out>/ct2` and `--quantization int8` into `<out>/ct2-int8`, all on
@@ -275,7 +276,7 @@ def run(plan: Plan = Plan(), out: Path = Path("runs/bench-marian"), log=print) -
     manifest = json.loads((bundle / "bundle.json").read_text(encoding="utf-8"))
     result.forced_eos = bool(manifest.get("generation", {}).get("forced_eos_at_limit", False))
     free = plan.new_tokens - result.forced_eos
-    texts = source_texts(plan.shape, plan.sentences)
+    texts = [FAMILIES[plan.family].prefix + t for t in source_texts(plan.shape, plan.sentences)]
     ids = source_ids(hf_dir, texts)
     engine = (plan.family, bundle, out, hf_dir, plan.threads, plan.new_tokens)
     with contextlib.ExitStack() as stack:

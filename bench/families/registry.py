@@ -1,11 +1,16 @@
 """The families the benchmark builds, one entry each: the real checkpoint whose shape it copies, its full and
-quick shapes, its builder, how CTranslate2 is given its text, and its languages. Adding a family (T5,
-Pegasus) is one module with `FULL`, `QUICK` and `build(root, shape, seed) -> parameters`, and one entry
-here; the shapes they need:
+quick shapes, its builder, how CTranslate2 is given its text, its languages, and the task prefix its texts
+start with. A family is one module with `FULL`, `QUICK` and `build(root, shape, seed) -> parameters`, and
+one entry here:
 
-    t5-base:             d_model 768, 12 + 12 layers, 12 heads, d_ff 3072, vocabulary 32,128,
-                         relative attention buckets 32, max distance 128 (no learned positions)
-    pegasus-large/xsum:  d_model 1024, 16 + 16 layers, 16 heads, d_ff 4096, vocabulary 96,103
+    marian   Helsinki-NLP/opus-mt-en-de  d_model 512, 6 + 6 layers, 8 heads, d_ff 2048, vocabulary 58,101
+    bart     facebook/bart-large-cnn     d_model 1024, 12 + 12 layers, 16 heads, d_ff 4096, vocabulary 50,264
+    mbart50  facebook/mbart-large-50     d_model 1024, 12 + 12 layers, 16 heads, d_ff 4096, vocabulary 250,054
+    t5       t5-base                     d_model 768, 12 + 12 layers, 12 heads of d_kv 64, d_ff 3072,
+                                         vocabulary 32,128, relative attention buckets 32, max distance 128
+                                         (no learned positions); texts start "translate English to German: "
+    pegasus  google/pegasus-large        d_model 1024, 16 + 16 layers, 16 heads, d_ff 4096, vocabulary 96,103
+                                         (pegasus-xsum's shape too)
 
 The built directory is kept: a stamp (`STAMP`, written last) names the family, shape and seed it was built
 with, and `family_dir` rebuilds only when they differ.
@@ -20,7 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Protocol
 
-from bench.families import bart, marian, mbart50
+from bench.families import bart, marian, mbart50, pegasus, t5
 from bench.families.text import Shape
 
 STAMP = "bench_build.json"  # written last: a directory with it is complete
@@ -68,6 +73,7 @@ class Family:
     build: Callable[[Path, Shape, int], int]  # writes the model directory, returns the parameter count
     codec: Callable[[Path], Codec]
     languages: tuple[str, str] | None = None  # (source, target) codes of a many-to-many model
+    prefix: str = ""  # written before every text (T5's task prefix), for every engine alike
 
 
 FAMILIES = {f.name: f for f in (
@@ -75,6 +81,8 @@ FAMILIES = {f.name: f for f in (
     Family("bart", "facebook/bart-large-cnn", bart.FULL, bart.QUICK, bart.build, TokenizersCodec),
     Family("mbart50", "facebook/mbart-large-50", mbart50.FULL, mbart50.QUICK, mbart50.build, TokenizersCodec,
            languages=mbart50.LANGUAGES),
+    Family("t5", "t5-base", t5.FULL, t5.QUICK, t5.build, TokenizersCodec, prefix=t5.PREFIX),
+    Family("pegasus", "google/pegasus-large", pegasus.FULL, pegasus.QUICK, pegasus.build, TokenizersCodec),
 )}
 
 
