@@ -1,7 +1,7 @@
-"""The per-family benchmark's other entries (BART, mBART-50) at their quick shape, end to end through the
-command line: built offline, imported by our CLI and converted by CTranslate2's, ours = CTranslate2 on every
-fp32 decode and served text, the ratio keys named by the family, the goal checks and the chart record (no
-timing claims). Minutes each (two models built, imported, converted and served): `slow`."""
+"""The per-family benchmark's other entries (BART, mBART-50, T5, Pegasus) at their quick shape, end to end
+through the command line: built offline, imported by our CLI and converted by CTranslate2's, ours =
+CTranslate2 on every fp32 decode and served text, the ratio keys named by the family, the goal checks and the
+chart record (no timing claims). Minutes each (two models built, imported, converted and served): `slow`."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from bench.families.registry import FAMILIES, STAMP
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.parametrize("family", ["bart", "mbart50"])
+@pytest.mark.parametrize("family", ["bart", "mbart50", "t5", "pegasus"])
 def test_the_quick_form_runs_with_identical_tokens(family, tmp_path, capsys):
     assert main(["--family", family, "--quick", "--out", str(tmp_path), "--repeats", "1"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
