@@ -5,9 +5,9 @@ relative-position buckets up to distance 128, no learned positions) with a made-
 
 T5 reads its task from the text: every benchmark text starts with t5-base's translation prefix (`PREFIX`,
 "translate English to German: "), the made-up source language playing English and the target language
-German, as the Marian entry translates them. The prefix is written into the texts themselves, as a request
-to a bundle exported without `--task` writes it (docs/api.md), so our engine, our server and CTranslate2
-read the same source.
+German, as the Marian entry translates them. The prefix is written into the texts themselves (a request may
+write it so instead of naming its `task`: docs/api.md), as CTranslate2 has no tasks, so our engine, our
+server and CTranslate2 read the same source.
 
 One SentencePiece unigram model (pad 0, eos 1, unk 2, no bos: T5's ids) is trained on the prefixed source
 sentences and the target sentences (bench/families/text.py) to `Shape.spm_vocab` pieces, then padded in the
