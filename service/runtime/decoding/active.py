@@ -4,7 +4,7 @@
 Rows, options and searches are defined in service/runtime/decoding/batch.py, search.py and controls.py; this
 module only holds them together. A greedy request (one row, argmax or sampling) is advanced with the others in
 one vectorised pick; a beam request, or one asking for alternatives, by its own search, which picks each of
-its rows' parent and token.
+its rows' parent and token; a request with required phrases may then give back rows (plain_first.py).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ class ActiveRequest:
 
     request: Request
     options: ResolvedOptions
-    rows: np.ndarray  # (options.rows,) row indices
+    rows: np.ndarray  # (options.rows,) row indices; k fewer once a half of a PlainFirstSearch ended
     search: GreedySearch | BeamSearch | AlternativesSearch | PlainFirstSearch  # spec.py's choice
     stream: Callable[[int], str] | None  # the tokenizer's detokenizer of a streaming request
     rng: np.random.Generator | None = None  # a sampling request's own generator (sampling.py)
@@ -47,6 +47,7 @@ class StepGroups:
     controlled: RowGroup | None  # the rows whose options process the log-probs (controls.py)
     forcing: list[tuple[np.ndarray, ResolvedOptions]]  # requests with forced tokens or begin-suppressed ids
     sampling: list[int]  # indices into greedy of sampling requests
+    halves: list[ActiveRequest]  # of beams, those with required phrases: their searches release rows
     # whether a step keeps the rows' token histories: some request reads its own (a controlled or forcing
     # one; the others' rows are never read, and a newcomer's history starts when it joins)
     history: bool = False
@@ -62,5 +63,6 @@ class StepGroups:
         controlled = RowGroup.of([(a.rows, a.options, a.greedy) for a in active if a.options.controlled])
         forcing = [(a.rows, a.options) for a in active if a.options.forced or begin_suppress]
         sampling = [i for i, a in enumerate(greedy) if a.rng is not None]
-        return cls(greedy, rows, [a for a in active if not a.greedy], controlled, forcing, sampling,
+        halves = [a for a in active if isinstance(a.search, PlainFirstSearch)]
+        return cls(greedy, rows, [a for a in active if not a.greedy], controlled, forcing, sampling, halves,
                    controlled is not None or bool(forcing))

@@ -5,7 +5,8 @@ for every active row and returns events, `cancel()` drops a request. The none/dy
 differ only in when they call these.
 
 Rows. The batch has `n_rows <= max_rows` rows and every decoder run covers all of them. A request holds
-`beam_size` rows (any rows, not necessarily adjacent). When a request leaves, its rows become holes: still
+`options.rows` rows (any rows, not necessarily adjacent); one with required phrases gives back half of them
+when one of its two searches ends (plain_first.py). When a request leaves, its rows become holes: still
 computed (masked, output ignored) until a new request reuses them. Holes at the end are trimmed (a view, no
 copy); when holes are at least half of the rows, the live rows are compacted with one gather. Other rows'
 caches are never copied when one leaves.
@@ -86,7 +87,7 @@ class DecodeBatch:
 
     @property
     def used_rows(self) -> int:
-        """Rows held by active requests (sum of their beam sizes: the live rows)."""
+        """Rows held by active requests (the live rows)."""
         return int(np.count_nonzero(self._rows.live))
 
     @property
@@ -152,7 +153,7 @@ class DecodeBatch:
         act = self._active.pop(request, None)
         if act is None:
             return False
-        self._free(act)
+        self._free(act.rows)
         self._tidy()
         return True
 
@@ -180,8 +181,9 @@ class DecodeBatch:
         greedy, beams = groups.greedy, groups.beams
         done = self._advance_greedy(greedy, groups.greedy_rows, logp, attn, events) if greedy else []
         done += self._advance_beams(beams, logp, attn) if beams else []
+        released = self._release(groups.halves) if groups.halves else False
         events += [self._finish(a) for a in done]
-        if done:  # holes, droppable columns and a shorter source axis only appear when rows leave
+        if done or released:  # holes, droppable columns and a shorter source axis only appear when rows leave
             self._tidy()
         return events
 
@@ -271,10 +273,23 @@ class DecodeBatch:
             self._rows.history.append(np.concatenate([a.rows for a in beams]), np.concatenate(words))
         return [a for a in beams if a.search.done]
 
+    def _release(self, requests: list[ActiveRequest]) -> bool:
+        """Free the rows that these requests' searches gave back this step (a half that ended:
+        plain_first.py), the others keeping their order; a finished request's all go in _finish. Whether
+        any rows were freed."""
+        freed = False
+        for a in requests:
+            gone = a.search.released
+            if len(gone) and not a.search.done:
+                self._free(a.rows[gone])
+                a.rows = np.delete(a.rows, gone)
+                freed = True
+        return freed
+
     def _finish(self, act: ActiveRequest) -> FinishedEvent:
         """Remove a finished request and build its hypotheses."""
         del self._active[act.request]
-        self._free(act)
+        self._free(act.rows)
         detok = self._tokenizer.decode
         return FinishedEvent(act.request, [
             Hypothesis(h.tokens, detok(h.tokens), h.log_prob, h.score, h.finish_reason,
@@ -316,11 +331,11 @@ class DecodeBatch:
         self._cross.fit_src(s)
         self._rows_changed()
 
-    def _free(self, act: ActiveRequest) -> None:
-        """Turn a request's rows into holes (their old columns are masked for any next owner)."""
-        self._rows.free(act.rows)
+    def _free(self, rows: np.ndarray) -> None:
+        """Turn rows a request gave up into holes (their old columns are masked for any next owner)."""
+        self._rows.free(rows)
         self._rows_changed()
-        self._cache.free(act.rows)
+        self._cache.free(rows)
 
     def _tidy(self) -> None:
         """Trim trailing holes, compact rows / columns / source axis when enough is wasted."""

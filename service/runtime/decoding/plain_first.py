@@ -13,10 +13,12 @@ the answer, else the constrained search's hypotheses are:
   the constrained hypotheses that differ from it;
 - otherwise: the constrained search's hypotheses, when it ends.
 
-A half that has ended is fed padding (its rows are still computed, their output ignored) until the request
-ends. Beam size 1 needs the plain row too: the constrained search counts the tokens its phrases still need
-as if none overlapped (constrained_beam.py), so it may place overlapping phrases before greedy decoding
-would have. Cost: the decoder runs 2k rows instead of k while both halves run
+A half that has ended gives back its rows (`released`): its hypotheses live in its search object, not in the
+rows, so the request goes on in the other half's k rows alone, and the batch frees the k it no longer needs
+(a hole that another request may take, or that compaction drops) instead of computing them. Beam size 1
+needs the plain row too: the constrained search counts the tokens its phrases still need as if none
+overlapped (constrained_beam.py), so it may place overlapping phrases before greedy decoding would have.
+Cost: the decoder runs 2k rows instead of k only while both halves run; once one ends, k
 (bench/engines/constraints.py measures it).
 """
 
@@ -29,14 +31,18 @@ from service.runtime.decoding.search import BeamSearch, RawHypothesis
 
 
 class PlainFirstSearch:
-    """A plain beam search and a constrained one over one request's 2k rows (module doc); a search to the
-    batch: `advance`, `done`, `at_limit`, `results`."""
+    """A plain beam search and a constrained one over one request's rows, k per running half (module doc); a
+    search to the batch: `advance`, `released`, `done`, `at_limit`, `results`."""
 
     def __init__(self, plain: BeamSearch, constrained: ConstrainedBeamSearch) -> None:
         self.plain, self.constrained = plain, constrained
-        self.options, self.k, self.pad = constrained.options, len(constrained.scores), constrained.pad
+        self.options, self.k = constrained.options, len(constrained.scores)
         self.steps = 0
         self.plain_holds: bool | None = None  # whether the plain best holds every phrase (None: not ended)
+        self.running: list[BeamSearch] = [plain, constrained]  # the halves that hold rows, in row order
+        # positions, among the rows the last `advance` took, of the halves that ended there (their
+        # hypotheses stay in their searches): the batch frees those rows; empty while both halves run
+        self.released = np.zeros(0, np.int64)
 
     @property
     def done(self) -> bool:
@@ -51,21 +57,25 @@ class PlainFirstSearch:
         return self.steps == self.options.max_output_tokens - 1
 
     def advance(self, logp: np.ndarray, attn: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-        """Consume logp (2k, V) of this step (the plain rows first); returns (parent row of each row (2k,),
-        next tokens (2k,)); an ended half keeps its rows and takes padding."""
+        """Consume logp (k per running half, V) of this step (the plain rows first while the plain search
+        runs); returns (parent row of each row, next tokens), over the same rows; `released` then names
+        those of them the search will not take again."""
+        if len(logp) != self.k * len(self.running):
+            raise ValueError(f"{len(logp)} rows of log-probs for {len(self.running)} running halves of "
+                             f"{self.k} rows")
         parents, words = [], []
-        for offset, half in ((0, self.plain), (self.k, self.constrained)):
-            if half.done:
-                parent, word = np.arange(self.k), np.full(self.k, self.pad, np.int64)
-            else:
-                rows = slice(offset, offset + self.k)
-                parent, word = half.advance(logp[rows], None if attn is None else attn[rows])
-            parents.append(parent + offset)
+        for i, half in enumerate(self.running):
+            rows = slice(i * self.k, (i + 1) * self.k)
+            parent, word = half.advance(logp[rows], None if attn is None else attn[rows])
+            parents.append(parent + i * self.k)
             words.append(word)
         self.steps += 1
         if self.plain_holds is None and self.plain.done:
             best = self.plain.results()[:1]
             self.plain_holds = bool(best) and self._holds(best[0])
+        ended = [i for i, half in enumerate(self.running) if half.done]
+        self.released = np.array([j for i in ended for j in range(i * self.k, (i + 1) * self.k)], np.int64)
+        self.running = [half for half in self.running if not half.done]
         return np.concatenate(parents), np.concatenate(words)
 
     def _holds(self, h: RawHypothesis) -> bool:

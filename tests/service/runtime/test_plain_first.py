@@ -30,12 +30,14 @@ def resolved(beam: int, phrases: list[list[tuple[int, ...]]], n_best: int = 1) -
 
 def drive(search, seed: int, rows: int) -> list[RawHypothesis]:
     """Decode the purpose-made model with a search of `rows` rows (each row's log-probs from its own
-    tokens, reordered by the parents the search returns)."""
+    tokens, reordered by the parents the search returns; rows it releases dropped, as the batch does)."""
     history: list[tuple[int, ...]] = [()] * rows
     while not search.done:
         logp = np.stack([model_logp(seed, tuple(t for t in h if t != PAD)) for h in history])
         parent, word = search.advance(logp, None)
         history = [history[p] + (w,) for p, w in zip(parent.tolist(), word.tolist(), strict=True)]
+        gone = set(getattr(search, "released", np.zeros(0, np.int64)).tolist())
+        history = [h for i, h in enumerate(history) if i not in gone]
     return search.results()
 
 
