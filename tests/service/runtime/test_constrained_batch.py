@@ -6,12 +6,13 @@ that already holds its phrases unchanged at beam sizes 1, 2, 4 and 5."""
 from __future__ import annotations
 
 import dataclasses
+from collections import deque
 
 import pytest
 
-from service.domain.types import DecodeOptions, Hypothesis
+from service.domain.types import DecodeOptions, FinishedEvent, Hypothesis
 from service.runtime.runner import Runner
-from tests.support.decoding import assert_distinct, assert_same_hypotheses, drain, reference
+from tests.support.decoding import assert_distinct, assert_same_hypotheses, best_tokens, drain, reference
 
 MAX_NEW = 24
 
@@ -93,3 +94,61 @@ def test_an_output_holding_its_phrases_is_unchanged(runner: Runner, texts: list[
     for (_, _, w, phrases), (g,) in zip(cases, got, strict=True):
         assert g.tokens == w.tokens and g.unmet_phrases == (), phrases
         assert_same_hypotheses([g], [w])
+
+
+def test_the_rows_of_an_ended_half_are_freed(runner: Runner, texts: list[str]) -> None:
+    """A request alone in its batch, with phrases its plain output lacks: 2k rows until its plain search
+    ends, then k (the batch's live rows, its free rows and its shape), the request still decoding; the
+    answer is the one decoded alone."""
+    freed = 0
+    options = DecodeOptions(beam_size=4, max_output_tokens=MAX_NEW, required_phrases=["thousand", "dollars"])
+    for text in texts:
+        batch = runner.new_batch(8)
+        request = runner.make_request(text, options)
+        batch.add([request])
+        seen, got = [], None
+        while got is None:
+            seen.append((batch.used_rows, batch.free_rows, len(batch.rows_of(request)), batch.shape[0]))
+            got = next((e.hypotheses for e in batch.step() if isinstance(e, FinishedEvent)), None)
+        assert_same_hypotheses(got, reference(runner, text, options))
+        assert seen[0] == (8, 0, 8, 8) and set(seen) <= {(8, 0, 8, 8), (4, 4, 4, 4)}
+        assert seen == sorted(seen, reverse=True)  # never back to 8 rows
+        freed += (4, 4, 4, 4) in seen
+    assert freed >= 2
+
+
+def continuous(runner: Runner, asked: list[tuple[str, DecodeOptions]], max_rows: int
+               ) -> tuple[list[list[Hypothesis]], int]:
+    """Requests decoded in a continuous batch of max_rows rows, each added (in order) as soon as its rows
+    are free: each one's hypotheses, and how many joined in rows given back by a request still decoding
+    (the rows the requests there asked for left too few)."""
+    requests = [runner.make_request(t, o) for t, o in asked]
+    pending, batch, out, joined = deque(requests), runner.new_batch(max_rows), {}, 0
+    while pending or len(batch):
+        while pending and pending[0].options.rows <= batch.free_rows:
+            asked_rows = sum(r.options.rows for r in batch.requests)
+            joined += asked_rows + pending[0].options.rows > max_rows
+            batch.add([pending.popleft()])
+        out |= {e.request.id: e.hypotheses for e in batch.step() if isinstance(e, FinishedEvent)}
+    return [out[r.id] for r in requests], joined
+
+
+def test_requests_join_the_freed_rows(runner: Runner, texts: list[str]) -> None:
+    """A continuous batch of 8 rows: a beam-4 request with phrases takes all 8, and the next request joins
+    in the rows its plain half gives back, while it still decodes; every answer (n_best 2 with phrases its
+    plain output holds or lacks, n_best 1, plain requests) is the one of the request decoded alone."""
+    own = best_tokens(runner, texts[1], DecodeOptions(beam_size=2, max_output_tokens=MAX_NEW))
+    asked = [(texts[0], DecodeOptions(beam_size=4, max_output_tokens=MAX_NEW, required_phrases=["thousand"])),
+             (texts[1], DecodeOptions(beam_size=2, n_best=2, max_output_tokens=MAX_NEW,
+                                      required_phrases=[own[1:3]])),
+             (texts[2], DecodeOptions(beam_size=4, max_output_tokens=MAX_NEW)),
+             (texts[3], DecodeOptions(beam_size=2, n_best=2, max_output_tokens=MAX_NEW,
+                                      required_phrases=["seven", "hundred"])),
+             (texts[4], DecodeOptions(max_output_tokens=MAX_NEW, required_phrases=["dollars"])),
+             (texts[0], DecodeOptions(beam_size=3, max_output_tokens=MAX_NEW))]
+    got, joined = continuous(runner, asked, 8)
+    assert joined >= 1
+    for hyps, (text, options) in zip(got, asked, strict=True):
+        assert_same_hypotheses(hyps, reference(runner, text, options))
+    assert got[1][0].tokens == own and len(got[1]) == 2
+    assert len(got[3]) == 2 and all(h.unmet_phrases == () for h in got[3])

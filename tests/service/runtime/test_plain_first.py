@@ -1,7 +1,8 @@
 """Required phrases beside the plain search (service/runtime/decoding/plain_first.py) on the purpose-made
 model (tests/support/phrase_model.py): when the plain output holds every phrase (phrases taken from that
 output) it is the answer, unchanged, at beam sizes 1, 2, 4 and 5; when it does not, the answer is the
-constrained search's own, and it holds every phrase."""
+constrained search's own, and it holds every phrase. A half that ends before the request releases its k rows
+and is not fed again."""
 
 from __future__ import annotations
 
@@ -122,3 +123,72 @@ def test_otherwise_the_constrained_answer(beam: int) -> None:
         got = beside(seed, resolved(beam, phrases, n_best=2))
         assert got[0].tokens == best.tokens and len({tuple(h.tokens) for h in got}) == len(got)
         assert all(holds(tuple(h.tokens), phrases[0]) for h in got)
+
+
+
+def steps_of(seed: int, options: ResolvedOptions, stop_at_release: bool = False
+             ) -> tuple[PlainFirstSearch, list[tuple[int, list[int], str]]]:
+    """The search beside the plain one driven to its end (or to the first step that releases rows), and per
+    step: the rows it took, the positions it released, and which halves had ended after it ("",
+    "plain", "constrained" or "both")."""
+    bare = dataclasses.replace(options, required_phrases=ConstraintSet())
+    search = PlainFirstSearch(BeamSearch(bare, 1, EOS, PAD), ConstrainedBeamSearch(options, 1, EOS, PAD))
+    history: list[tuple[int, ...]] = [()] * options.rows
+    out = []
+    while not search.done:
+        logp = np.stack([model_logp(seed, tuple(t for t in h if t != PAD)) for h in history])
+        parent, word = search.advance(logp, None)
+        history = [history[p] + (w,) for p, w in zip(parent.tolist(), word.tolist(), strict=True)]
+        gone = search.released.tolist()
+        ended = [n for n, h in (("plain", search.plain), ("constrained", search.constrained)) if h.done]
+        out.append((len(logp), gone, "both" if len(ended) == 2 else "".join(ended)))
+        if gone and stop_at_release:
+            break
+        history = [h for i, h in enumerate(history) if i not in gone]
+    return search, out
+
+
+@pytest.mark.parametrize("beam", (1, 2, 4))
+def test_an_ended_half_releases_its_rows(beam: int) -> None:
+    """2k rows while both halves run; the step a half ends it releases its k rows (the plain's are the first
+    k, the constrained's the last k while the plain runs), and the next steps take the other k only. Each
+    half ends first on some of these inputs (the constrained one only at beam > 1), and the answers are the
+    oracles': the constrained search alone, or the plain search's best."""
+    k, seen = beam, set()
+    for seed in range(30):
+        (best,) = plain(seed, beam)
+        missing = [[f] for f in ((2, 2), (3, 4)) if not holds(tuple(best.tokens), [f])]
+        for phrases in (missing, [[(3,)]], [[(4, 5)]]):
+            for n_best in sorted({1, min(2, beam)}):
+                options = resolved(beam, phrases or [[(2,)]], n_best=n_best)
+                search, steps = steps_of(seed, options)
+                first = next(i for i, (_, _, ended) in enumerate(steps) if ended)
+                assert all(rows == 2 * k and gone == [] for rows, gone, _ in steps[:first])
+                got = search.results()
+                if search.plain_holds:
+                    assert got[0].tokens == best.tokens and got[0].score == best.score
+                else:
+                    assert [h.tokens for h in got] == [h.tokens for h in constrained(seed, options)]
+                rows, gone, ended = steps[first]
+                assert rows == 2 * k
+                if first == len(steps) - 1:  # the request ended there: the batch frees all its rows
+                    continue
+                seen.add(ended)
+                assert gone == (list(range(k)) if ended == "plain" else list(range(k, 2 * k))), (seed, ended)
+                assert all(r == k for r, _, _ in steps[first + 1 :]) and steps[-1][1] == list(range(k))
+    assert seen == ({"plain", "constrained"} if beam > 1 else {"plain"})
+
+
+def test_the_rows_of_an_ended_half_are_not_taken_again() -> None:
+    """After a half released its rows, log-probs for all 2k rows are refused (they would be read as the
+    other half's)."""
+    options = resolved(2, [[(2, 2)], [(3, 4)]])
+    for seed in range(30):
+        search, steps = steps_of(seed, options, stop_at_release=True)
+        if steps[-1][1] and not search.done:
+            break
+    else:
+        raise AssertionError("no input ended a half before the request")
+    with pytest.raises(ValueError, match="rows of log-probs"):
+        search.advance(np.stack([model_logp(seed, ())] * 4), None)
+    assert len(search.advance(np.stack([model_logp(seed, ())] * 2), None)[0]) == 2
