@@ -262,7 +262,13 @@ class Runner:
         opts = list(options) if isinstance(options, Sequence) else [options or DecodeOptions()] * len(inputs)
         if len(opts) != len(inputs):
             raise InvalidInput(f"{len(inputs)} inputs but {len(opts)} options")
-        requests = [self.make_request(x, o) for x, o in zip(inputs, opts, strict=True)]
+        resolved = [self.resolve(o) for o in opts]
+        texts = [i for i, x in enumerate(inputs) if isinstance(x, str)]
+        encoded = dict(zip(texts, self.encode_texts([inputs[i] for i in texts]), strict=True))
+        n = len(self.source_prefix)  # the language's ids go first, the task's after the bundle's prefix
+        requests = [self.make_request([*o.source_prefix, *encoded[i][:n], *o.task_prefix, *encoded[i][n:]]
+                                      if i in encoded else x, o)
+                    for i, (x, o) in enumerate(zip(inputs, resolved, strict=True))]
         too_big = [r.options.rows for r in requests if r.options.rows > max_rows]
         if too_big:
             raise InvalidInput(f"{too_big[0]} rows (beam_size, or n_best alternatives) exceed the batch size "

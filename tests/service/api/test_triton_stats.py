@@ -93,6 +93,7 @@ def test_model_config_of_continuous_server(client, runner):
         "max_output_tokens": str(runner.max_len - 1), "max_source_tokens": str(runner.max_len),
         "execution_provider": "CPUExecutionProvider", "variant": "base", "stream_parameter": "stream",
         "glossary_terms": "0",  # a --bundle model has no repository folder, so no glossary file
+        "tasks": "", "default_task": "",  # the tiny bundle declares no task prefixes
     }
     with pytest.raises(triton.InferenceServerException, match="unknown model 'nope'"):
         client.get_model_config("nope")
