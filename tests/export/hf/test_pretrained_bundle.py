@@ -156,7 +156,15 @@ def test_greedy_and_beam_are_token_identical_to_generate(hf_bundles, hf_dirs, na
         assert all(t[0] == forced for t in ours)
     if beam > 1:  # the search is not greedy in disguise
         greedy = [onnx_search(hf_bundles[name], s, 1, MAX_NEW, forced, suppress) for s in sources]
-        assert any(a != b for a, b in zip(ours, greedy, strict=True))
+        if all(a == b for a, b in zip(ours, greedy, strict=True)):
+            # a tiny model trained on other CPU kernels may pick greedy's tokens at this beam for all 12: take
+            # sources from a further pool where generate's beam search parts from its greedy search
+            pool = [tok(s)["input_ids"] for s, _ in parallel(36, 8)]
+            beams, greedy = (hf_search(model, pool, b, MAX_NEW, forced, suppress) for b in (beam, 1))
+            parted = [(s, b) for s, b, g in zip(pool, beams, greedy, strict=True) if b != g][:3]
+            assert parted, f"on none of {len(sources) + len(pool)} sources does beam {beam} part from greedy"
+            assert [onnx_search(hf_bundles[name], s, beam, MAX_NEW, forced, suppress) for s, _ in parted] == \
+                [b for _, b in parted]
 
 
 @pytest.mark.parametrize("name", NAMES)
