@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from bench.families.text import Shape, corpus, filler, numbered
+from bench.families.text import Shape, bart_sizes, corpus, filler, numbered
 
 SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")  # BART's ids 0-3
 MASK = "<mask>"
@@ -64,9 +64,7 @@ def build(root: Path, shape: Shape, seed: int) -> int:
     if len(tok) != shape.vocab_size or tok.convert_tokens_to_ids(MASK) != shape.vocab_size - 1:
         raise RuntimeError(f"the BART tokenizer has {len(tok)} entries, not {shape.vocab_size}, <mask> last")
     config = BartConfig(
-        vocab_size=shape.vocab_size, d_model=shape.d_model, encoder_layers=shape.layers,
-        decoder_layers=shape.layers, encoder_attention_heads=shape.heads, decoder_attention_heads=shape.heads,
-        encoder_ffn_dim=shape.d_ff, decoder_ffn_dim=shape.d_ff, max_position_embeddings=shape.max_positions,
+        **bart_sizes(shape),
         activation_function="gelu", scale_embedding=False, pad_token_id=1, bos_token_id=0, eos_token_id=2,
         decoder_start_token_id=2, forced_bos_token_id=0, forced_eos_token_id=2, dropout=0.1,
         attention_dropout=0.0, activation_dropout=0.0, **LEGACY)

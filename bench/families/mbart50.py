@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from bench.families.text import Shape, corpus, filler, numbered, train_spm
+from bench.families.text import Shape, bart_sizes, corpus, filler, numbered, train_spm
 from export.hf.spm_model import pieces_and_scores, precompiled_charsmap
 
 SPM = "sentencepiece.bpe.model"
@@ -55,6 +55,16 @@ def pad_spm(path: Path, words: list[str], score: float) -> None:
         f.write(b"".join(piece_entry(w, score) for w in words))
 
 
+def pad_to(spm: Path, pieces: list[str], shape: Shape, seed: int, rows: int) -> None:
+    """Append filler words (then numbered ones) the trained model lacks, below its lowest score, until its
+    `pieces` number `rows`."""
+    lowest = min(s for _, s in pieces_and_scores(spm))
+    known = set(pieces)
+    words = [w for w in filler(shape, seed) if w not in known]
+    words += [numbered("\u2581", k) for k in range(shape.vocab_size)]
+    pad_spm(spm, words[: rows - len(pieces)], lowest - 10.0)
+
+
 def build_tokenizer(root: Path, shape: Shape, seed: int):
     """sentencepiece.bpe.model in root, padded to the model's vocabulary; the MBart50Tokenizer over it."""
     from transformers import MBart50Tokenizer
@@ -62,12 +72,8 @@ def build_tokenizer(root: Path, shape: Shape, seed: int):
     spm = root / SPM
     texts = corpus("source", shape, seed) + corpus("target", shape, seed)
     pieces = train_spm(spm, texts, shape.spm_vocab, seed)
-    lowest = min(s for _, s in pieces_and_scores(spm))
     specials = len(MBart50Tokenizer(vocab=pieces_and_scores(spm), src_lang=LANGUAGES[0])) - len(pieces)
-    known = set(pieces)
-    words = [w for w in filler(shape, seed) if w not in known]
-    words += [numbered("\u2581", k) for k in range(shape.vocab_size)]
-    pad_spm(spm, words[: shape.vocab_size - specials - len(pieces)], lowest - 10.0)
+    pad_to(spm, pieces, shape, seed, shape.vocab_size - specials)
     tok = MBart50Tokenizer(vocab=pieces_and_scores(spm), _spm_precompiled_charsmap=precompiled_charsmap(spm),
                            src_lang=LANGUAGES[0], tgt_lang=LANGUAGES[1],
                            bos_token="<s>")  # as mbart-large-50 states it (CTranslate2 reads it)
@@ -82,9 +88,7 @@ def build(root: Path, shape: Shape, seed: int) -> int:
 
     tok = build_tokenizer(root, shape, seed)
     config = MBartConfig(
-        vocab_size=shape.vocab_size, d_model=shape.d_model, encoder_layers=shape.layers,
-        decoder_layers=shape.layers, encoder_attention_heads=shape.heads, decoder_attention_heads=shape.heads,
-        encoder_ffn_dim=shape.d_ff, decoder_ffn_dim=shape.d_ff, max_position_embeddings=shape.max_positions,
+        **bart_sizes(shape),
         activation_function="gelu", scale_embedding=True, pad_token_id=1, bos_token_id=0, eos_token_id=2,
         decoder_start_token_id=2, forced_eos_token_id=2, tokenizer_class="MBart50Tokenizer", dropout=0.1,
         attention_dropout=0.0, activation_dropout=0.0, **LEGACY)

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import torch
 
-from bench.families.mbart50 import pad_spm
-from bench.families.text import Shape, corpus, filler, numbered, train_spm
+from bench.families.mbart50 import pad_to
+from bench.families.text import Shape, bart_sizes, corpus, train_spm
 from export.hf.spm_model import pieces_and_scores, precompiled_charsmap
 from export.hf.tokenizer import PEGASUS_OFFSET
 
@@ -52,11 +52,7 @@ def build_tokenizer(root: Path, shape: Shape, seed: int):
     spm = root / SPM
     pieces = train_spm(spm, corpus("source", shape, seed), shape.spm_vocab, seed, pad_id=0, eos_id=1,
                        unk_id=2, bos_id=-1)
-    lowest = min(s for _, s in pieces_and_scores(spm))
-    known = set(pieces)
-    words = [w for w in filler(shape, seed) if w not in known]
-    words += [numbered("\u2581", k) for k in range(shape.vocab_size)]
-    pad_spm(spm, words[: shape.vocab_size - PEGASUS_OFFSET - len(pieces)], lowest - 10.0)
+    pad_to(spm, pieces, shape, seed, shape.vocab_size - PEGASUS_OFFSET)
     tok = PegasusTokenizer(vocab=reserved() + pieces_and_scores(spm)[2:],
                            _spm_precompiled_charsmap=precompiled_charsmap(spm))
     if len(tok) != shape.vocab_size:
@@ -70,9 +66,7 @@ def build(root: Path, shape: Shape, seed: int) -> int:
 
     tok = build_tokenizer(root, shape, seed)
     config = PegasusConfig(
-        vocab_size=shape.vocab_size, d_model=shape.d_model, encoder_layers=shape.layers,
-        decoder_layers=shape.layers, encoder_attention_heads=shape.heads, decoder_attention_heads=shape.heads,
-        encoder_ffn_dim=shape.d_ff, decoder_ffn_dim=shape.d_ff, max_position_embeddings=shape.max_positions,
+        **bart_sizes(shape),
         activation_function="relu", scale_embedding=True, pad_token_id=0, bos_token_id=0, eos_token_id=1,
         decoder_start_token_id=0, forced_eos_token_id=1, dropout=0.1, attention_dropout=0.1,
         activation_dropout=0.1, **LEGACY)

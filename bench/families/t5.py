@@ -31,8 +31,8 @@ from pathlib import Path
 
 import torch
 
-from bench.families.mbart50 import pad_spm
-from bench.families.text import Shape, corpus, filler, numbered, train_spm
+from bench.families.mbart50 import pad_to
+from bench.families.text import Shape, corpus, train_spm
 from export.hf.spm_model import pieces_and_scores, precompiled_charsmap
 
 SPM = "spiece.model"
@@ -61,11 +61,7 @@ def build_tokenizer(root: Path, shape: Shape, seed: int):
     spm = root / SPM
     texts = [PREFIX + s for s in corpus("source", shape, seed)] + corpus("target", shape, seed)
     pieces = train_spm(spm, texts, shape.spm_vocab, seed, pad_id=0, eos_id=1, unk_id=2, bos_id=-1)
-    lowest = min(s for _, s in pieces_and_scores(spm))
-    known = set(pieces)
-    words = [w for w in filler(shape, seed) if w not in known]
-    words += [numbered("\u2581", k) for k in range(shape.vocab_size)]
-    pad_spm(spm, words[: shape.vocab_size - UNUSED_ROWS - EXTRA_IDS - len(pieces)], lowest - 10.0)
+    pad_to(spm, pieces, shape, seed, shape.vocab_size - UNUSED_ROWS - EXTRA_IDS)
     sentinels = [(f"<extra_id_{i}>", 0.0) for i in range(EXTRA_IDS - 1, -1, -1)]
     tok = T5Tokenizer(vocab=pieces_and_scores(spm) + sentinels, extra_ids=EXTRA_IDS,
                       _spm_precompiled_charsmap=precompiled_charsmap(spm))

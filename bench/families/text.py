@@ -39,6 +39,14 @@ SYLLABLES = {  # the two made-up languages: onsets, vowels, codas
 }
 
 
+def bart_sizes(shape: Shape) -> dict[str, int]:
+    """The size keywords BartConfig, MBartConfig and PegasusConfig share, of a shape."""
+    return {"vocab_size": shape.vocab_size, "d_model": shape.d_model, "encoder_layers": shape.layers,
+            "decoder_layers": shape.layers, "encoder_attention_heads": shape.heads,
+            "decoder_attention_heads": shape.heads, "encoder_ffn_dim": shape.d_ff,
+            "decoder_ffn_dim": shape.d_ff, "max_position_embeddings": shape.max_positions}
+
+
 def lexicon(language: str, n: int, seed: int) -> list[str]:
     """n distinct made-up words of one language, most frequent first (Zipf rank order)."""
     onsets, vowels, codas = (s.split() for s in SYLLABLES[language])
