@@ -7,8 +7,9 @@
   at run time (DynamicQuantizeLinear + MatMulInteger, which ONNX Runtime fuses into
   `com.microsoft.DynamicQuantizeMatMul` with its bias when it loads the graph);
 - the encoder's `com.microsoft.Attention` (its packed Q/K/V projection) as `com.microsoft.QAttention`, but
-  where it adds a position bias (T5's `attention_bias`, input 5): QAttention has no such input and the
-  quantizer would drop it, so that node keeps its fp32 weights;
+  where it adds a position bias (T5's `attention_bias`, input 5), which QAttention has no input for: there
+  its projection becomes a MatMul before a MultiHeadAttention (export/variants/int8_attention.py), quantized
+  as the others;
 - the token embeddings as int8 rows read by a Gather (export/variants/int8_embedding.py): where an embedding
   is the output projection's matrix (tied, as in our models and OPUS-MT), it reads the rows R_q = Q^T
   of the projection's int8 matrix Q, and the projection's MatMulInteger reads Transpose(R_q), which
@@ -31,6 +32,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from export.export import ExportError, pin_ir_version
 from export.lowering.tied import SHARE_TIED_EMBEDDING, output_projection, untie_embeddings
+from export.variants.int8_attention import unpack_biased_attention
 from export.variants.int8_embedding import Projection, quantize_embeddings
 
 INT8_VARIANT = "int8"
@@ -55,13 +57,10 @@ def quantize_graph(proto: onnx.ModelProto, per_channel: bool = PER_CHANNEL,
 
     with tempfile.TemporaryDirectory() as tmp:
         src, dst = Path(tmp) / "fp32.onnx", Path(tmp) / "int8.onnx"
-        biased = [n for n in proto.graph.node if n.op_type == "Attention" and len(n.input) > 5 and n.input[5]]
-        for i, node in enumerate(biased):
-            node.name = node.name or f"biased_attention_{i}"
+        unpack_biased_attention(proto)  # QAttention takes no attention_bias: its projection as a MatMul
         onnx.save_model(proto, src)
         quantize_dynamic(src, dst, op_types_to_quantize=list(OP_TYPES), per_channel=per_channel,
                          reduce_range=reduce_range, weight_type=QuantType[WEIGHT_TYPE],
-                         nodes_to_exclude=[n.name for n in biased],  # QAttention takes no attention_bias
                          extra_options={"MatMulConstBOnly": True, "WeightSymmetric": True})
         return onnx.load(dst)
 

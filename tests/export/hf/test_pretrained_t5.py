@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections import Counter
 
+import onnx
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
@@ -185,8 +187,6 @@ def test_rows_of_different_ages_decode_as_generate(hf_bundles, hf_dirs, name):
 def test_the_decoder_takes_only_the_interfaces_inputs(hf_bundles):
     """The bias is computed in the graphs from position_ids and the mask (or the in-place lengths): no input
     is added to interface/names.py's, in any lowering."""
-    import onnx
-
     for name in T5_NAMES:
         bundle = hf_bundles[name]
         m = manifest(bundle)
@@ -200,7 +200,8 @@ def test_tasks_are_declared_the_default_starts_every_source_and_int8_verifies(hf
     the transformers tokenizer gives them); --task translation_en_to_de is the default: a request naming no
     task is served what generate gives for that prefix + text, one naming another task or "none" what
     generate gives for its prefix + text or the bare text. The int8 variant of the same import (its encoder's
-    position bias kept: export/variants/int8.py) and its offline-optimized graphs pass verification."""
+    position-biased attention a quantized MatMul before MultiHeadAttention: export/variants/int8_attention.py)
+    and its offline-optimized graphs pass verification."""
     from service.domain.types import DecodeOptions
 
     model_dir = hf_dirs["t5"]
@@ -216,6 +217,12 @@ def test_tasks_are_declared_the_default_starts_every_source_and_int8_verifies(hf
     assert manifest(hf_bundles["t5"])["generation"]["tasks"] == m["generation"]["tasks"]  # declared anyway
     assert "task" not in manifest(hf_bundles["t5"])["generation"]
     assert m["verification"]["int8"]["greedy_sources"] == 8 and "int8" in m["variants"]
+    encoder = onnx.load(bundle / m["variants"]["int8"]["encoder"], load_external_data=False)
+    ops = Counter(n.op_type for n in encoder.graph.node)
+    assert ops["Attention"] == ops["QAttention"] == 0  # no Q/K/V weights left in fp32
+    assert ops["MultiHeadAttention"] == m["model"]["n_encoder_layers"]
+    floats = {t.name for t in encoder.graph.initializer if t.data_type == onnx.TensorProto.FLOAT}
+    assert not [n.name for n in encoder.graph.node if n.op_type == "MatMul" and n.input[1] in floats]
     assert m["onnx"]["optimized"] and m["verification"]["greedy_identical"] == 8
     texts = [s for s, _ in parallel(8, 5)]
     runner = runner_of(bundle)
