@@ -21,6 +21,7 @@ from export.hf.mapping import UnsupportedModel, load_pretrained
 from export.hf.tokenizer import TokenizerMismatch, load_hf_tokenizer
 from export.pretrained import import_pretrained, pretrained_source
 from export.pretrained import main as cli_main
+from export.verify.int8 import Int8Limits
 from interface import names
 from tests.support.hf_generate import hf_generate
 from tests.support.hf_models import T5_TASKS, parallel
@@ -207,7 +208,10 @@ def test_tasks_are_declared_the_default_starts_every_source_and_int8_verifies(hf
     model_dir = hf_dirs["t5"]
     model_hf, tok = hf(model_dir)
     prefixes = {name: task["prefix"] for name, task in T5_TASKS.items()}
-    opts = BuildOptions(quantize="int8", optimize=True)  # and ONNX Runtime's offline optimization
+    # and ONNX Runtime's offline optimization. The tiny model's greedy tokens are near-ties that int8
+    # rounding flips on some CPUs' kernels (5 of 8 sources agree under PyTorch's default kernels), so the
+    # variant is held to the log-prob drift limit only
+    opts = BuildOptions(quantize="int8", optimize=True, int8_limits=Int8Limits(agreement=0.0))
     bundle = import_pretrained(model_dir, tmp_path / "bundle", opts, task="translation_en_to_de").bundle_dir
     m = manifest(bundle)
     assert m["generation"]["tasks"] == {name: tok(p, add_special_tokens=False)["input_ids"]
@@ -217,6 +221,7 @@ def test_tasks_are_declared_the_default_starts_every_source_and_int8_verifies(hf
     assert manifest(hf_bundles["t5"])["generation"]["tasks"] == m["generation"]["tasks"]  # declared anyway
     assert "task" not in manifest(hf_bundles["t5"])["generation"]
     assert m["verification"]["int8"]["greedy_sources"] == 8 and "int8" in m["variants"]
+    assert 0 < m["verification"]["int8"]["logprob_max_delta"] <= Int8Limits().logprob_delta
     encoder = onnx.load(bundle / m["variants"]["int8"]["encoder"], load_external_data=False)
     ops = Counter(n.op_type for n in encoder.graph.node)
     assert ops["Attention"] == ops["QAttention"] == 0  # no Q/K/V weights left in fp32

@@ -17,6 +17,7 @@ from export.export import ExportError, pin_ir_version
 from export.lowering.fused import MS_DOMAIN
 from export.variants.int8 import quantize_graph
 from export.variants.int8_attention import unpack_biased_attention
+from export.verify.base import cpu_session
 
 B, S, D, HEADS = 2, 7, 16, 2
 
@@ -57,9 +58,8 @@ def feeds() -> dict[str, np.ndarray]:
 
 
 def run(proto: onnx.ModelProto) -> np.ndarray:
-    """The graph's output under ONNX Runtime's CPU provider."""
-    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
-    return session.run(None, feeds())[0]
+    """The graph's output under ONNX Runtime's CPU provider (in the global thread pool if one exists)."""
+    return cpu_session(proto.SerializeToString(), ort.SessionOptions()).run(None, feeds())[0]
 
 
 @pytest.mark.parametrize("sizes", [None, [16, 16, 32]], ids=["packed", "wider-values"])
