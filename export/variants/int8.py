@@ -52,7 +52,8 @@ SUFFIX, SCALE, ZERO_POINT = "_quantized", "_scale", "_zero_point"  # the quantiz
 
 def quantize_graph(proto: onnx.ModelProto, per_channel: bool = PER_CHANNEL,
                    reduce_range: bool = REDUCE_RANGE) -> onnx.ModelProto:
-    """proto with its MatMul / Attention weights in int8, by onnxruntime.quantization.quantize_dynamic."""
+    """proto with its MatMul / Attention weights in int8, by onnxruntime.quantization.quantize_dynamic
+    (proto's position-biased Attention nodes are first rewritten in place: int8_attention.py)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -25,6 +25,7 @@ from export.lowering.fused import MS_DOMAIN
 
 ATTENTION_BIAS = 5  # Attention's input index of attention_bias (4: past)
 KEPT_ATTRIBUTES = ("num_heads", "scale", "mask_filter_value")  # Attention's, with the same meaning in MHA
+READ_ATTRIBUTES = ("qkv_hidden_sizes", "unidirectional")  # Attention's, read by the rewrite itself
 
 
 def is_biased_attention(node: onnx.NodeProto) -> bool:
@@ -36,7 +37,7 @@ def is_biased_attention(node: onnx.NodeProto) -> bool:
 def unpack_biased_attention(proto: onnx.ModelProto) -> int:
     """Rewrite proto's position-biased Attention nodes in place as MatMul + Split + MultiHeadAttention; how
     many. ExportError for a node this form cannot express (a past cache, a unidirectional mask, packed
-    weights that are not an initializer)."""
+    weights that are not an initializer, an attribute it does not carry over, e.g. rotary embeddings)."""
     weights = {t.name: t for t in proto.graph.initializer}
     nodes, count = [], 0
     for node in proto.graph.node:
@@ -48,6 +49,9 @@ def unpack_biased_attention(proto: onnx.ModelProto) -> int:
                 or node.input[1] not in weights):
             raise ExportError(f"{node.name or node.output[0]}: a biased Attention with a past cache, a "
                               "unidirectional mask or non-constant weights has no int8 form")
+        if other := sorted(set(attrs) - set(KEPT_ATTRIBUTES) - set(READ_ATTRIBUTES)):
+            raise ExportError(f"{node.name or node.output[0]}: a biased Attention with attribute(s) {other} "
+                              "has no int8 form")
         width = weights[node.input[1]].dims[1]
         sizes = attrs.get("qkv_hidden_sizes") or [width // 3] * 3
         if sum(sizes) != width or sizes[0] != sizes[1]:

@@ -99,3 +99,10 @@ def test_attention_without_a_position_bias_is_left_for_qattention():
 def test_a_biased_attention_with_a_past_cache_is_refused():
     with pytest.raises(ExportError, match="past cache"):
         unpack_biased_attention(attention_graph(past=True))
+
+
+def test_a_biased_attention_with_an_attribute_the_rewrite_would_drop_is_refused():
+    proto = attention_graph()
+    proto.graph.node[0].attribute.append(helper.make_attribute("do_rotary", 1))
+    with pytest.raises(ExportError, match="do_rotary"):
+        unpack_biased_attention(proto)
