@@ -11,12 +11,11 @@ language codes, `<mask>`) has the model's vocabulary: 250,000 pieces for mbart-l
 
 from __future__ import annotations
 
-import struct
 from pathlib import Path
 
 import torch
 
-from bench.families.text import Shape, bart_sizes, corpus, filler, numbered, train_spm
+from bench.families.text import Shape, bart_sizes, corpus, pad_to, train_spm
 from export.hf.spm_model import pieces_and_scores, precompiled_charsmap
 
 SPM = "sentencepiece.bpe.model"
@@ -29,42 +28,6 @@ GENERATION = {  # mbart-large-50's (config.json)
     "forced_eos_token_id": 2, "num_beams": 5, "max_length": 200, "early_stopping": True}
 # keys of mbart-large-50's config.json that transformers no longer reads and CTranslate2's loader does
 LEGACY = {"normalize_before": True, "normalize_embedding": True, "add_final_layer_norm": True}
-PIECES, SCORE, LENGTH_DELIMITED, FIXED32 = 1, 2, 2, 5  # sentencepiece_model.proto field numbers, wire types
-
-
-def _varint(n: int) -> bytes:
-    """n as a protobuf base-128 varint."""
-    out = bytearray()
-    while True:
-        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
-        n >>= 7
-        if not n:
-            return bytes(out)
-
-
-def piece_entry(piece: str, score: float) -> bytes:
-    """One ModelProto `pieces` field (a SentencePiece of type NORMAL, the default) in the wire format."""
-    body = (_varint(1 << 3 | LENGTH_DELIMITED) + _varint(len(piece.encode())) + piece.encode()
-            + _varint(SCORE << 3 | FIXED32) + struct.pack("<f", score))
-    return _varint(PIECES << 3 | LENGTH_DELIMITED) + _varint(len(body)) + body
-
-
-def pad_spm(path: Path, words: list[str], score: float) -> None:
-    """Append `words` to a SentencePiece model file as pieces of `score`."""
-    with path.open("ab") as f:
-        f.write(b"".join(piece_entry(w, score) for w in words))
-
-
-def pad_to(spm: Path, pieces: list[str], shape: Shape, seed: int, rows: int) -> None:
-    """Append filler words (then numbered ones) the trained model lacks, below its lowest score, until its
-    `pieces` number `rows`."""
-    lowest = min(s for _, s in pieces_and_scores(spm))
-    known = set(pieces)
-    words = [w for w in filler(shape, seed) if w not in known]
-    words += [numbered("\u2581", k) for k in range(shape.vocab_size)]
-    pad_spm(spm, words[: rows - len(pieces)], lowest - 10.0)
-
-
 def build_tokenizer(root: Path, shape: Shape, seed: int):
     """sentencepiece.bpe.model in root, padded to the model's vocabulary; the MBart50Tokenizer over it."""
     from transformers import MBart50Tokenizer

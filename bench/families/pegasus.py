@@ -6,7 +6,7 @@ generation settings (8 beams, length penalty 0.8, at most 256 tokens, eos forced
 
 A SentencePiece unigram model (Pegasus's ids: pad 0, eos 1, unk 2, no bos) is trained on the made-up
 source language (bench/families/text.py; Pegasus summarizes, so source and output are one language) to
-`Shape.spm_vocab` pieces, then padded in the model file with made-up target words (bench/families/mbart50.py
+`Shape.spm_vocab` pieces, then padded in the model file with made-up target words (bench/families/text.py
 `pad_spm`) to the model's vocabulary less Pegasus's 103 reserved ids: 96,000 pieces for 96,103. The
 tokenizer is laid out as the hub's tokenizer.json (`<pad>`, `</s>`, `<mask_1>`, `<mask_2>`, `<unk_2>` ..
 `<unk_102>`, then the pieces from id 2 at id + 103) and saved as tokenizer.json; spiece.model is kept
@@ -19,8 +19,7 @@ from pathlib import Path
 
 import torch
 
-from bench.families.mbart50 import pad_to
-from bench.families.text import Shape, bart_sizes, corpus, train_spm
+from bench.families.text import Shape, bart_sizes, corpus, pad_to, train_spm
 from export.hf.spm_model import pieces_and_scores, precompiled_charsmap
 from export.hf.tokenizer import PEGASUS_OFFSET
 

@@ -11,7 +11,7 @@ server and CTranslate2 read the same source.
 
 One SentencePiece unigram model (pad 0, eos 1, unk 2, no bos: T5's ids) is trained on the prefixed source
 sentences and the target sentences (bench/families/text.py) to `Shape.spm_vocab` pieces, then padded in the
-model file with made-up target words (bench/families/mbart50.py `pad_spm`) until, with T5's 100 sentinels
+model file with made-up target words (bench/families/text.py `pad_spm`) until, with T5's 100 sentinels
 (`<extra_id_99>` .. `<extra_id_0>`), the tokenizer has the model's vocabulary less t5-base's 28 unused rows:
 32,000 pieces + 100 = 32,100 entries for 32,128 embedding rows. The tokenizer is built from the pieces
 and scores and saved as tokenizer.json (transformers cannot read a bare spiece.model here); spiece.model
@@ -31,8 +31,7 @@ from pathlib import Path
 
 import torch
 
-from bench.families.mbart50 import pad_to
-from bench.families.text import Shape, corpus, train_spm
+from bench.families.text import Shape, corpus, pad_to, train_spm
 from export.hf.spm_model import pieces_and_scores, precompiled_charsmap
 
 SPM = "spiece.model"

@@ -1,6 +1,7 @@
 """The made-up text every family's model is built from and decodes: two languages of random syllables,
 Zipf-distributed words, 4 to 22 words a sentence; the SentencePiece models trained on them; the filler
-entries that pad a vocabulary to a real checkpoint's size. Everything is seeded.
+entries that pad a vocabulary to a real checkpoint's size, appended to a trained model's file (`pad_to`).
+Everything is seeded.
 
 A real checkpoint's vocabulary (58,101 to 250,054 entries) is far larger than what a tokenizer can learn
 from made-up text in a minute, so each family's tokenizer is trained to `Shape.spm_vocab` entries and its
@@ -11,10 +12,13 @@ like any other, that the tokenizer never produces from text.
 from __future__ import annotations
 
 import random
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
 import sentencepiece
+
+from export.hf.spm_model import pieces_and_scores
 
 
 @dataclass(frozen=True)
@@ -105,3 +109,39 @@ def train_spm(path: Path, texts: list[str], vocab_size: int, seed: int, **ids: i
     prefix.with_name(prefix.name + ".vocab").unlink()
     sp = sentencepiece.SentencePieceProcessor(model_file=str(path))
     return [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+
+
+PIECES, SCORE, LENGTH_DELIMITED, FIXED32 = 1, 2, 2, 5  # sentencepiece_model.proto field numbers, wire types
+
+
+def _varint(n: int) -> bytes:
+    """n as a protobuf base-128 varint."""
+    out = bytearray()
+    while True:
+        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
+
+
+def piece_entry(piece: str, score: float) -> bytes:
+    """One ModelProto `pieces` field (a SentencePiece of type NORMAL, the default) in the wire format."""
+    body = (_varint(1 << 3 | LENGTH_DELIMITED) + _varint(len(piece.encode())) + piece.encode()
+            + _varint(SCORE << 3 | FIXED32) + struct.pack("<f", score))
+    return _varint(PIECES << 3 | LENGTH_DELIMITED) + _varint(len(body)) + body
+
+
+def pad_spm(path: Path, words: list[str], score: float) -> None:
+    """Append `words` to a SentencePiece model file as pieces of `score`."""
+    with path.open("ab") as f:
+        f.write(b"".join(piece_entry(w, score) for w in words))
+
+
+def pad_to(spm: Path, pieces: list[str], shape: Shape, seed: int, rows: int) -> None:
+    """Append filler words (then numbered ones) the trained model lacks, below its lowest score, until its
+    `pieces` number `rows`."""
+    lowest = min(s for _, s in pieces_and_scores(spm))
+    known = set(pieces)
+    words = [w for w in filler(shape, seed) if w not in known]
+    words += [numbered("\u2581", k) for k in range(shape.vocab_size)]
+    pad_spm(spm, words[: rows - len(pieces)], lowest - 10.0)
