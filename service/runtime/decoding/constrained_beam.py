@@ -36,6 +36,7 @@ import numpy as np
 from service.domain.types import ResolvedOptions
 from service.runtime.decoding.constraints import Tracker
 from service.runtime.decoding.search import BeamSearch, RawHypothesis
+from service.runtime.decoding.topk import top
 
 
 class ConstrainedBeamSearch(BeamSearch):
@@ -115,11 +116,11 @@ class ConstrainedBeamSearch(BeamSearch):
         """(parent, token) of every candidate of step 2, finite ones only, each once."""
         k, v = cand.shape
         flat = cand.reshape(-1)
-        top = np.argpartition(-flat, k - 1)[:k]
+        best = top(flat, k)
         rows = np.flatnonzero(need)
         extra_rows, extra_words = self.tracker.advancing(self.states[rows], self.met[rows])
-        parent = np.concatenate([top // v, np.arange(k), rows[extra_rows]])
-        word = np.concatenate([top % v, cand.argmax(axis=1), extra_words])
+        parent = np.concatenate([best // v, np.arange(k), rows[extra_rows]])
+        word = np.concatenate([best % v, cand.argmax(axis=1), extra_words])
         code = np.sort(parent * v + word)
         code = code[np.isfinite(flat[code]) & np.append(True, code[1:] != code[:-1])]  # finite, each once
         return code // v, code % v

@@ -38,20 +38,10 @@ import numpy as np
 
 from service.domain.types import FinishReason, ResolvedOptions
 from service.runtime.decoding.search import BeamSearch, RawHypothesis
+from service.runtime.decoding.topk import top
 
 NEG = np.float32(-1.0e9)  # transformers' "never this one" score offset
 DEFAULT_LENGTH_PENALTY = 1.0  # transformers' GenerationConfig default
-
-
-def top(values: np.ndarray, n: int) -> np.ndarray:
-    """Indices of the n largest values, best first, equal values by index."""
-    if n >= len(values):
-        return np.argsort(-values, kind="stable")
-    part = np.argpartition(-values, n - 1)[:n]
-    bound = values[part].min()
-    above = np.flatnonzero(values > bound)
-    idx = np.concatenate([above, np.flatnonzero(values == bound)[: n - len(above)]])
-    return idx[np.lexsort((idx, -values[idx]))]
 
 
 class PooledBeamSearch(BeamSearch):

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from service.domain.types import FinishReason, ResolvedOptions
+from service.runtime.decoding.topk import top
 
 
 def length_penalty(length: int, alpha: float) -> float:
@@ -120,10 +121,9 @@ class BeamSearch:
         logp[self.finished] = -np.inf  # a finished beam can only be followed by padding, at no cost
         logp[self.finished, self.pad] = 0.0
         cand = (self.scores[:, None] + logp).reshape(-1)  # (K*V)
-        top = np.argpartition(-cand, k - 1)[:k]
-        top = top[np.lexsort((top, -cand[top]))]  # best first, ties by index
-        parent, word = top // v, top % v
-        self.scores = cand[top]
+        best = top(cand, k)  # best first, ties by index
+        parent, word = best // v, best % v
+        self.scores = cand[best]
         return self._extend(parent, word, attn)
 
     def _extend(self, parent: np.ndarray, word: np.ndarray, attn: np.ndarray | None
