@@ -26,7 +26,9 @@ class ActiveRequest:
 
     request: Request
     options: ResolvedOptions
-    rows: np.ndarray  # (options.rows,) row indices; k fewer once a half of a PlainFirstSearch ended
+    # (options.rows,) row indices in the search's row order (a beam step permutes them: rows.py inherit); k
+    # fewer once a half of a PlainFirstSearch ended
+    rows: np.ndarray
     search: GreedySearch | BeamSearch | AlternativesSearch | PlainFirstSearch  # spec.py's choice
     stream: Callable[[int], str] | None  # the tokenizer's detokenizer of a streaming request
     rng: np.random.Generator | None = None  # a sampling request's own generator (sampling.py)

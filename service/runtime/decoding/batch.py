@@ -12,7 +12,8 @@ copy); when holes are at least half of the rows, the live rows are compacted wit
 caches are never copied when one leaves.
 
 Caches (service/runtime/cache/kvcache.py), in the layout of the bundle's decoder: the self-attention cache,
-reordered in place for beam search, and the cross-attention K/V `CrossCache`, in the first columns of a source
+reordered in place for beam search (a beam keeps its parent's row; only a parent's later children are
+copied: rows.py `inherit`), and the cross-attention K/V `CrossCache`, in the first columns of a source
 axis S >= the longest source present, written once when a request joins and repeated over its beam rows. A
 concat decoder masks the source (S grows with a longer source and shrinks, one copy, when it would drop by >=
 1/4); an in-place decoder takes each row's source length and computes nothing beyond it, so S is a power of
@@ -40,7 +41,7 @@ from service.runtime.cache.kvcache import ConcatCache, CrossCache, InplaceCache
 from service.runtime.decoding import controls, sampling
 from service.runtime.decoding.active import ActiveRequest, StepGroups
 from service.runtime.decoding.encode_groups import BY_LENGTH, EncodeGrouping, rows_by_group
-from service.runtime.decoding.rows import RowState
+from service.runtime.decoding.rows import RowState, inherit
 from service.runtime.decoding.search import AlternativesSearch
 from service.runtime.decoding.spec import ModelSpec
 from service.runtime.model.tokenization import TextTokenizer
@@ -254,17 +255,19 @@ class DecodeBatch:
 
     def _advance_beams(self, beams: list[ActiveRequest], logp: np.ndarray, attn: np.ndarray
                        ) -> list[ActiveRequest]:
-        """Top-k step of each beam request (or alternatives), one in-place gather of reordered rows; returns
-        the finished."""
+        """Top-k step of each beam request (or alternatives): each beam moves into its parent's row, or
+        (a parent's second child on) is copied into a row no beam follows (rows.py `inherit`), all copies in
+        one in-place gather; returns the finished."""
         dst, src, words = [], [], []
         for a in beams:
             align = attn[a.rows] if a.options.return_alignment else None
             parent, word = a.search.advance(logp[a.rows], align)
+            a.rows, into, out_of = inherit(a.rows, parent)  # the same rows in the next beams' order
             self._rows.next[a.rows] = word
             words.append(word)
-            if (parent != np.arange(len(parent))).any():
-                dst.append(a.rows)
-                src.append(a.rows[parent])
+            if len(into):
+                dst.append(into)
+                src.append(out_of)
         if dst:
             dst, src = np.concatenate(dst), np.concatenate(src)
             self._cache.reorder(dst, src)

@@ -52,3 +52,21 @@ class RowState:
         self.history.keep(keep)
         self.next, self.score = self.next[keep], self.score[keep]
         self.live, self.src = self.live[keep], self.src[keep]
+
+
+def inherit(rows: np.ndarray, parent: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The rows a request's next beams occupy, given each one's parent beam among `rows` (the physical rows
+    of its current beams, in beam order): a parent's first child stays in its parent's row, so only the
+    other children are copied, into the rows of beams left without a child. Returns (each next beam's row,
+    rows copied into, rows copied from); the two are disjoint, so the copies may run in any order."""
+    k = len(parent)
+    if (parent == np.arange(k)).all():
+        return rows, rows[:0], rows[:0]
+    _, first = np.unique(parent, return_index=True)  # each parent's first child
+    childless = np.ones(k, bool)
+    childless[parent] = False
+    younger = np.ones(k, bool)
+    younger[first] = False
+    new = rows[parent]
+    new[younger] = rows[childless]
+    return new, rows[childless], rows[parent[younger]]
