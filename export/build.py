@@ -270,8 +270,17 @@ def bundle_options(args: argparse.Namespace, **extra: Any) -> BuildOptions:
     """The BuildOptions of the options `add_bundle_options` declared, plus a CLI's own (`extra`)."""
     return BuildOptions(fp16=args.fp16, quantize=args.quantize, cpu_variant=args.cpu_variant,
                         int8_reduce_range=args.int8_reduce_range,
+                        int8_limits=Int8Limits(agreement=args.int8_min_agreement),
                         embedding_rows=args.embedding_rows, optimize=args.optimize,
                         force=args.force, attention=args.attention, **extra)
+
+
+def _share(text: str) -> float:
+    """A number from 0 to 1 (argparse's type)."""
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
+    return value
 
 
 def add_bundle_options(ap: argparse.ArgumentParser) -> None:
@@ -286,6 +295,10 @@ def add_bundle_options(ap: argparse.ArgumentParser) -> None:
                     help="make that variant the CPU provider's default (bundle.json provider_variants)")
     ap.add_argument("--int8-reduce-range", action="store_true",
                     help="7-bit int8 weights: for serving on CPUs without VNNI (docs/export.md)")
+    ap.add_argument("--int8-min-agreement", type=_share, default=Int8Limits.agreement, metavar="SHARE",
+                    help="share of the verification sources whose int8 greedy tokens must equal fp32's "
+                         f"(default {Int8Limits.agreement}); near-ties flip under int8 rounding, and a "
+                         "random-weight model has them everywhere: 0 holds it to the log-prob drift alone")
     ap.add_argument("--embedding-rows", action="store_true",
                     help="tied embeddings as tables of their own (every variant): the matrix twice on disk")
     ap.add_argument("--optimize", action="store_true", help="onnxruntime offline graph optimization (basic)")

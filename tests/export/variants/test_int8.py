@@ -233,3 +233,20 @@ def test_tied_embeddings_as_rows_of_their_own_decode_alike(bundle, tmp_path):
     shared_enc, rows_enc = (open_session(d / INT8_FILES["encoder"]) for d in (bundle, tmp_path))
     for a, b in zip(shared_enc.run(None, feeds), rows_enc.run(None, feeds), strict=True):
         assert np.array_equal(a, b)
+
+
+def test_the_agreement_floor_is_an_export_option_checked_as_a_share():
+    """--int8-min-agreement reaches the limits the int8 variant is verified with (default: Int8Limits');
+    a value outside 0..1 is refused by the command line, naming it."""
+    import argparse
+
+    from export.build import add_bundle_options, bundle_options
+
+    ap = argparse.ArgumentParser()
+    add_bundle_options(ap)
+    assert bundle_options(ap.parse_args(["--out", "b"])).int8_limits == Int8Limits()
+    relaxed = bundle_options(ap.parse_args(["--out", "b", "--int8-min-agreement", "0"])).int8_limits
+    assert relaxed == Int8Limits(agreement=0.0)
+    ap.exit_on_error = False
+    with pytest.raises(argparse.ArgumentError, match="between 0 and 1, got 1.5"):
+        ap.parse_args(["--out", "b", "--int8-min-agreement", "1.5"])
