@@ -276,10 +276,13 @@ def bundle_options(args: argparse.Namespace, **extra: Any) -> BuildOptions:
 
 
 def _share(text: str) -> float:
-    """A number from 0 to 1 (argparse's type)."""
-    value = float(text)
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
+    """A number from 0 to 1 (argparse's type; argparse names the option in its refusal)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0.0 <= value <= 1.0:  # NaN included
+        raise argparse.ArgumentTypeError(f"must be a number between 0 and 1, got {text!r}")
     return value
 
 

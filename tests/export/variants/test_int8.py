@@ -248,5 +248,7 @@ def test_the_agreement_floor_is_an_export_option_checked_as_a_share():
     relaxed = bundle_options(ap.parse_args(["--out", "b", "--int8-min-agreement", "0"])).int8_limits
     assert relaxed == Int8Limits(agreement=0.0)
     ap.exit_on_error = False
-    with pytest.raises(argparse.ArgumentError, match="between 0 and 1, got 1.5"):
-        ap.parse_args(["--out", "b", "--int8-min-agreement", "1.5"])
+    for bad in ("1.5", "-0.1", "nan", "most"):
+        refusal = f"--int8-min-agreement: .*between 0 and 1, got '{bad}'"
+        with pytest.raises(argparse.ArgumentError, match=refusal):
+            ap.parse_args(["--out", "b", "--int8-min-agreement", bad])
