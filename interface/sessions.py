@@ -9,4 +9,20 @@ is left as it is (onnxruntime_session_options_config_keys.h, `kOrtSessionOptions
 
 from __future__ import annotations
 
+from pathlib import Path
+
 CPU_SESSION_CONFIG = {"session.x64quantprecision": "1"}  # config entries of every CPU session
+VNNI_FLAGS = frozenset({"avx512_vnni", "avx_vnni"})  # /proc/cpuinfo flags of the two VNNI extensions
+
+
+def cpu_flags() -> frozenset[str] | None:
+    """This CPU's feature flags (the first processor's in /proc/cpuinfo); None where they cannot be read."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "flags":
+            return frozenset(value.split())
+    return None

@@ -11,9 +11,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from interface.sessions import VNNI_FLAGS, cpu_flags
+
+
+def vector_extensions(flags: frozenset[str]) -> str:
+    """The x86 extensions that choose ONNX Runtime's and CTranslate2's kernels: the widest of AVX-512 and
+    AVX2, with or without VNNI (int8 products differ with and without it); empty for neither."""
+    width = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else ""
+    return f"{width} {'with' if flags & VNNI_FLAGS else 'without'} VNNI" if width else ""
+
 
 def machine() -> str:
-    """This machine in words: CPU cores and model, memory, no GPU named unless asked."""
+    """This machine in words: CPU cores, model and vector extensions, memory, no GPU named unless asked."""
     model = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
@@ -22,6 +31,8 @@ def machine() -> str:
                 break
     except OSError:
         pass
+    extensions = vector_extensions(cpu_flags() or frozenset())
+    model += f", {extensions}" if extensions else ""
     memory = ""
     try:
         kib = int(Path("/proc/meminfo").read_text(encoding="utf-8").split()[1])

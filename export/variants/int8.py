@@ -34,6 +34,7 @@ from export.export import ExportError, pin_ir_version
 from export.lowering.tied import SHARE_TIED_EMBEDDING, output_projection, untie_embeddings
 from export.variants.int8_attention import unpack_biased_attention
 from export.variants.int8_embedding import Projection, quantize_embeddings
+from interface.sessions import VNNI_FLAGS, cpu_flags
 
 INT8_VARIANT = "int8"
 INT8_FILES = {"encoder": "encoder.int8.onnx", "decoder": "decoder.int8.onnx"}
@@ -107,12 +108,9 @@ def _save(proto: onnx.ModelProto, path: Path) -> None:
 
 
 def cpu_has_vnni() -> bool | None:
-    """Whether this CPU has VNNI (AVX512-VNNI or AVX-VNNI), from /proc/cpuinfo; None where unknown."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text(encoding="utf-8")
-    except OSError:
-        return None
-    return "avx512_vnni" in flags or "avx_vnni" in flags
+    """Whether this CPU has VNNI (AVX512-VNNI or AVX-VNNI); None where unknown."""
+    flags = cpu_flags()
+    return None if flags is None else bool(flags & VNNI_FLAGS)
 
 
 def quantization(reduce_range: bool = REDUCE_RANGE, per_channel: bool = PER_CHANNEL,
