@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from export.graph_file import save_graph
 from export.lowering.attention import AttentionLowering, PlainAttention
 from export.lowering.fused import CACHE_LENGTHS, CROSS_LENGTHS, KEY_PADDING
 from export.lowering.logits import decode_with_normalizer
@@ -331,7 +332,8 @@ class ExportInfo:
 def export_graphs(
     model: Transformer, out_dir: Path, lowering: AttentionLowering | None = None
 ) -> ExportInfo:
-    """Write encoder.onnx and decoder.onnx (single files, weights inline) into out_dir."""
+    """Write encoder.onnx and decoder.onnx into out_dir (weights inline, or beside a graph that protobuf
+    cannot hold in one file: export/graph_file.py)."""
     lowering = lowering or PlainAttention()
     logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
     model = model.eval()
@@ -353,7 +355,7 @@ def export_graphs(
     for graph, (module, inputs, outputs, file) in plan.items():
         start = time.perf_counter()
         proto = export_graph(module, example[graph], inputs, outputs, axes[graph], lowering, graph)
-        onnx.save_model(proto, out_dir / file, save_as_external_data=False)
+        save_graph(proto, out_dir / file, check=False)  # checked when verified (export/verify/base.py)
         seconds[graph] = round(time.perf_counter() - start, 2)
         ir_version = proto.ir_version
     return ExportInfo(lowering.opset, ir_version, "torch.onnx.export(dynamo=True)", lowering.name, kv_cache,

@@ -17,16 +17,17 @@ ONNX Runtime CPU session; the export refuses a bundle that fails it.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import onnx
-from onnx import AttributeProto, TensorProto, numpy_helper
+from onnx import TensorProto, numpy_helper
 from onnx.external_data_helper import load_external_data_for_model, set_external_data, uses_external_data
 
 from export.export import ExportError
+from export.graph_file import initializers, sidecar
 from export.verify.base import open_session
 from interface import names
 
@@ -67,17 +68,6 @@ class PackReport:
         """JSON-friendly summary (bundle.json `verification.weights`)."""
         return {"files": list(self.before), "references": self.references, "stored": self.stored,
                 "bytes": self.bytes}
-
-
-def initializers(graph: onnx.GraphProto, path: str = "") -> Iterator[tuple[str, TensorProto]]:
-    """(graph path, tensor) of every initializer of graph and of its subgraphs, depth first."""
-    for tensor in graph.initializer:
-        yield path, tensor
-    for node in graph.node:
-        for attr in node.attribute:
-            subgraphs = [attr.g] if attr.type == AttributeProto.GRAPH else list(attr.graphs)
-            for i, sub in enumerate(subgraphs):
-                yield from initializers(sub, f"{path}/{node.name or node.op_type}.{attr.name}[{i}]")
 
 
 def raw_bytes(tensor: TensorProto) -> bytes:
@@ -127,6 +117,7 @@ def pack(bundle_dir: Path, files: list[str], data_file: str, threshold: int = TH
                 _point_to(tensor, data_file, *stored[key])
                 report.references += 1
             onnx.save_model(model, bundle_dir / file)  # no raw data left to write: the graph alone
+            sidecar(bundle_dir / file).unlink(missing_ok=True)  # a large graph's own data, now read in
         report.bytes = out.tell()
     report.stored = len(stored)
     return report

@@ -32,6 +32,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from export.graph_file import save_graph
 from interface import names
 
 # tied embeddings read the output projection's matrix, stored once as rows (opus-mt shape: fp32 1.00x
@@ -240,6 +241,5 @@ def tie_files(bundle_dir: Path, files: Mapping[str, str], d_model: int) -> int:
     tied["decoder"] = share_tied_embeddings(decoder, weight, project=tied["encoder"] > 0)
     for graph, proto in (("encoder", encoder), ("decoder", decoder)):
         if tied[graph] or (graph == "decoder" and tied["encoder"]):
-            onnx.checker.check_model(proto, full_check=True)
-            onnx.save_model(proto, bundle_dir / files[graph], save_as_external_data=False)
+            save_graph(proto, bundle_dir / files[graph])
     return sum(tied.values())

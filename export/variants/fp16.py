@@ -10,6 +10,7 @@ from onnx import numpy_helper
 from onnxruntime.transformers.float16 import convert_float_to_float16
 
 from export.export import ExportError, pin_ir_version
+from export.graph_file import save_graph
 from export.variants.cuda_form import cuda_cross_attention
 from export.variants.cuda_kernels import missing_cuda_kernels
 from interface import names
@@ -41,5 +42,4 @@ def to_fp16(src: Path, dst: Path) -> None:
         listed = "; ".join(f"{m.node} ({m.op}): {m.reason}" for m in missing)
         raise ExportError(f"{dst.name}: {len(missing)} node(s) without a CUDA kernel: {listed}")
     pin_ir_version(proto)
-    onnx.checker.check_model(proto, full_check=True)
-    onnx.save_model(proto, dst, save_as_external_data=False)
+    save_graph(proto, dst)

@@ -31,6 +31,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from export.export import ExportError, pin_ir_version
+from export.graph_file import is_large, save_graph
 from export.lowering.tied import SHARE_TIED_EMBEDDING, output_projection, untie_embeddings
 from export.variants.int8_attention import unpack_biased_attention
 from export.variants.int8_embedding import Projection, quantize_embeddings
@@ -60,9 +61,10 @@ def quantize_graph(proto: onnx.ModelProto, per_channel: bool = PER_CHANNEL,
     with tempfile.TemporaryDirectory() as tmp:
         src, dst = Path(tmp) / "fp32.onnx", Path(tmp) / "int8.onnx"
         unpack_biased_attention(proto)  # QAttention takes no attention_bias: its projection as a MatMul
-        onnx.save_model(proto, src)
+        save_graph(proto, src, check=False)
         quantize_dynamic(src, dst, op_types_to_quantize=list(OP_TYPES), per_channel=per_channel,
                          reduce_range=reduce_range, weight_type=QuantType[WEIGHT_TYPE],
+                         use_external_data_format=is_large(proto),
                          extra_options={"MatMulConstBOnly": True, "WeightSymmetric": True})
         return onnx.load(dst)
 
@@ -103,8 +105,7 @@ def own_projection(per_channel: bool, reduce_range: bool) -> Callable[[np.ndarra
 def _save(proto: onnx.ModelProto, path: Path) -> None:
     """Pin the IR version, check and write (weights inline; packing moves them later)."""
     pin_ir_version(proto)
-    onnx.checker.check_model(proto, full_check=True)
-    onnx.save_model(proto, path, save_as_external_data=False)
+    save_graph(proto, path)
 
 
 def cpu_has_vnni() -> bool | None:

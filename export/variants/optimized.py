@@ -10,6 +10,7 @@ import onnxruntime as ort
 from onnx.external_data_helper import load_external_data_for_model
 
 from export.export import pin_ir_version
+from export.graph_file import save_graph
 from export.verify.base import cpu_session
 
 # Offline optimization level. BASIC only applies provider-independent rewrites that keep standard
@@ -42,5 +43,4 @@ def optimize_offline(path: Path) -> None:
     del proto.opset_import[:]
     proto.opset_import.extend(keep)
     pin_ir_version(proto)
-    onnx.checker.check_model(proto, full_check=True)
-    onnx.save_model(proto, path, save_as_external_data=False)
+    save_graph(proto, path)

@@ -16,11 +16,11 @@ from onnx import numpy_helper
 
 import export.build
 from export.build import BuildOptions, BundleError, build_bundle
+from export.graph_file import initializers
 from export.lowering.tied import output_projection
 from export.variants.int8 import INT8_FILES, SCALE
 from export.verify.base import ParityError, greedy_onnx, open_session
 from export.verify.int8 import Int8Limits, verify_int8
-from export.weights import initializers
 from interface import names
 from service.runtime.runner import Runner
 from tests.support import tiny

@@ -1,0 +1,103 @@
+"""A staging graph of any size (export/graph_file.py): below protobuf's 2 GiB a single file, above it its
+tensors in a sidecar; read back equal, by onnx and by ONNX Runtime, and gone from the bundle once packed.
+The limit is lowered here so that tiny graphs take the large graphs' path (a real one: mBART-50's fp32
+decoder, docs/export.md)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from export import graph_file
+from export.graph_file import save_graph, sidecar
+from interface import names
+from service.domain.types import DecodeOptions
+from service.runtime.runner import Runner
+from tests.support.hf_models import HF_MODELS, parallel
+
+
+def small_graph() -> onnx.ModelProto:
+    """y = x @ W + b, W large enough to leave the graph (4 KiB), b small enough to stay inline."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((32, 32)).astype(np.float32), "W")
+    b = numpy_helper.from_array(rng.standard_normal(32).astype(np.float32), "b")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 32])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 32])
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["xw"]), helper.make_node("Add", ["xw", "b"], ["y"])]
+    return helper.make_model(helper.make_graph(nodes, "g", [x], [y], [w, b]),
+                             opset_imports=[helper.make_opsetid("", 18)], ir_version=9)
+
+
+def run(path, x: np.ndarray) -> np.ndarray:
+    """The graph at path, run by ONNX Runtime on the CPU."""
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+
+
+def test_a_graph_below_the_limit_is_one_file(tmp_path):
+    proto = small_graph()
+    save_graph(proto, tmp_path / "g.onnx")
+    assert not sidecar(tmp_path / "g.onnx").exists()
+    assert onnx.load(tmp_path / "g.onnx") == proto
+
+
+def test_a_graph_above_the_limit_keeps_its_tensors_beside_it_and_reads_back_equal(tmp_path, monkeypatch):
+    proto = small_graph()
+    before = proto.SerializeToString()
+    x = np.random.default_rng(1).standard_normal((3, 32)).astype(np.float32)
+    save_graph(proto, tmp_path / "inline.onnx")
+    monkeypatch.setattr(graph_file, "PROTOBUF_LIMIT", 1)
+    sidecar(tmp_path / "g.onnx").write_bytes(b"stale")  # onnx would append to it
+    save_graph(proto, tmp_path / "g.onnx")
+    assert proto.SerializeToString() == before  # the caller's proto keeps its data
+    assert sidecar(tmp_path / "g.onnx").stat().st_size == 32 * 32 * 4  # W alone; b (128 bytes) inline
+    assert (tmp_path / "g.onnx").stat().st_size < 1024
+    read = onnx.load(tmp_path / "g.onnx")
+    assert {t.name: numpy_helper.to_array(t).tobytes() for t in read.graph.initializer} == \
+        {t.name: numpy_helper.to_array(t).tobytes() for t in proto.graph.initializer}
+    np.testing.assert_array_equal(run(tmp_path / "g.onnx", x), run(tmp_path / "inline.onnx", x))
+    monkeypatch.setattr(graph_file, "PROTOBUF_LIMIT", 2**31)
+    save_graph(proto, tmp_path / "g.onnx")  # small again: the old sidecar goes
+    assert not sidecar(tmp_path / "g.onnx").exists()
+
+
+def test_an_invalid_graph_is_refused_whichever_way_it_is_written(tmp_path, monkeypatch):
+    proto = small_graph()
+    proto.graph.node[1].input[1] = "missing"
+    with pytest.raises(onnx.checker.ValidationError):
+        save_graph(proto, tmp_path / "a.onnx")
+    monkeypatch.setattr(graph_file, "PROTOBUF_LIMIT", 1)
+    with pytest.raises(onnx.checker.ValidationError):
+        save_graph(proto, tmp_path / "b.onnx")
+
+
+def test_an_import_whose_graphs_all_take_the_large_path_packs_the_same_bundle(
+        hf_dirs, hf_bundles, tmp_path, monkeypatch):
+    """mBART-50 (a tied embedding, int8 and fp16 variants): every staging graph written with a sidecar
+    gives the bundle written without: the same files, the same weights, the same tokens."""
+    from export.build import BuildOptions
+    from export.pretrained import import_pretrained
+
+    monkeypatch.setattr(graph_file, "PROTOBUF_LIMIT", 1)
+    options = BuildOptions(**HF_MODELS["mbart"][2])
+    large = import_pretrained(hf_dirs["mbart"], tmp_path / "large", options).bundle_dir
+    small = hf_bundles["mbart"]
+    files = {p.name for p in large.iterdir()}
+    assert files == {p.name for p in small.iterdir()}
+    assert not [f for f in files if f.endswith(".onnx" + graph_file.SIDECAR_SUFFIX)]
+    entries = [json.loads((b / names.BUNDLE_FILE).read_text(encoding="utf-8"))["files"]
+               for b in (large, small)]
+    data = [f for f in files if f.endswith(".data")]
+    assert len(data) == 3  # fp32, int8, fp16
+    assert all(entries[0][f]["sha256"] == entries[1][f]["sha256"] for f in data)
+    texts = [s for s, _ in parallel(8, 3)]
+    decode = DecodeOptions(beam_size=1, max_output_tokens=12, source_language="en_XX",
+                           target_language="de_DE")
+    for variant in ("base", "int8"):
+        got, want = (Runner(b, providers=["CPUExecutionProvider"], variant=variant).translate(texts, decode)
+                     for b in (large, small))
+        assert [h[0].tokens for h in got] == [h[0].tokens for h in want]
