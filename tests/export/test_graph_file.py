@@ -9,12 +9,12 @@ import json
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from export import graph_file
 from export.graph_file import save_graph, sidecar
+from export.verify.base import open_session
 from interface import names
 from service.domain.types import DecodeOptions
 from service.runtime.runner import Runner
@@ -34,8 +34,8 @@ def small_graph() -> onnx.ModelProto:
 
 
 def run(path, x: np.ndarray) -> np.ndarray:
-    """The graph at path, run by ONNX Runtime on the CPU."""
-    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    """The graph at path, run by ONNX Runtime on the CPU (as the export's verification opens it)."""
+    return open_session(path).run(None, {"x": x})[0]
 
 
 def test_a_graph_below_the_limit_is_one_file(tmp_path):
