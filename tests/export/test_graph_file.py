@@ -75,17 +75,17 @@ def test_an_invalid_graph_is_refused_whichever_way_it_is_written(tmp_path, monke
         save_graph(proto, tmp_path / "b.onnx")
 
 
-def test_an_import_whose_graphs_all_take_the_large_path_packs_the_same_bundle(
-        hf_dirs, hf_bundles, tmp_path, monkeypatch):
-    """mBART-50 (a tied embedding, int8 and fp16 variants): every staging graph written with a sidecar
-    gives the bundle written without: the same files, the same weights, the same tokens."""
+def import_mbart(hf_dirs, out, **extra):
+    """The tiny mBART-50 of HF_MODELS imported to `out` with its options (and `extra`)."""
     from export.build import BuildOptions
     from export.pretrained import import_pretrained
 
-    monkeypatch.setattr(graph_file, "PROTOBUF_LIMIT", 1)
-    options = BuildOptions(**HF_MODELS["mbart"][2])
-    large = import_pretrained(hf_dirs["mbart"], tmp_path / "large", options).bundle_dir
-    small = hf_bundles["mbart"]
+    return import_pretrained(hf_dirs["mbart"], out, BuildOptions(**HF_MODELS["mbart"][2] | extra)).bundle_dir
+
+
+def assert_same_bundle(large, small) -> None:
+    """The same files (no sidecar among them), the same weights files byte for byte, the same greedy tokens
+    in fp32 and int8."""
     files = {p.name for p in large.iterdir()}
     assert files == {p.name for p in small.iterdir()}
     assert not [f for f in files if f.endswith(".onnx" + graph_file.SIDECAR_SUFFIX)]
@@ -101,3 +101,18 @@ def test_an_import_whose_graphs_all_take_the_large_path_packs_the_same_bundle(
         got, want = (Runner(b, providers=["CPUExecutionProvider"], variant=variant).translate(texts, decode)
                      for b in (large, small))
         assert [h[0].tokens for h in got] == [h[0].tokens for h in want]
+
+
+def test_an_import_whose_graphs_all_take_the_large_path_packs_the_same_bundle(
+        hf_dirs, hf_bundles, tmp_path, monkeypatch):
+    """mBART-50 (a tied embedding, int8 and fp16 variants): every staging graph written with a sidecar
+    gives the bundle written without."""
+    monkeypatch.setattr(graph_file, "PROTOBUF_LIMIT", 1)
+    assert_same_bundle(import_mbart(hf_dirs, tmp_path / "large"), hf_bundles["mbart"])
+
+
+def test_the_offline_optimization_reads_a_graph_with_a_sidecar(hf_dirs, tmp_path, monkeypatch):
+    """`--optimize` runs ONNX Runtime on the staging graphs: on sidecar graphs it gives the same bundle."""
+    small = import_mbart(hf_dirs, tmp_path / "small", optimize=True)
+    monkeypatch.setattr(graph_file, "PROTOBUF_LIMIT", 1)
+    assert_same_bundle(import_mbart(hf_dirs, tmp_path / "large", optimize=True), small)
