@@ -11,14 +11,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from interface.sessions import VNNI_FLAGS, cpu_flags
+from interface.sessions import cpu_flags, has_vnni
 
 
 def vector_extensions(flags: frozenset[str]) -> str:
     """The x86 extensions that choose ONNX Runtime's and CTranslate2's kernels: the widest of AVX-512 and
     AVX2, with or without VNNI (int8 products differ with and without it); empty for neither."""
     width = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else ""
-    return f"{width} {'with' if flags & VNNI_FLAGS else 'without'} VNNI" if width else ""
+    return f"{width} {'with' if has_vnni(flags) else 'without'} VNNI" if width else ""
 
 
 def machine() -> str:

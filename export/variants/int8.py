@@ -35,7 +35,7 @@ from export.graph_file import is_large, save_graph
 from export.lowering.tied import SHARE_TIED_EMBEDDING, output_projection, untie_embeddings
 from export.variants.int8_attention import unpack_biased_attention
 from export.variants.int8_embedding import Projection, quantize_embeddings
-from interface.sessions import VNNI_FLAGS, cpu_flags
+from interface.sessions import cpu_flags, has_vnni
 
 INT8_VARIANT = "int8"
 INT8_FILES = {"encoder": "encoder.int8.onnx", "decoder": "decoder.int8.onnx"}
@@ -108,12 +108,6 @@ def _save(proto: onnx.ModelProto, path: Path) -> None:
     save_graph(proto, path)
 
 
-def cpu_has_vnni() -> bool | None:
-    """Whether this CPU has VNNI (AVX512-VNNI or AVX-VNNI); None where unknown."""
-    flags = cpu_flags()
-    return None if flags is None else bool(flags & VNNI_FLAGS)
-
-
 def quantization(reduce_range: bool = REDUCE_RANGE, per_channel: bool = PER_CHANNEL,
                  shared: bool = SHARE_TIED_EMBEDDING) -> dict[str, object]:
     """How the int8 variant is quantized (bundle.json verification.int8.quantization)."""
@@ -123,7 +117,7 @@ def quantization(reduce_range: bool = REDUCE_RANGE, per_channel: bool = PER_CHAN
                    + (", the projection's from Transpose(rows)" if shared else ""),
             "tied_embedding": "int8 rows, read by the output projection too" if shared
                               else "int8 rows of its own",
-            "reduce_range": reduce_range, "verified_on_vnni": cpu_has_vnni()}
+            "reduce_range": reduce_range, "verified_on_vnni": has_vnni(cpu_flags())}
 
 
 def write_int8(bundle_dir: Path, fp32_files: Mapping[str, str], d_model: int,

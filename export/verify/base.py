@@ -29,7 +29,7 @@ from export.verify.inplace import BoundCache, garbage_cache, row_past_lens, row_
 from export.verify.parity import ParityError, difference, max_difference
 from interface import names
 from interface.generation import GenerationSpec
-from interface.sessions import CPU_SESSION_CONFIG
+from interface.sessions import cpu_flags, cpu_session_config
 from model.config import ModelConfig
 from model.decoding import greedy_decode
 from model.transformer import Transformer, padding_mask
@@ -79,7 +79,8 @@ def open_session(path: Path) -> ort.InferenceSession:
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
     so.inter_op_num_threads = 1
-    for key, value in CPU_SESSION_CONFIG.items():  # the kernels the service runs (interface/sessions.py)
+    # the kernels the service runs (interface/sessions.py)
+    for key, value in cpu_session_config(cpu_flags()).items():
         so.add_session_config_entry(key, value)
     return cpu_session(path, so)
 

@@ -40,7 +40,7 @@ import numpy as np
 import onnxruntime as ort
 
 from interface.names import SEQLENS_K, past_name
-from interface.sessions import CPU_SESSION_CONFIG
+from interface.sessions import cpu_flags, cpu_session_config
 from service.domain.errors import ProviderUnavailable
 from service.ops.hugepages import huge_pages_for
 from service.ops.mapped import drop_file_pages
@@ -137,7 +137,7 @@ def session_options(provider: str, intra_op_threads: int, shared_pool: bool,
     if provider != CPU:
         so.add_session_config_entry(RECORD_PLACEMENT, "1")
     else:  # int8 products that cannot saturate on CPUs without VNNI (interface/sessions.py)
-        for key, value in CPU_SESSION_CONFIG.items():
+        for key, value in cpu_session_config(cpu_flags()).items():
             so.add_session_config_entry(key, value)
     return so
 

@@ -7,10 +7,11 @@ import json
 import numpy as np
 import onnxruntime as ort
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 from export.verify.base import cpu_session
 from interface import names
-from interface.sessions import CPU_SESSION_CONFIG
+from interface.sessions import cpu_flags, cpu_session_config
 from service.runtime.cache.backends import DecoderBinding
 from service.runtime.model.sessions import CPU, session_options
 from service.runtime.runner import Runner
@@ -124,8 +125,35 @@ def test_cpu_sessions_leave_residual_add_and_layer_norm_unfused(tiny_bundle, tmp
     assert "SkipLayerNormalization" not in ops  # slower than Add + LayerNormalization on the CPU
 
 
-def test_cpu_sessions_ask_for_int8_products_that_cannot_saturate():
+@pytest.mark.parametrize("flags, exact_asked", [
+    ({"avx2", "fma"}, True),  # Haswell .. Zen 3: U8S8 pair sums saturate in int16
+    ({"avx2", "avx512f", "avx512bw"}, True),  # Skylake-SP: AVX-512 without VNNI saturates too
+    ({"avx2", "avx512f", "avx512_vnni"}, False),  # Cascade Lake, Zen 4: exact 32-bit sums
+    ({"avx2", "avx_vnni"}, False),  # Alder Lake: AVX-VNNI
+    (None, True),  # flags unreadable: the safe kernels
+])
+def test_exact_int8_products_are_asked_for_only_where_the_cpu_has_no_vnni(flags, exact_asked):
+    config = cpu_session_config(None if flags is None else frozenset(flags))
+    assert config == ({"session.x64quantprecision": "1"} if exact_asked else {})
+
+
+def test_cpu_sessions_compute_int8_products_exactly():
+    """A MatMulInteger at the saturating extremes (uint8 255 by int8 +-127: pair sums of 64,770 past int16)
+    through the service's CPU session options equals numpy's exact integer product on this CPU."""
+    rng = np.random.default_rng(0)
+    k, n = 64, 48
+    b = rng.choice(np.array([-127, -126, 125, 127], np.int8), size=(k, n))
+    b[:, 0] = 127  # a column whose every pair sum saturates (with a = 255)
+    a = np.concatenate([np.full((1, k), 255, np.uint8), rng.integers(0, 256, (7, k), dtype=np.uint8)])
+    graph = helper.make_graph([helper.make_node("MatMulInteger", ["a", "b"], ["y"])], "q",
+                              [helper.make_tensor_value_info("a", TensorProto.UINT8, ["m", k])],
+                              [helper.make_tensor_value_info("y", TensorProto.INT32, ["m", n])],
+                              [numpy_helper.from_array(b, "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
     so = session_options(CPU, 1, shared_pool=False)
-    assert CPU_SESSION_CONFIG == {"session.x64quantprecision": "1"}
-    for key, value in CPU_SESSION_CONFIG.items():
+    for key, value in cpu_session_config(cpu_flags()).items():
         assert so.get_session_config_entry(key) == value
+    (y,) = cpu_session(model.SerializeToString(), so).run(None, {"a": a})
+    exact = a.astype(np.int64) @ b.astype(np.int64)
+    assert exact[0, 0] == 255 * 127 * k  # the extreme the test is for
+    np.testing.assert_array_equal(y, exact)
