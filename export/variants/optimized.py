@@ -10,7 +10,7 @@ import onnxruntime as ort
 from onnx.external_data_helper import load_external_data_for_model
 
 from export.export import pin_ir_version
-from export.graph_file import save_graph
+from export.graph_file import EXTERNAL_THRESHOLD, save_graph, sidecar
 from export.verify.base import cpu_session
 
 # Offline optimization level. BASIC only applies provider-independent rewrites that keep standard
@@ -22,21 +22,26 @@ from export.verify.base import cpu_session
 # EXTENDED/ALL fusions at load time, for the provider it actually uses.
 OFFLINE_LEVEL = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
 OFFLINE_LEVEL_NAME = "basic"
+ORT_EXTERNAL_FILE = "session.optimized_model_external_initializers_file_name"  # beside the saved graph
+ORT_EXTERNAL_MIN_BYTES = "session.optimized_model_external_initializers_min_size_in_bytes"
 
 
 def optimize_offline(path: Path) -> None:
-    """Replace path by its ORT BASIC-level optimized graph (one file, weights inline, IR version pinned)."""
+    """Replace path by its ORT BASIC-level optimized graph (one file below 2 GiB, weights inline; a larger
+    graph with its sidecar: export/graph_file.py), IR version pinned."""
     with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
         out = Path(tmp) / path.name
         so = ort.SessionOptions()
         so.graph_optimization_level = OFFLINE_LEVEL
         so.optimized_model_filepath = str(out)
         so.intra_op_num_threads = 1
+        # ORT's writer hits protobuf's 2 GiB limit unless the tensors go to a file of their own: always so,
+        # one path whatever the size; they are read back below, then written as save_graph decides
+        so.add_session_config_entry(ORT_EXTERNAL_FILE, sidecar(out).name)
+        so.add_session_config_entry(ORT_EXTERNAL_MIN_BYTES, str(EXTERNAL_THRESHOLD))
         cpu_session(path, so)
-        # ORT's saved graph still refers to path's external data (export/weights.py), if it had any,
-        # by the location relative to path: read it from there, so that the result is inline
         proto = onnx.load(out, load_external_data=False)
-        load_external_data_for_model(proto, str(path.parent))
+        load_external_data_for_model(proto, tmp)
     used = {node.domain for node in proto.graph.node}
     # ORT lists every domain it knows; keep only those the graph uses (and the default domain)
     keep = [op for op in proto.opset_import if op.domain in used or op.domain in ("", "ai.onnx")]

@@ -116,3 +116,30 @@ def test_the_offline_optimization_reads_a_graph_with_a_sidecar(hf_dirs, tmp_path
     small = import_mbart(hf_dirs, tmp_path / "small", optimize=True)
     monkeypatch.setattr(graph_file, "PROTOBUF_LIMIT", 1)
     assert_same_bundle(import_mbart(hf_dirs, tmp_path / "large", optimize=True), small)
+
+
+@pytest.mark.parametrize("limit", [graph_file.PROTOBUF_LIMIT, 1])
+def test_tensors_the_offline_optimization_makes_come_back_from_its_own_file(tmp_path, monkeypatch, limit):
+    """Constant folding writes new tensors (here Transpose(W)): ONNX Runtime puts them in a file of its own,
+    which the optimization reads back (so a graph whose folded tensors pass 2 GiB can be written) before
+    save_graph writes the graph as its size says; nothing else is left in the directory."""
+    from export.variants.optimized import optimize_offline
+
+    monkeypatch.setattr(graph_file, "PROTOBUF_LIMIT", limit)
+    w = np.arange(48 * 40, dtype=np.float32).reshape(48, 40) / 100
+    graph = helper.make_graph([helper.make_node("Transpose", ["w"], ["wt"]),
+                               helper.make_node("Add", ["x", "wt"], ["y"])], "fold",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [40, 48])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [40, 48])],
+                              [numpy_helper.from_array(w, "w")])
+    path = tmp_path / "decoder.onnx"
+    save_graph(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=9), path)
+    optimize_offline(path)
+    proto = onnx.load(path)
+    assert [n.op_type for n in proto.graph.node] == ["Add"]  # the Transpose was folded
+    (folded,) = proto.graph.initializer
+    np.testing.assert_array_equal(numpy_helper.to_array(folded), w.T)
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["decoder.onnx"] if limit > 1
+                                                          else ["decoder.onnx", "decoder.onnx.data"])
+    x = np.ones((40, 48), np.float32)
+    np.testing.assert_allclose(run(path, x), x + w.T)
