@@ -28,6 +28,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 from export.variants.int8 import quantize_graph
+from export.verify.base import cpu_session
 from interface.sessions import EXACT_INT8_PRODUCTS, cpu_flags, cpu_session_config
 
 FORMS = ("fp32", "int8", "int8 exact U8U8", "MatMulNBits 8-bit")
@@ -65,12 +66,13 @@ def nbits(fp32: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def session(model: onnx.ModelProto, config: dict[str, str], threads: int) -> ort.InferenceSession:
-    """A CPU session of `model` with these config entries and its own pool of `threads`."""
+    """A CPU session of `model` with these config entries and its own pool of `threads` (the process's
+    global pool where a Runner made one: export/verify/base.py `cpu_session`)."""
     so = ort.SessionOptions()
     so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
     for key, value in config.items():
         so.add_session_config_entry(key, value)
-    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return cpu_session(model.SerializeToString(), so)
 
 
 def seconds_per_run(sess: ort.InferenceSession, x: np.ndarray, budget_s: float) -> float:
