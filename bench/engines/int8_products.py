@@ -136,6 +136,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seconds", type=float, default=2.0, help="time per form and row count")
     a = ap.parse_args(argv)
+    for flag, value in (("--layers", a.layers), ("--d-model", a.d_model), ("--d-ff", a.d_ff),
+                        ("--threads", a.threads), ("--rows", min(a.rows))):
+        if value < 1:
+            ap.error(f"{flag} must be >= 1, not {value}")
+    if not a.seconds > 0:
+        ap.error(f"--seconds must be > 0, not {a.seconds}")
     results = measure(a.layers, a.d_model, a.d_ff, a.rows, a.threads, a.seconds)
     print(f"CPU session config here: {results['service_config'] or 'none'}")
     print(table(results))

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from onnx import numpy_helper
 
-from bench.engines.int8_products import FORMS, chain, measure, session, table
+from bench.engines.int8_products import FORMS, chain, main, measure, session, table
 from export.variants.int8 import quantize_graph
 from interface.sessions import EXACT_INT8_PRODUCTS, cpu_flags, cpu_session_config
 
@@ -46,3 +46,13 @@ def test_the_service_int8_products_equal_the_exact_u8u8_ones():
     (service,) = session(int8, cpu_session_config(cpu_flags()), 1).run(None, {"x": x})
     (exact,) = session(int8, EXACT_INT8_PRODUCTS, 1).run(None, {"x": x})
     np.testing.assert_allclose(service, exact, rtol=1e-5, atol=1e-5 * np.abs(exact).max())
+
+
+@pytest.mark.parametrize("argv, named", [(["--layers", "0"], "--layers"), (["--d-model", "-1"], "--d-model"),
+                                         (["--d-ff", "0"], "--d-ff"), (["--threads", "0"], "--threads"),
+                                         (["--rows", "1", "0"], "--rows"), (["--seconds", "0"], "--seconds")])
+def test_bad_sizes_are_refused_naming_the_flag(argv, named, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    assert f"{named} must be" in capsys.readouterr().err
