@@ -27,6 +27,7 @@ from protos.modelmesh import model_runtime_pb2 as mm
 from protos.modelmesh import model_runtime_pb2_grpc as mm_grpc
 from protos.translator.v1 import translator_pb2 as pb
 from protos.translator.v1 import translator_pb2_grpc as pb_grpc
+from service.api.grpc.catalog import counted_methods
 from service.api.restrictions import (
     GRPC,
     GRPC_METHOD_GROUPS,
@@ -37,7 +38,7 @@ from service.api.restrictions import (
     restriction_table,
 )
 from service.config import ServerConfig, parse_config
-from service.server import BackgroundServer, counted_methods
+from service.server import BackgroundServer
 from tests.support import conversation
 from tests.support.kserve import text_input
 from tests.support.server import server_config
