@@ -1,11 +1,12 @@
 """Where a decoder step spends its time: ONNX Runtime's own profiler over the service's decoder.
 
-    python -m bench.engines.profile [--bundle DIR] [--batches 1 32] [--threads 2] [--json FILE]
+    python -m bench.engines.profile [--bundle DIR] [--variant int8] [--batches 1 32] [--new-tokens N]
 
-For each batch size b, a Runner with ORT profiling on decodes b held-out sentences at a time
-(greedy, static batches) after a warm-up; the profile's kernel events are summed by operator
+For each batch size b, a Runner with ORT profiling on (of the bundle's default variant, or --variant's)
+decodes b held-out sentences at a time (greedy, static batches, up to --new-tokens each: a random-weight model
+never stops early); the profile's kernel events are summed by operator
 type, per decoder run (and per encoder run). Prints a table per b and graph (kernels per run,
-microseconds per run, share of kernel time) and, with --json, writes the figures.
+microseconds per run, share of kernel time) and, with --json FILE, writes the figures.
 docs/performance.md keeps what it showed.
 """
 
@@ -62,12 +63,15 @@ def count_runs(events: list[dict]) -> int:
 
 
 def profile_decoder(bundle: Path, sources: list[str], batch: int, threads: int,
-                    work: Path) -> tuple[Profile, Profile]:
-    """Profiles (encoder, decoder) of greedy decoding `sources` in static batches of `batch`."""
-    runner = Runner(bundle, intra_op_threads=threads,
+                    work: Path, variant: str | None = None,
+                    new_tokens: int | None = None) -> tuple[Profile, Profile]:
+    """Profiles (encoder, decoder) of greedy decoding `sources` in static batches of `batch`, up to
+    `new_tokens` tokens each (default: the model's limit)."""
+    runner = Runner(bundle, intra_op_threads=threads, variant=variant,
                     profile_prefix=str(work / f"b{batch}"))
     ids = runner.encode_texts(sources)
-    options = DecodeOptions(beam_size=1, max_output_tokens=runner.max_len - 1)  # greedy, whatever the default
+    limit = runner.max_len - 1 if new_tokens is None else min(new_tokens, runner.max_len - 1)
+    options = DecodeOptions(beam_size=1, max_output_tokens=limit)  # greedy, whatever the default
     for i in range(0, len(ids), batch):
         runner.translate(ids[i : i + batch], options, max_rows=batch)
     out = []
@@ -97,17 +101,23 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.engines.profile", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bundle", type=Path, default=DEFAULT_BUNDLE)
+    ap.add_argument("--variant", help="the variant to profile (base, int8, ...; default: the bundle's)")
     ap.add_argument("--split", type=Path, default=HELD_OUT)
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 32])
     ap.add_argument("--sentences", type=int, default=64, help="sentences decoded per batch size")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--new-tokens", type=int, help="most tokens per sentence (default: the model's limit)")
     ap.add_argument("--json", type=Path, help="write the figures here")
     a = ap.parse_args(argv)
+    for flag, value in (("--sentences", a.sentences), ("--threads", a.threads), ("--batches", min(a.batches)),
+                        ("--new-tokens", 1 if a.new_tokens is None else a.new_tokens)):
+        if value < 1:
+            ap.error(f"{flag} must be >= 1, not {value}")
     sources = held_out_sources(a.split)[: a.sentences]
     figures: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as work:
         for b in a.batches:
-            enc, dec = profile_decoder(a.bundle, sources, b, a.threads, Path(work))
+            enc, dec = profile_decoder(a.bundle, sources, b, a.threads, Path(work), a.variant, a.new_tokens)
             print(f"\n## Decoder, batch {b}: {dec.runs} runs, {dec.kernels_per_run:.0f} kernels and "
                   f"{dec.us_per_run:.0f} us of kernel time per step; encoder {enc.us_per_run:.0f} us per run")
             print(table(dec), flush=True)

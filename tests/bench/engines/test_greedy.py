@@ -120,6 +120,27 @@ def test_profile_counts_one_decoder_run_per_step(tiny_bundle, tiny_corpus, tmp_p
     assert len(list(tmp_path.glob("b1_decoder_*.json"))) == 1
 
 
+@pytest.mark.parametrize("variant", ["base", "int8"])
+def test_profile_runs_the_variant_asked_for(tiny_int8_bundle, tmp_path, variant):
+    from bench.engines.profile import profile_decoder
+    from tests.support.tiny import texts
+
+    _, dec = profile_decoder(tiny_int8_bundle, texts()[:2], 1, 1, tmp_path, variant, new_tokens=3)
+    int8_ops = {"DynamicQuantizeMatMul", "MatMulInteger", "MatMulIntegerToFloat"} & set(dec.by_op)
+    assert bool(int8_ops) == (variant == "int8")  # the bundle's default on a CPU is int8
+    assert 2 < dec.runs <= 2 * 3  # two sentences of 3 new tokens at most (their references are longer)
+
+
+@pytest.mark.parametrize("argv", [["--sentences", "0"], ["--threads", "0"], ["--batches", "1", "0"],
+                                  ["--new-tokens", "0"]])
+def test_profile_refuses_sizes_below_one(argv, capsys):
+    from bench.engines.profile import main
+
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2 and f"{argv[0]} must be >= 1" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("pre_ln", [False, True], ids=["post-LN", "pre-LN"])
 def test_shaped_model_is_exported_with_the_requested_shape(tmp_path, tiny_checkpoint, pre_ln):
     tokenizer = tiny_checkpoint.parent / "tokenizer.json"
