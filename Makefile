@@ -124,7 +124,8 @@ endif
 # CPython KIT_PYTHON on KIT_PLATFORM (onnxruntime-gpu and what the project and its tests need), the
 # generated gRPC modules and the GPU tier's fixtures, in parts of at most PART_MIB MiB with their
 # sha256 in KIT_OUT/manifest.json. KIT_CUDA=1 adds NVIDIA's CUDA 13 / cuDNN 9 / cuBLAS wheels (several
-# GB) for a host whose only CUDA piece is the driver.
+# GB) for a host whose only CUDA piece is the driver. KIT_FIXTURES=DIR takes the fixtures from a directory
+# that `python -m tests.support.tiny DIR` wrote instead of training the tiny model again.
 KIT_OUT ?= .gpu-kit
 KIT_PYTHON ?= 3.12
 KIT_PLATFORM ?= manylinux_2_28_x86_64
@@ -132,7 +133,8 @@ PART_MIB ?= 20
 KIT_OPUS ?= full
 gpu-kit: $(STAMP) protos
 	$(PY) -m gpukit build --out $(KIT_OUT) --python $(KIT_PYTHON) --platform $(KIT_PLATFORM) \
-	  --part-mib $(PART_MIB) --opus-mt $(KIT_OPUS) $(if $(KIT_CUDA),--with-cuda-libraries)
+	  --part-mib $(PART_MIB) --opus-mt $(KIT_OPUS) $(if $(KIT_CUDA),--with-cuda-libraries) \
+	  $(if $(KIT_FIXTURES),--fixtures $(KIT_FIXTURES))
 
 # Soak with faults (bench/soak, docs/reliability.md): 10,000 requests of every kind, valid and
 # hostile, against a server on the default bundle, every 2000th decoder step failing; about 10 min

@@ -25,6 +25,8 @@ def main(argv: list[str] | None = None) -> int:
                               "driver only")
     builder.add_argument("--opus-mt", choices=OPUS_MT, default="full",
                          help="the opus-mt skeleton's shape (%(default)s; quick: small, for tests)")
+    builder.add_argument("--fixtures", type=Path, help="the GPU tier's fixtures, written before by "
+                         "python -m tests.support.tiny DIR (default: the tiny model trained and exported)")
     check = sub.add_parser("check", help="verify, install and run the GPU check with no network")
     check.add_argument("--kit", type=Path, required=True, help="folder holding manifest.json and the parts")
     check.add_argument("--out", type=Path, default=Path("runs/gpu-check"), help="folder of the log and JSON")
@@ -33,8 +35,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "build":
         if args.part_mib <= 0:
             ap.error("--part-mib must be positive")
-        build(args.out, args.python, args.platform, args.part_mib, args.with_cuda_libraries,
-              opus_mt=args.opus_mt)
+        try:
+            build(args.out, args.python, args.platform, args.part_mib, args.with_cuda_libraries,
+                  opus_mt=args.opus_mt, prebuilt_fixtures=args.fixtures)
+        except ValueError as exc:
+            ap.error(str(exc))
         return 0
     try:
         return run_check(args.kit, args.out, [a for a in args.bench_args if a != "--"])

@@ -90,8 +90,24 @@ def generated_protos(dest: Path) -> list[Path]:
     return copied
 
 
-def fixtures(dest: Path) -> None:
-    """The GPU tier's prebuilt fixtures (tests/support/tiny.py), built in a child process (torch)."""
+def fixtures_missing(prebuilt: Path) -> list[str]:
+    """What a directory of prebuilt fixtures lacks of those `python -m tests.support.tiny DIR` writes."""
+    from tests.support.tiny import BUNDLES, TEXTS_FILE
+
+    return [name for name in (*BUNDLES, TEXTS_FILE) if not (prebuilt / name).exists()]
+
+
+def fixtures(dest: Path, prebuilt: Path | None = None) -> None:
+    """The GPU tier's prebuilt fixtures (tests/support/tiny.py): copied from `prebuilt` (a directory that
+    `python -m tests.support.tiny` wrote) when given, else built in a child process (torch)."""
+    if prebuilt is not None:
+        from tests.support.tiny import BUNDLES, TEXTS_FILE
+
+        dest.mkdir(parents=True)
+        for name in BUNDLES:
+            shutil.copytree(prebuilt / name, dest / name)
+        shutil.copy2(prebuilt / TEXTS_FILE, dest / TEXTS_FILE)
+        return
     run = subprocess.run([sys.executable, "-m", "tests.support.tiny", str(dest)], cwd=REPO_ROOT,
                          capture_output=True, text=True)
     if run.returncode != 0:
@@ -139,8 +155,12 @@ def clear_kit(out: Path) -> None:
 
 def build(out: Path, python: str = DEFAULT_PYTHON, platform: str = DEFAULT_PLATFORM,
           part_mib: float = DEFAULT_PART_MIB, with_cuda_libraries: bool = False,
-          log=print, opus_mt: str = "full") -> Manifest:
-    """Build the kit into out: its parts and manifest.json."""
+          log=print, opus_mt: str = "full", prebuilt_fixtures: Path | None = None) -> Manifest:
+    """Build the kit into out: its parts and manifest.json. prebuilt_fixtures: the GPU tier's fixtures,
+    made before by `python -m tests.support.tiny DIR` (default: trained and exported here)."""
+    if prebuilt_fixtures is not None and (missing := fixtures_missing(prebuilt_fixtures)):
+        raise ValueError(f"the fixtures in {prebuilt_fixtures} lack {', '.join(missing)} "
+                         "(write them with python -m tests.support.tiny DIR)")
     out.mkdir(parents=True, exist_ok=True)
     staging = out / ".build"
     shutil.rmtree(staging, ignore_errors=True)
@@ -153,8 +173,9 @@ def build(out: Path, python: str = DEFAULT_PYTHON, platform: str = DEFAULT_PLATF
         (root / REQUIREMENTS).write_text("".join(f"{r}\n" for r in reqs), encoding="utf-8")
         log("gpu-kit: generated gRPC modules")
         generated_protos(root)
-        log("gpu-kit: the GPU tier's fixtures (tiny model trained and exported)")
-        fixtures(root / "fixtures")
+        how = f"copied from {prebuilt_fixtures}" if prebuilt_fixtures else "tiny model trained and exported"
+        log(f"gpu-kit: the GPU tier's fixtures ({how})")
+        fixtures(root / "fixtures", prebuilt_fixtures)
         if opus_mt != "none":  # its export cached in out/.opus-mt-<shape>/ for the next kit
             log(f"gpu-kit: the opus-mt skeleton ({opus_mt} shape)")
             from gpukit.skeleton_build import build_skeleton

@@ -28,6 +28,8 @@ def main(argv: list[str] | None = None, default_family: str | None = None) -> in
                     "full/ or quick/; default runs/bench-<family>)")
     ap.add_argument("--repeats", type=int, help="interleaved repeats per point")
     a = ap.parse_args(argv)
+    if a.repeats is not None and a.repeats < 1:
+        ap.error(f"--repeats must be >= 1, not {a.repeats}")
     plan = compare.plan_for(a.family, a.quick)
     if a.repeats:
         plan = replace(plan, repeats=a.repeats)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -13,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from gpukit.build import compatible_platforms, machine_of, requirements
+from gpukit.__main__ import main as gpukit_main
+from gpukit.build import build, compatible_platforms, machine_of, requirements
 from gpukit.parts import MIB, Manifest
 from service.runtime.model.cuda import DRIVER, cuda_libraries, cuda_unavailable
 from tests.support import REPO_ROOT
@@ -66,13 +68,37 @@ def cpu_tokens(python: str | Path, bundle: Path, texts: list[str]) -> list[list[
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
+def prebuilt_fixtures(root: Path, tiny: Path, concat: Path, int8: Path) -> Path:
+    """The session's tiny bundles laid out as `python -m tests.support.tiny root` writes them."""
+    from tests.support.tiny import TEXTS_FILE, texts
+
+    for name, bundle in (("tiny", tiny), ("tiny-concat", concat), ("tiny-int8", int8)):
+        shutil.copytree(bundle, root / name)
+    (root / TEXTS_FILE).write_text(json.dumps(texts(), ensure_ascii=False), encoding="utf-8")
+    return root
+
+
+def test_fixtures_missing_from_a_prebuilt_directory_are_named_before_anything_is_fetched(tmp_path, capsys):
+    (tmp_path / "fixtures" / "tiny").mkdir(parents=True)
+    with pytest.raises(ValueError, match="lack tiny-concat, tiny-int8, texts.json"):
+        build(tmp_path / "kit", prebuilt_fixtures=tmp_path / "fixtures")
+    assert not (tmp_path / "kit").exists()
+    with pytest.raises(SystemExit) as exited:
+        gpukit_main(["build", "--out", str(tmp_path / "kit"), "--fixtures", str(tmp_path / "none")])
+    assert exited.value.code == 2
+    assert "lack tiny, tiny-concat, tiny-int8, texts.json" in capsys.readouterr().err
+
+
 @pytest.mark.slow
-def test_a_kit_for_this_python_installs_offline_and_stops_at_the_gpu_tiers_usage_error(tmp_path):
+def test_a_kit_for_this_python_installs_offline_and_stops_at_the_gpu_tiers_usage_error(
+        tmp_path, tiny_bundle, tiny_concat_bundle, tiny_int8_bundle):
     why = cuda_unavailable()
     if why is None:
         pytest.skip("this machine runs CUDA: make gpu-check KIT=... runs the whole tier here")
     kit, out = tmp_path / "kit", tmp_path / "out"
-    built = make("gpu-kit", f"KIT_PYTHON={THIS_PYTHON}", f"KIT_OUT={kit}", "PART_MIB=20", "KIT_OPUS=quick")
+    given = prebuilt_fixtures(tmp_path / "fixtures", tiny_bundle, tiny_concat_bundle, tiny_int8_bundle)
+    built = make("gpu-kit", f"KIT_PYTHON={THIS_PYTHON}", f"KIT_OUT={kit}", "PART_MIB=20", "KIT_OPUS=quick",
+                 f"KIT_FIXTURES={given}")
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     manifest = Manifest.read(kit)
     assert len(manifest.parts) > 1 and all((kit / p.name).stat().st_size <= 20 * MIB for p in manifest.parts)
@@ -96,6 +122,8 @@ def test_a_kit_for_this_python_installs_offline_and_stops_at_the_gpu_tiers_usage
     fixtures = kit / "unpacked" / "fixtures"
     texts = json.loads((fixtures / "texts.json").read_text())
     tiny = fixtures / "tiny"
+    assert texts == json.loads((given / "texts.json").read_text())  # the fixtures given, not built again
+    assert (tiny / "bundle.json").read_bytes() == (tiny_bundle / "bundle.json").read_bytes()
     assert cpu_tokens(python, tiny, texts) == cpu_tokens(sys.executable, tiny, texts)
 
     again = make("gpu-check", f"KIT={kit}", f"GPU_OUT={out}", env=NO_NETWORK)

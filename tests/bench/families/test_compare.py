@@ -90,3 +90,12 @@ def test_joint_vocab_is_laid_out_as_opus_mt():
 def test_tokens_count_decoder_steps_and_compare_on_free_tokens():
     assert steps([5] * 32, 32) == 32 and steps([5] * 9, 32) == 10  # eos after 9 tokens: 10 steps
     assert same([1, 2], [1, 2], 32) and same([1, 2], [1, 2, 3], 2) and not same([1, 2], [1, 2, 3], 3)
+
+
+@pytest.mark.parametrize("repeats", ["0", "-2"])
+def test_repeats_below_one_are_refused(repeats, capsys):
+    from bench.families.__main__ import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["--family", "t5", "--repeats", repeats])
+    assert e.value.code == 2 and f"--repeats must be >= 1, not {repeats}" in capsys.readouterr().err
