@@ -8,8 +8,9 @@ otherwise. Their fixtures are rebuilt in that run, so the tiny model is trained 
 EXPECT_ENV names the family the run must have; tests/conftest.py stops the run if PyTorch reports
 another one, so that the run cannot pass without having switched.
 
-The tests marked `slow` (minutes each, no model of PyTorch's kernels) run in this session too, once:
-`make test` runs the suite without them beside this one, so that the two sessions take about as long.
+The tests marked `slow` (minutes each) run in this session too, once, on its kernels (the GPU kit's reads
+the tiny bundles): `make test` runs the suite without them beside this one, so that the two sessions take
+about as long.
 
 `python -m tests.support.kernels [PYTEST ARGS]` runs `pytest -m "kernels or slow"` so.
 """
