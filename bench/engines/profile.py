@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.common.workload import DEFAULT_BUNDLE, HELD_OUT, held_out_sources
+from service.domain.errors import BundleError
 from service.domain.types import DecodeOptions
 from service.runtime.runner import Runner
 
@@ -117,7 +118,11 @@ def main(argv: list[str] | None = None) -> int:
     figures: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as work:
         for b in a.batches:
-            enc, dec = profile_decoder(a.bundle, sources, b, a.threads, Path(work), a.variant, a.new_tokens)
+            try:
+                enc, dec = profile_decoder(a.bundle, sources, b, a.threads, Path(work), a.variant,
+                                           a.new_tokens)
+            except BundleError as exc:  # no bundle there, or no such variant in it
+                ap.error(str(exc))
             print(f"\n## Decoder, batch {b}: {dec.runs} runs, {dec.kernels_per_run:.0f} kernels and "
                   f"{dec.us_per_run:.0f} us of kernel time per step; encoder {enc.us_per_run:.0f} us per run")
             print(table(dec), flush=True)

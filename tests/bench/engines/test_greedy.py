@@ -131,6 +131,14 @@ def test_profile_runs_the_variant_asked_for(tiny_int8_bundle, tmp_path, variant)
     assert 2 < dec.runs <= 2 * 3  # two sentences of 3 new tokens at most (their references are longer)
 
 
+def test_profile_names_a_variant_the_bundle_lacks(tiny_bundle, capsys):
+    from bench.engines.profile import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["--bundle", str(tiny_bundle), "--variant", "int4", "--batches", "1", "--sentences", "1"])
+    assert e.value.code == 2 and "has no variant 'int4'" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv", [["--sentences", "0"], ["--threads", "0"], ["--batches", "1", "0"],
                                   ["--new-tokens", "0"]])
 def test_profile_refuses_sizes_below_one(argv, capsys):
