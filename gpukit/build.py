@@ -92,21 +92,20 @@ def generated_protos(dest: Path) -> list[Path]:
 
 def fixtures_missing(prebuilt: Path) -> list[str]:
     """What a directory of prebuilt fixtures lacks of those `python -m tests.support.tiny DIR` writes."""
-    from tests.support.tiny import BUNDLES, TEXTS_FILE
+    from tests.support.tiny import PREBUILT_NAMES
 
-    return [name for name in (*BUNDLES, TEXTS_FILE) if not (prebuilt / name).exists()]
+    return [name for name in PREBUILT_NAMES if not (prebuilt / name).exists()]
 
 
 def fixtures(dest: Path, prebuilt: Path | None = None) -> None:
     """The GPU tier's prebuilt fixtures (tests/support/tiny.py): copied from `prebuilt` (a directory that
     `python -m tests.support.tiny` wrote) when given, else built in a child process (torch)."""
     if prebuilt is not None:
-        from tests.support.tiny import BUNDLES, TEXTS_FILE
+        from tests.support.tiny import PREBUILT_NAMES
 
         dest.mkdir(parents=True)
-        for name in BUNDLES:
-            shutil.copytree(prebuilt / name, dest / name)
-        shutil.copy2(prebuilt / TEXTS_FILE, dest / TEXTS_FILE)
+        for name in PREBUILT_NAMES:
+            (shutil.copytree if (prebuilt / name).is_dir() else shutil.copy2)(prebuilt / name, dest / name)
         return
     run = subprocess.run([sys.executable, "-m", "tests.support.tiny", str(dest)], cwd=REPO_ROOT,
                          capture_output=True, text=True)

@@ -122,7 +122,8 @@ def test_a_kit_for_this_python_installs_offline_and_stops_at_the_gpu_tiers_usage
     fixtures = kit / "unpacked" / "fixtures"
     texts = json.loads((fixtures / "texts.json").read_text())
     tiny = fixtures / "tiny"
-    assert texts == json.loads((given / "texts.json").read_text())  # the fixtures given, not built again
+    assert texts == json.loads((given / "texts.json").read_text())
+    # the bundles given, not trained and exported again (bundle.json records the weights' hashes)
     assert (tiny / "bundle.json").read_bytes() == (tiny_bundle / "bundle.json").read_bytes()
     assert cpu_tokens(python, tiny, texts) == cpu_tokens(sys.executable, tiny, texts)
 

@@ -31,6 +31,7 @@ PREBUILT_ENV = "TRANSLATOR_TEST_FIXTURES"
 BUNDLES = {"tiny": {}, "tiny-concat": {"attention": "fused", "verify_sources": 4},  # name -> BuildOptions
            "tiny-int8": {"quantize": "int8", "cpu_variant": "int8", "verify_sources": 4}}
 TEXTS_FILE = "texts.json"
+PREBUILT_NAMES = (*BUNDLES, TEXTS_FILE)  # what `prebuild` writes into its directory
 TRAIN_PAIRS, VALID_PAIRS = 4000, 40
 MIN_MARGIN = 1.0  # nats: the least lead of each greedy token over the runner-up on the validation pairs
 FIRST_STEPS, MORE_STEPS, MAX_STEPS = 600, 150, 3000  # training steps: first check, between checks, cap
