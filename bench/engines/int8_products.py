@@ -1,6 +1,7 @@
 """The int8 matrix-product forms of ONNX Runtime's CPU provider on this CPU, in isolation.
 
     python -m bench.engines.int8_products [--layers 12] [--d-model 1024] [--d-ff 4096] [--rows 1 4 32]
+                                          [--nbits-blocks 128 256]
 
 One graph per form: a chain of `layers` feed-forward pairs (d_model x d_ff, then d_ff x d_model; random
 weights, past the CPU's caches at the default size, as a decoder step's weights are), run at each row count
@@ -10,7 +11,8 @@ on 2 threads:
 - int8: the int8 variant's own quantization (export/variants/int8.py `quantize_graph`: DynamicQuantizeMatMul
   once loaded), with the service's CPU session options (interface/sessions.py `cpu_session_config`);
 - int8, exact U8U8: the same graph with `session.x64quantprecision` set, as on a CPU without VNNI;
-- MatMulNBits: 8-bit weights in blocks of 128, int8 compute (`accuracy_level` 4).
+- MatMulNBits: 8-bit weights in blocks of 128 (or of each `--nbits-blocks`), int8 compute
+  (`accuracy_level` 4).
 
 Prints ms per chain, each form's speed as a ratio to fp32 measured in the same run, and its largest error
 relative to fp32's output; the last line is the JSON. docs/performance.md keeps what it showed.
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Sequence
 
 import numpy as np
 import onnx
@@ -31,7 +34,18 @@ from export.variants.int8 import quantize_graph
 from export.verify.base import cpu_session
 from interface.sessions import EXACT_INT8_PRODUCTS, cpu_flags, cpu_session_config
 
-FORMS = ("fp32", "int8", "int8 exact U8U8", "MatMulNBits 8-bit")
+FORMS = ("fp32", "int8", "int8 exact U8U8")  # then one MatMulNBits form per block size
+NBITS_BLOCKS = (16, 32, 64, 128, 256)  # the block sizes ONNX Runtime's 8-bit quantizer takes
+
+
+def nbits_form(block: int) -> str:
+    """The name of the MatMulNBits form with blocks of `block`."""
+    return f"MatMulNBits 8-bit, blocks of {block}"
+
+
+def forms(blocks: Sequence[int]) -> list[str]:
+    """Every form measured, in order."""
+    return [*FORMS, *(nbits_form(b) for b in blocks)]
 OPSET, IR_VERSION = 18, 10
 
 
@@ -54,13 +68,13 @@ def chain(layers: int, d_model: int, d_ff: int, seed: int = 0) -> onnx.ModelProt
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
 
 
-def nbits(fp32: onnx.ModelProto) -> onnx.ModelProto:
-    """fp32's MatMuls as 8-bit MatMulNBits (blocks of 128, symmetric, int8 compute) by ORT's quantizer."""
+def nbits(fp32: onnx.ModelProto, block: int = 128) -> onnx.ModelProto:
+    """fp32's MatMuls as 8-bit MatMulNBits (blocks of `block`, symmetric, int8 compute) by ORT's quantizer."""
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
     copy = onnx.ModelProto()
     copy.CopyFrom(fp32)
-    quantizer = MatMulNBitsQuantizer(copy, bits=8, block_size=128, is_symmetric=True, accuracy_level=4)
+    quantizer = MatMulNBitsQuantizer(copy, bits=8, block_size=block, is_symmetric=True, accuracy_level=4)
     quantizer.process()
     return quantizer.model.model
 
@@ -86,19 +100,21 @@ def seconds_per_run(sess: ort.InferenceSession, x: np.ndarray, budget_s: float) 
 
 
 def measure(layers: int, d_model: int, d_ff: int, rows: list[int], threads: int = 2,
-            budget_s: float = 2.0) -> dict:
+            budget_s: float = 2.0, blocks: Sequence[int] = (128,)) -> dict:
     """Per form and row count: ms per chain, speed / fp32's, max |error| / max |fp32 output|."""
     fp32 = chain(layers, d_model, d_ff)
     int8 = quantize_graph(fp32)
     service = cpu_session_config(cpu_flags())
     models = {"fp32": (fp32, service), "int8": (int8, service),
-              "int8 exact U8U8": (int8, EXACT_INT8_PRODUCTS), "MatMulNBits 8-bit": (nbits(fp32), service)}
+              "int8 exact U8U8": (int8, EXACT_INT8_PRODUCTS),
+              **{nbits_form(b): (nbits(fp32, b), service) for b in blocks}}
     rng = np.random.default_rng(1)
     inputs = {m: rng.standard_normal((m, d_model), dtype=np.float32) for m in rows}
     results: dict = {"layers": layers, "d_model": d_model, "d_ff": d_ff, "threads": threads,
-                     "service_config": service, "ms": {}, "vs_fp32": {}, "rel_error": {}}
+                     "blocks": list(blocks), "service_config": service,
+                     "ms": {}, "vs_fp32": {}, "rel_error": {}}
     reference = {}
-    for form in FORMS:  # one session at a time: each holds its own prepacked weights
+    for form in forms(blocks):  # one session at a time: each holds its own prepacked weights
         model, config = models[form]
         sess = session(model, config, threads)
         for m, x in inputs.items():
@@ -118,7 +134,7 @@ def table(results: dict) -> str:
     rows = sorted({int(k.rsplit(" ", 1)[1]) for k in results["ms"]})
     lines = ["| form | " + " | ".join(f"{m} rows: ms (x fp32, error)" for m in rows) + " |",
              "|---" * (len(rows) + 1) + "|"]
-    for form in FORMS:
+    for form in forms(results["blocks"]):
         cells = [f"{results['ms'][f'{form} {m}']:.2f} ({results['vs_fp32'][f'{form} {m}']:.2f}x, "
                  f"{results['rel_error'][f'{form} {m}']:.3f})" for m in rows]
         lines.append(f"| {form} | " + " | ".join(cells) + " |")
@@ -135,6 +151,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="rows per run (a decoder step's batch)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seconds", type=float, default=2.0, help="time per form and row count")
+    ap.add_argument("--nbits-blocks", type=int, nargs="+", default=[128], choices=NBITS_BLOCKS,
+                    metavar="BLOCK",
+                    help=f"MatMulNBits block sizes, one form each (of {', '.join(map(str, NBITS_BLOCKS))})")
     a = ap.parse_args(argv)
     for flag, value in (("--layers", a.layers), ("--d-model", a.d_model), ("--d-ff", a.d_ff),
                         ("--threads", a.threads), ("--rows", min(a.rows))):
@@ -142,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"{flag} must be >= 1, not {value}")
     if not a.seconds > 0:
         ap.error(f"--seconds must be > 0, not {a.seconds}")
-    results = measure(a.layers, a.d_model, a.d_ff, a.rows, a.threads, a.seconds)
+    results = measure(a.layers, a.d_model, a.d_ff, a.rows, a.threads, a.seconds, a.nbits_blocks)
     print(f"CPU session config here: {results['service_config'] or 'none'}")
     print(table(results))
     print(json.dumps(results))

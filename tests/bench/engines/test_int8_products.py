@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from onnx import numpy_helper
 
-from bench.engines.int8_products import FORMS, chain, main, measure, session, table
+from bench.engines.int8_products import chain, forms, main, measure, nbits_form, session, table
 from export.variants.int8 import quantize_graph
 from interface.sessions import EXACT_INT8_PRODUCTS, cpu_flags, cpu_session_config
 
@@ -23,19 +23,21 @@ def test_the_chain_is_the_product_of_its_weights():
 
 @pytest.fixture(scope="module")
 def small():
-    """The benchmark at a small size (2 pairs, d_model 128, d_ff 256), briefly."""
-    return measure(2, 128, 256, [1, 8], threads=1, budget_s=0.02)
+    """The benchmark at a small size (2 pairs, d_model 128, d_ff 256), briefly; MatMulNBits in two sizes."""
+    return measure(2, 128, 256, [1, 8], threads=1, budget_s=0.02, blocks=(32, 128))
 
 
 def test_every_form_is_timed_against_fp32_and_close_to_it(small):
-    for form in FORMS:
+    assert forms(small["blocks"])[3:] == [nbits_form(32), nbits_form(128)]
+    for form in forms(small["blocks"]):
         for m in (1, 8):
             assert small["ms"][f"{form} {m}"] > 0
             assert small["vs_fp32"][f"{form} {m}"] == pytest.approx(
                 small["ms"][f"fp32 {m}"] / small["ms"][f"{form} {m}"], rel=1e-2)
             # 8-bit weights and activations: a few percent at most; fp32 against itself exactly
             assert small["rel_error"][f"{form} {m}"] < (1e-7 if form == "fp32" else 0.05)
-    assert "| MatMulNBits 8-bit |" in table(small)
+    for block in (32, 128):
+        assert f"| MatMulNBits 8-bit, blocks of {block} |" in table(small)
 
 
 def test_the_service_int8_products_equal_the_exact_u8u8_ones():
@@ -56,3 +58,10 @@ def test_bad_sizes_are_refused_naming_the_flag(argv, named, capsys):
         main(argv)
     assert exit_.value.code == 2
     assert f"{named} must be" in capsys.readouterr().err
+
+
+def test_a_block_size_the_quantizer_does_not_take_is_refused(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--nbits-blocks", "128", "1024"])
+    assert exit_.value.code == 2
+    assert "--nbits-blocks" in capsys.readouterr().err
