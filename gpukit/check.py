@@ -5,8 +5,9 @@ Steps, each logged to OUT/check.log and recorded in OUT/summary.json:
 1. verify: every part present with its sha256, joined into the archive, every file checked after
    extraction into KIT/unpacked (skipped when the same kit was unpacked before);
 2. install: a private venv KIT/venv (no pip needed on the host: pip runs from the kit's own wheel),
-   `pip install --no-index --find-links KIT/unpacked/wheels`, no pip configuration read; the
-   generated gRPC modules copied beside their .proto files;
+   `pip install --no-index --no-compile --find-links KIT/unpacked/wheels` (no bytecode written ahead:
+   the tier imports a few of the modules), no pip configuration read; the generated gRPC modules copied
+   beside their .proto files;
 3. cuda: where each CUDA library the provider needs was found (OUT/cuda-libraries.json): the host's
    own, from its system folders or NVIDIA's pip wheels of the host's Python (put on
    LD_LIBRARY_PATH), or the kit's (a kit built with --with-cuda-libraries);
@@ -131,9 +132,10 @@ def install(kit: Path, work: Path, manifest: Manifest, log: Log) -> Path:
     if rc != 0:
         raise KitError(f"python -m venv could not create {venv} (exit {rc})")
     pip = work / "wheels" / str(manifest.info["pip"])
-    rc, output = log.run([str(python), str(pip / "pip"), "install", "--no-index", "--find-links",
-                          str(work / "wheels"), "--no-warn-script-location", "--progress-bar", "off",
-                          "-r", str(work / "requirements.txt")], env=offline_pip_env())
+    command = [str(python), str(pip / "pip"), "install", "--no-index", "--no-compile", "--find-links",
+               str(work / "wheels"), "--no-warn-script-location", "--progress-bar", "off",
+               "-r", str(work / "requirements.txt")]
+    rc, output = log.run(command, env=offline_pip_env())
     if rc != 0:
         raise KitError(f"pip install --no-index from the kit failed (exit {rc}): "
                        f"{output.strip().splitlines()[-1] if output.strip() else 'no output'}")
