@@ -43,6 +43,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from export.hf.activations import our_activation
 from export.hf.errors import UnsupportedModel
 from export.hf.t5 import T5_FAMILIES, map_t5_weights, t5_config
 from model.checkpoint import file_sha256
@@ -67,7 +68,6 @@ UNSUPPORTED = {  # model_type -> why it does not map onto model/'s Transformer
     "umt5": "a relative position bias of its own in every layer (T5 and mT5 share one per stack)",
     "longt5": "local or transient-global attention over the source (and no cache of ours for it)",
 }
-HF_ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "silu", "silu": "silu"}
 # legacy BART-style keys that converted Marian configs carry; transformers' MarianMTModel ignores them
 # (it is always post-LN, sinusoidal, without embedding LayerNorm), so a true value means the weights
 # were not made for it
@@ -121,10 +121,7 @@ def model_config(hf: dict[str, Any], family: str) -> ModelConfig:
     """The ModelConfig of a supported checkpoint's config.json (tying decided later, from the weights)."""
     if family in T5_FAMILIES:
         return t5_config(hf)
-    act = hf.get("activation_function", "relu")
-    if act not in HF_ACTIVATIONS:
-        known = ", ".join(HF_ACTIVATIONS)
-        raise UnsupportedModel(f"activation_function {act!r} is not supported (known: {known})")
+    activation = our_activation(str(hf.get("activation_function", "relu")), "activation_function")
     if family == "marian":
         set_flags = [f for f in MARIAN_FALSE_FLAGS if hf.get(f)]
         if set_flags or hf.get("static_position_embeddings") is False:
@@ -156,7 +153,7 @@ def model_config(hf: dict[str, Any], family: str) -> ModelConfig:
         tie_embeddings=False,
         norm_first=norm_first,
         layer_norm_eps=1e-5,  # nn.LayerNorm's default, which every family uses
-        activation=HF_ACTIVATIONS[act],
+        activation=activation,
         position_table=table,
         position_offset=position_offset(family, pad),
         scale_embedding=bool(hf.get("scale_embedding", False)),

@@ -41,14 +41,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from export.hf.activations import our_activation
 from export.hf.errors import UnsupportedModel
 from model.config import ModelConfig
 from model.transformer import Transformer
 
 T5_FAMILIES = {"t5": "T5ForConditionalGeneration", "mt5": "MT5ForConditionalGeneration"}
-# transformers' ACT2FN names that T5 configs use as dense_act_fn -> our activations
-T5_ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
-                  "silu": "silu", "swish": "silu"}
 DEFAULT_MAX_LEN = 512  # T5's n_positions (the tokenizers' model_max_length); relative positions have no limit
 # a tensor original checkpoints carry and transformers ignores (cross-attention has no position bias)
 IGNORED = ("decoder.block.0.layer.1.EncDecAttention.relative_attention_bias.weight",)
@@ -66,12 +64,10 @@ def feed_forward(hf: dict[str, Any]) -> tuple[str, bool]:
     parts = proj.split("-")
     if len(parts) > 2 or (len(parts) == 2 and parts[0] != "gated"):
         raise UnsupportedModel(f"feed_forward_proj {proj!r} is not '<act>' or 'gated-<act>'")
-    act = hf.get("dense_act_fn") or ("gelu_new" if proj == "gated-gelu" else parts[-1])
+    stated = hf.get("dense_act_fn")
+    act = stated or ("gelu_new" if proj == "gated-gelu" else parts[-1])
     gated = hf.get("is_gated_act", parts[0] == "gated")
-    if act not in T5_ACTIVATIONS:
-        raise UnsupportedModel(f"T5 feed-forward activation {act!r} is not supported (known: "
-                               f"{', '.join(T5_ACTIVATIONS)})")
-    return T5_ACTIVATIONS[act], bool(gated)
+    return our_activation(act, "dense_act_fn" if stated else "feed_forward_proj"), bool(gated)
 
 
 def scaled_output(hf: dict[str, Any], family: str) -> bool:

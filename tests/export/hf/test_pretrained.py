@@ -67,6 +67,10 @@ UNTRAINED = {  # MarianConfig / M2M100Config overrides: random weights, no token
                                   "pad_token_id": 49, "decoder_start_token_id": 49, "d_model": 32,
                                   "encoder_attention_heads": 4, "decoder_attention_heads": 4}),
     "untied-output": ("marian", {"tie_word_embeddings": False, "activation_function": "relu"}),
+    # transformers' names of GELU's tanh approximation, each computed its own way there
+    "gelu-new": ("marian", {"activation_function": "gelu_new"}),
+    "gelu-fast": ("marian", {"activation_function": "gelu_fast", "tie_word_embeddings": False}),
+    "bart-gelu-pytorch-tanh": ("bart", {"activation_function": "gelu_pytorch_tanh"}),
     "m2m-gelu-2x2": ("m2m_100", {"activation_function": "gelu", "encoder_layers": 2, "decoder_layers": 2,
                                  "scale_embedding": False}),
     "bart": ("bart", {"activation_function": "gelu", "decoder_layers": 2}),
@@ -185,7 +189,7 @@ def test_learned_positions_and_leftover_tensors_are_refused(tmp_path):
 
 @pytest.mark.parametrize("key, value, match", [
     ("normalize_before", True, "normalize_before"),
-    ("activation_function", "gelu_new", "activation_function"),
+    ("activation_function", "quick_gelu", "activation_function 'quick_gelu' is not supported"),
     ("decoder_ffn_dim", 40, "feed-forward sizes differ"),
 ])
 def test_settings_without_a_switch_are_refused(tmp_path, key, value, match):
