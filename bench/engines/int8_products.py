@@ -36,6 +36,7 @@ from interface.sessions import EXACT_INT8_PRODUCTS, cpu_flags, cpu_session_confi
 
 FORMS = ("fp32", "int8", "int8 exact U8U8")  # then one MatMulNBits form per block size
 NBITS_BLOCKS = (16, 32, 64, 128, 256)  # the block sizes ONNX Runtime's 8-bit quantizer takes
+OPSET, IR_VERSION = 18, 10
 
 
 def nbits_form(block: int) -> str:
@@ -46,7 +47,6 @@ def nbits_form(block: int) -> str:
 def forms(blocks: Sequence[int]) -> list[str]:
     """Every form measured, in order."""
     return [*FORMS, *(nbits_form(b) for b in blocks)]
-OPSET, IR_VERSION = 18, 10
 
 
 def chain(layers: int, d_model: int, d_ff: int, seed: int = 0) -> onnx.ModelProto:
@@ -161,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"{flag} must be >= 1, not {value}")
     if not a.seconds > 0:
         ap.error(f"--seconds must be > 0, not {a.seconds}")
-    results = measure(a.layers, a.d_model, a.d_ff, a.rows, a.threads, a.seconds, a.nbits_blocks)
+    blocks = sorted(set(a.nbits_blocks))  # each block size measured once
+    results = measure(a.layers, a.d_model, a.d_ff, a.rows, a.threads, a.seconds, blocks)
     print(f"CPU session config here: {results['service_config'] or 'none'}")
     print(table(results))
     print(json.dumps(results))

@@ -67,7 +67,8 @@ def feed_forward(hf: dict[str, Any]) -> tuple[str, bool]:
     stated = hf.get("dense_act_fn")
     act = stated or ("gelu_new" if proj == "gated-gelu" else parts[-1])
     gated = hf.get("is_gated_act", parts[0] == "gated")
-    return our_activation(act, "dense_act_fn" if stated else "feed_forward_proj"), bool(gated)
+    key = "dense_act_fn" if stated else f"feed_forward_proj {proj!r}: activation"
+    return our_activation(act, key), bool(gated)
 
 
 def scaled_output(hf: dict[str, Any], family: str) -> bool:

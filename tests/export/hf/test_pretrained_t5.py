@@ -331,6 +331,10 @@ def test_weights_and_settings_without_a_place_are_refused(tmp_path, capsys):
     (model_dir / "config.json").write_text(json.dumps({**config, "feed_forward_proj": "fast-gelu"}))
     with pytest.raises(UnsupportedModel, match="fast-gelu"):
         load_pretrained(model_dir)
+    hub = {k: v for k, v in config.items() if k not in ("dense_act_fn", "is_gated_act")}  # as hub configs
+    (model_dir / "config.json").write_text(json.dumps({**hub, "feed_forward_proj": "gated-quick_gelu"}))
+    with pytest.raises(UnsupportedModel, match="feed_forward_proj 'gated-quick_gelu': activation 'quick_gel"):
+        load_pretrained(model_dir)
     (model_dir / "config.json").write_text(json.dumps(config))
     tensors = load_file(model_dir / "model.safetensors")
     table = tensors["decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight"]
