@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tomllib
@@ -19,6 +18,7 @@ from gpukit.build import build, compatible_platforms, machine_of, requirements
 from gpukit.parts import MIB, Manifest
 from service.runtime.model.cuda import DRIVER, cuda_libraries, cuda_unavailable
 from tests.support import REPO_ROOT
+from tests.support.tiny import lay_out
 
 THIS_PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 NO_NETWORK = {"HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9", "NO_PROXY": "",
@@ -68,16 +68,6 @@ def cpu_tokens(python: str | Path, bundle: Path, texts: list[str]) -> list[list[
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
-def prebuilt_fixtures(root: Path, tiny: Path, concat: Path, int8: Path) -> Path:
-    """The session's tiny bundles laid out as `python -m tests.support.tiny root` writes them."""
-    from tests.support.tiny import TEXTS_FILE, texts
-
-    for name, bundle in (("tiny", tiny), ("tiny-concat", concat), ("tiny-int8", int8)):
-        shutil.copytree(bundle, root / name)
-    (root / TEXTS_FILE).write_text(json.dumps(texts(), ensure_ascii=False), encoding="utf-8")
-    return root
-
-
 def test_fixtures_missing_from_a_prebuilt_directory_are_named_before_anything_is_fetched(tmp_path, capsys):
     (tmp_path / "fixtures" / "tiny").mkdir(parents=True)
     with pytest.raises(ValueError, match="lack tiny-concat, tiny-int8, texts.json"):
@@ -96,7 +86,8 @@ def test_a_kit_for_this_python_installs_offline_and_stops_at_the_gpu_tiers_usage
     if why is None:
         pytest.skip("this machine runs CUDA: make gpu-check KIT=... runs the whole tier here")
     kit, out = tmp_path / "kit", tmp_path / "out"
-    given = prebuilt_fixtures(tmp_path / "fixtures", tiny_bundle, tiny_concat_bundle, tiny_int8_bundle)
+    given = lay_out(tmp_path / "fixtures",
+                    {"tiny": tiny_bundle, "tiny-concat": tiny_concat_bundle, "tiny-int8": tiny_int8_bundle})
     built = make("gpu-kit", f"KIT_PYTHON={THIS_PYTHON}", f"KIT_OUT={kit}", "PART_MIB=20", "KIT_OPUS=quick",
                  f"KIT_FIXTURES={given}")
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]

@@ -167,16 +167,26 @@ def prebuilt(name: str) -> Path | None:
     return path
 
 
+def lay_out(out: Path, bundles: dict[str, Path], move: bool = False) -> Path:
+    """The prebuilt fixtures' directory: each bundle of BUNDLES under its name (moved, or copied) and the
+    texts; out is created (it must not exist or be empty)."""
+    if set(bundles) != set(BUNDLES):
+        raise ValueError(f"the fixtures are the bundles {', '.join(BUNDLES)}, not {', '.join(bundles)}")
+    out.mkdir(parents=True, exist_ok=True)
+    for name, bundle in bundles.items():
+        (shutil.move if move else shutil.copytree)(bundle, out / name)
+    (out / TEXTS_FILE).write_text(json.dumps(texts(), ensure_ascii=False), encoding="utf-8")
+    return out
+
+
 def prebuild(out: Path) -> Path:
     """Write every prebuilt fixture into out (created; must not exist)."""
     out.mkdir(parents=True)
     work = out / ".work"
     (work / "corpus").mkdir(parents=True)
     checkpoint = train_checkpoint(write_corpus(work / "corpus"), work / "run")
-    for name in BUNDLES:
-        export_bundle(checkpoint, work / "bundles" / name, name)
-        shutil.move(work / "bundles" / name, out / name)
-    (out / TEXTS_FILE).write_text(json.dumps(texts(), ensure_ascii=False), encoding="utf-8")
+    bundles = {name: export_bundle(checkpoint, work / "bundles" / name, name) for name in BUNDLES}
+    lay_out(out, bundles, move=True)
     shutil.rmtree(work)
     return out
 
